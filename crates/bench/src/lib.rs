@@ -1,0 +1,7 @@
+//! pagelab's harness: host facts, profiles, micro-benchmarks (and, as it grows, the runner,
+//! results store, statistics and comparisons).
+
+pub mod host;
+pub mod micro;
+pub mod pin;
+pub mod profiles;

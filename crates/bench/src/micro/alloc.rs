@@ -1,0 +1,586 @@
+//! `pagelab micro alloc`: the page allocator's fast paths, policy against policy.
+//!
+//! Four measurements, each over the same set of allocator policies built side by side:
+//! - order-0 alloc+free pairs on one CPU: the per-CPU list fast path against the zone alone;
+//! - order-0 bursts (1024 allocations, then 1024 frees): refills and drains, so the zone->lock
+//!   acquisitions per operation can be read against `batch`;
+//! - orders 1 to 3, pairs, with and without high-order per-CPU lists;
+//! - a producer on CPU 0 allocating and a consumer on CPU 1 freeing (the network receive
+//!   pattern): pages/s, zone->lock acquisitions, contention and wait time.
+//!
+//! Timings are medians over rounds, with the policies interleaved within every round. Lock
+//! counts come from a separate pass with lock statistics on, so the timed passes do not pay for
+//! the counting.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
+use crossbeam_queue::ArrayQueue;
+use pagelab_mm::alloc::pcp::PcpParams;
+use pagelab_mm::policy::{Count, PcpLists, PcpTune};
+use pagelab_mm::vmstat::VmEvent;
+use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
+use pagelab_sync::LockStatsSnapshot;
+
+use super::{median, ns_per_op};
+use crate::pin::pin_to_core;
+use crate::profiles::Profile;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct AllocBenchConfig {
+    /// Arena per policy. 1 GiB or more gives the kernel's default batch of 63.
+    pub arena_bytes: u64,
+    /// Operations per timed pass.
+    pub ops: u64,
+    /// Timed passes per policy (the median is reported).
+    pub rounds: usize,
+    /// Profiles measured in addition to the built-in policy set.
+    pub extra: Vec<Profile>,
+}
+
+impl Default for AllocBenchConfig {
+    fn default() -> Self {
+        AllocBenchConfig {
+            arena_bytes: 1 << 30,
+            ops: 1_000_000,
+            rounds: 5,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// One policy under test.
+pub struct Variant {
+    pub name: String,
+    pub policy: Policy,
+}
+
+fn pcp_policy(lists: PcpLists, batch: Count, high: Count, tune: PcpTune) -> Policy {
+    let mut p = Policy::default();
+    p.pcp.lists = lists;
+    p.pcp.batch = batch;
+    p.pcp.high = high;
+    p.pcp.tune = tune;
+    p
+}
+
+/// The built-in policy set: zone only, the fixed batch/high pairs of 4.x, 6.2's zone-sized
+/// lists and 6.7's adaptive lists.
+pub fn builtin_variants() -> Vec<Variant> {
+    use Count::{Auto, Fixed};
+    vec![
+        Variant {
+            name: "zone only".into(),
+            policy: pcp_policy(PcpLists::None, Auto, Auto, PcpTune::Fixed),
+        },
+        Variant {
+            name: "order0 31/186".into(),
+            policy: pcp_policy(PcpLists::Order0, Fixed(31), Fixed(186), PcpTune::Fixed),
+        },
+        Variant {
+            name: "order0 310/1860".into(),
+            policy: pcp_policy(PcpLists::Order0, Fixed(310), Fixed(1860), PcpTune::Fixed),
+        },
+        Variant {
+            name: "high-order 31/372".into(),
+            policy: pcp_policy(PcpLists::HighOrder, Fixed(31), Fixed(372), PcpTune::Fixed),
+        },
+        Variant {
+            name: "high-order auto".into(),
+            policy: pcp_policy(PcpLists::HighOrder, Auto, Auto, PcpTune::Fixed),
+        },
+        Variant {
+            name: "adaptive (6.7)".into(),
+            policy: pcp_policy(PcpLists::HighOrder, Auto, Auto, PcpTune::Adaptive),
+        },
+    ]
+}
+
+/// A row of one measurement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub variant: String,
+    /// Resolved `batch/high` of zone 0 (`-` without pcp lists).
+    pub pcp: String,
+    pub batch: Option<u32>,
+    /// Median ns per operation (pair, or alloc+free of one page in a burst).
+    pub ns: f64,
+    /// Throughput where it is the metric (pages/s in producer/consumer).
+    pub rate: Option<f64>,
+    /// zone->lock acquisitions per 1000 operations (counting pass).
+    pub zone_locks_per_kop: f64,
+    /// Share of zone->lock acquisitions that found it held.
+    pub zone_contended: f64,
+    /// Mean wait per contended zone->lock acquisition, ns.
+    pub zone_wait_ns: f64,
+    /// pcp trylock failures (fallbacks to the zone) in the counting pass.
+    pub trylock_fail: u64,
+}
+
+/// All results of `pagelab micro alloc`.
+#[derive(Clone, Debug, Default)]
+pub struct AllocBenchReport {
+    pub order0_pair: Vec<Row>,
+    pub order0_burst: Vec<Row>,
+    /// `(order, rows)`.
+    pub high_order: Vec<(u32, Vec<Row>)>,
+    pub producer_consumer: Vec<Row>,
+    pub pinned: bool,
+    pub ops: u64,
+    pub rounds: usize,
+    pub interrupted: bool,
+}
+
+struct Built {
+    name: String,
+    mem: Mem,
+}
+
+fn pcp_label(p: &PcpParams) -> (String, Option<u32>) {
+    match p.lists {
+        PcpLists::None => ("-".into(), None),
+        _ if p.adaptive => (
+            format!("{}/{}..{}", p.batch, p.high_min, p.high_max),
+            Some(p.batch),
+        ),
+        _ => (format!("{}/{}", p.batch, p.high_min), Some(p.batch)),
+    }
+}
+
+const BURST: usize = 1024;
+
+fn pairs(mem: &Mem, cpu: CpuId, order: u32, ops: u64) {
+    for _ in 0..ops {
+        let p = mem
+            .alloc_pages(cpu, order, Gfp::KERNEL)
+            .expect("arena sized for the benchmark");
+        mem.free_pages(cpu, black_box(p), order);
+    }
+}
+
+fn bursts(mem: &Mem, cpu: CpuId, ops: u64, buf: &mut Vec<pagelab_mm::Pfn>) {
+    for _ in 0..(ops / BURST as u64).max(1) {
+        for _ in 0..BURST {
+            buf.push(
+                mem.alloc_pages(cpu, 0, Gfp::KERNEL)
+                    .expect("arena sized for the benchmark"),
+            );
+        }
+        for p in buf.drain(..) {
+            mem.free_pages(cpu, p, 0);
+        }
+    }
+}
+
+/// Producer on CPU 0, consumer on CPU 1. Returns pages/s.
+fn producer_consumer(mem: &Mem, pages: u64, pin: bool) -> f64 {
+    let q = ArrayQueue::new(4096);
+    let start = AtomicBool::new(false);
+    let t0 = std::thread::scope(|s| {
+        s.spawn(|| {
+            if pin {
+                pin_to_core(1);
+            }
+            while !start.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            let mut got = 0;
+            let mut idle = 0u32;
+            while got < pages {
+                if let Some(p) = q.pop() {
+                    mem.free_pages(CpuId(1), p, 0);
+                    got += 1;
+                    idle = 0;
+                } else {
+                    idle += 1;
+                    if idle > 64 {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        });
+        if pin {
+            pin_to_core(0);
+        }
+        let t0 = Instant::now();
+        start.store(true, Ordering::Release);
+        for _ in 0..pages {
+            let mut p = mem
+                .alloc_pages(CpuId(0), 0, Gfp::KERNEL)
+                .expect("arena sized for the benchmark");
+            while let Err(back) = q.push(p) {
+                p = back;
+                std::thread::yield_now();
+            }
+        }
+        t0
+    });
+    pages as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Counting pass: run `f` with lock statistics on and return (zone lock stats, trylock fails).
+fn counted(mem: &Mem, f: impl FnOnce()) -> (LockStatsSnapshot, u64) {
+    mem.reset_stats();
+    pagelab_sync::stats::set_enabled(true);
+    f();
+    pagelab_sync::stats::set_enabled(false);
+    let s = mem.lock_stats();
+    (s.zone_lock, mem.events().sum(VmEvent::PcpTrylockFail))
+}
+
+fn row(b: &Built, ns: f64, rate: Option<f64>, ops: u64, zl: LockStatsSnapshot, tf: u64) -> Row {
+    let (pcp, batch) = pcp_label(b.mem.pcp_params(0));
+    Row {
+        variant: b.name.clone(),
+        pcp,
+        batch,
+        ns,
+        rate,
+        zone_locks_per_kop: zl.acquisitions as f64 * 1000.0 / ops as f64,
+        zone_contended: if zl.acquisitions == 0 {
+            0.0
+        } else {
+            zl.contended as f64 / zl.acquisitions as f64
+        },
+        zone_wait_ns: if zl.contended == 0 {
+            0.0
+        } else {
+            zl.wait_ns as f64 / zl.contended as f64
+        },
+        trylock_fail: tf,
+    }
+}
+
+/// Run the benchmark. `progress` is told what runs; `stop` is polled between passes (Ctrl-C):
+/// when set, the report holds what finished and is marked interrupted.
+pub fn run(
+    cfg: &AllocBenchConfig,
+    mut progress: impl FnMut(&str),
+    stop: &AtomicBool,
+) -> Result<AllocBenchReport, String> {
+    if cfg.ops == 0 || cfg.rounds == 0 {
+        return Err("--ops and --rounds must be at least 1".into());
+    }
+    let mut variants = builtin_variants();
+    variants.extend(cfg.extra.iter().map(|p| Variant {
+        name: p.name.clone(),
+        policy: p.policy.clone(),
+    }));
+    let mut built = Vec::new();
+    for v in variants {
+        let mem = Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy)
+            .map_err(|e| format!("{}: {e}", v.name))?;
+        built.push(Built { name: v.name, mem });
+    }
+    let pinned = pin_to_core(0);
+    let mut rep = AllocBenchReport {
+        pinned,
+        ops: cfg.ops,
+        rounds: cfg.rounds,
+        ..Default::default()
+    };
+    let cpu = CpuId(0);
+    let stopped = || stop.load(Ordering::Relaxed);
+
+    // 1. order-0 pairs.
+    progress("order-0 alloc+free pairs");
+    let mut times = vec![Vec::new(); built.len()];
+    for _ in 0..cfg.rounds {
+        for (i, b) in built.iter().enumerate() {
+            pairs(&b.mem, cpu, 0, cfg.ops / 10); // warm-up
+            times[i].push(ns_per_op(cfg.ops, || pairs(&b.mem, cpu, 0, cfg.ops)));
+        }
+        if stopped() {
+            rep.interrupted = true;
+            return Ok(rep);
+        }
+    }
+    for (i, b) in built.iter().enumerate() {
+        let (zl, tf) = counted(&b.mem, || pairs(&b.mem, cpu, 0, cfg.ops));
+        rep.order0_pair
+            .push(row(b, median(&mut times[i]), None, cfg.ops, zl, tf));
+    }
+
+    // 2. order-0 bursts.
+    progress("order-0 bursts of 1024");
+    let mut buf = Vec::with_capacity(BURST);
+    let ops = (cfg.ops / BURST as u64).max(1) * BURST as u64;
+    let mut times = vec![Vec::new(); built.len()];
+    for _ in 0..cfg.rounds {
+        for (i, b) in built.iter().enumerate() {
+            bursts(&b.mem, cpu, ops / 10, &mut buf);
+            times[i].push(ns_per_op(ops, || bursts(&b.mem, cpu, ops, &mut buf)));
+        }
+        if stopped() {
+            rep.interrupted = true;
+            return Ok(rep);
+        }
+    }
+    for (i, b) in built.iter().enumerate() {
+        // Each page is one allocation and one free: 2 operations.
+        let (zl, tf) = counted(&b.mem, || bursts(&b.mem, cpu, ops, &mut buf));
+        rep.order0_burst
+            .push(row(b, median(&mut times[i]), None, 2 * ops, zl, tf));
+    }
+
+    // 3. orders 1..3.
+    for order in 1..=3u32 {
+        progress(&format!("order-{order} alloc+free pairs"));
+        let ops = cfg.ops / 2;
+        let mut times = vec![Vec::new(); built.len()];
+        for _ in 0..cfg.rounds {
+            for (i, b) in built.iter().enumerate() {
+                pairs(&b.mem, cpu, order, ops / 10);
+                times[i].push(ns_per_op(ops, || pairs(&b.mem, cpu, order, ops)));
+            }
+            if stopped() {
+                rep.interrupted = true;
+                return Ok(rep);
+            }
+        }
+        let mut rows = Vec::new();
+        for (i, b) in built.iter().enumerate() {
+            let (zl, tf) = counted(&b.mem, || pairs(&b.mem, cpu, order, ops));
+            rows.push(row(b, median(&mut times[i]), None, ops, zl, tf));
+        }
+        rep.high_order.push((order, rows));
+    }
+
+    // 4. producer/consumer.
+    progress("producer on CPU 0, consumer on CPU 1");
+    let pages = cfg.ops;
+    let mut rates = vec![Vec::new(); built.len()];
+    for _ in 0..cfg.rounds {
+        for (i, b) in built.iter().enumerate() {
+            rates[i].push(producer_consumer(&b.mem, pages, pinned));
+        }
+        if stopped() {
+            rep.interrupted = true;
+            return Ok(rep);
+        }
+    }
+    for (i, b) in built.iter().enumerate() {
+        let rate = median(&mut rates[i]);
+        let (zl, tf) = counted(&b.mem, || {
+            producer_consumer(&b.mem, pages, pinned);
+        });
+        rep.producer_consumer
+            .push(row(b, 1e9 / rate, Some(rate), pages, zl, tf));
+    }
+    pin_to_core_all();
+
+    // Every pass frees what it allocates: the allocators must be whole.
+    for b in &built {
+        b.mem.drain_all_pages();
+        let c = b
+            .mem
+            .check()
+            .map_err(|e| format!("{}: invariant broken: {e}", b.name))?;
+        if c.allocated != 0 {
+            return Err(format!("{}: {} frames leaked", b.name, c.allocated));
+        }
+    }
+    Ok(rep)
+}
+
+/// Undo the pinning of the calling thread.
+fn pin_to_core_all() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut set = rustix::thread::CpuSet::new();
+    for c in 0..cores {
+        set.set(c);
+    }
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header.iter().map(|h| Cell::new(h)));
+    for i in 1..header.len() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+fn ratio(base: f64, v: f64) -> String {
+    format!("{:.2}x", base / v)
+}
+
+impl AllocBenchReport {
+    /// The report as text tables.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let base = |rows: &[Row]| rows.first().map_or(f64::NAN, |r| r.ns);
+        if !self.order0_pair.is_empty() {
+            let mut t = table(&[
+                "policy",
+                "batch/high",
+                "ns/pair",
+                "speed vs zone only",
+                "zone->lock per 1k pairs",
+            ]);
+            let b = base(&self.order0_pair);
+            for r in &self.order0_pair {
+                t.add_row(vec![
+                    r.variant.clone(),
+                    r.pcp.clone(),
+                    format!("{:.1}", r.ns),
+                    ratio(b, r.ns),
+                    format!("{:.1}", r.zone_locks_per_kop),
+                ]);
+            }
+            out += &format!(
+                "Order-0 alloc+free pairs, one CPU (median of {} rounds of {} pairs)\n{t}\n\n",
+                self.rounds, self.ops
+            );
+        }
+        if !self.order0_burst.is_empty() {
+            let mut t = table(&[
+                "policy",
+                "batch/high",
+                "ns/page",
+                "speed vs zone only",
+                "zone->lock per 1k ops",
+                "ops per zone->lock",
+            ]);
+            let b = base(&self.order0_burst);
+            for r in &self.order0_burst {
+                let per = if r.zone_locks_per_kop > 0.0 {
+                    format!("{:.1}", 1000.0 / r.zone_locks_per_kop)
+                } else {
+                    "-".into()
+                };
+                t.add_row(vec![
+                    r.variant.clone(),
+                    r.pcp.clone(),
+                    format!("{:.1}", r.ns),
+                    ratio(b, r.ns),
+                    format!("{:.1}", r.zone_locks_per_kop),
+                    per,
+                ]);
+            }
+            out += &format!(
+                "Order-0 bursts: {BURST} allocations then {BURST} frees (an op is one allocation or one free)\n{t}\n\n"
+            );
+        }
+        for (order, rows) in &self.high_order {
+            let mut t = table(&[
+                "policy",
+                "batch/high",
+                "ns/pair",
+                "speed vs zone only",
+                "zone->lock per 1k pairs",
+            ]);
+            let b = base(rows);
+            for r in rows {
+                t.add_row(vec![
+                    r.variant.clone(),
+                    r.pcp.clone(),
+                    format!("{:.1}", r.ns),
+                    ratio(b, r.ns),
+                    format!("{:.1}", r.zone_locks_per_kop),
+                ]);
+            }
+            out += &format!("Order-{order} alloc+free pairs, one CPU\n{t}\n\n");
+        }
+        if !self.producer_consumer.is_empty() {
+            let mut t = table(&[
+                "policy",
+                "batch/high",
+                "pages/s",
+                "vs zone only",
+                "zone->lock per 1k pages",
+                "contended",
+                "wait ns/contended",
+                "pcp trylock fails",
+            ]);
+            let b = self.producer_consumer[0].rate.unwrap_or(f64::NAN);
+            for r in &self.producer_consumer {
+                let rate = r.rate.unwrap_or(f64::NAN);
+                t.add_row(vec![
+                    r.variant.clone(),
+                    r.pcp.clone(),
+                    format!("{:.3}M", rate / 1e6),
+                    format!("{:.2}x", rate / b),
+                    format!("{:.1}", r.zone_locks_per_kop),
+                    format!("{:.1}%", r.zone_contended * 100.0),
+                    format!("{:.0}", r.zone_wait_ns),
+                    r.trylock_fail.to_string(),
+                ]);
+            }
+            out += &format!(
+                "Producer/consumer: CPU 0 allocates, CPU 1 frees ({})\n{t}\n",
+                if self.pinned {
+                    "threads pinned to cores 0 and 1"
+                } else {
+                    "unpinned: the host refused pinning"
+                }
+            );
+        }
+        if self.interrupted {
+            out += "\ninterrupted: the tables above hold what finished\n";
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small run: every section produces a row per policy, the allocators stay whole, and the
+    /// per-CPU lists cut zone->lock acquisitions to about one per batch of operations.
+    #[test]
+    fn quick_run_counts_zone_locks_per_batch() {
+        let cfg = AllocBenchConfig {
+            arena_bytes: 64 << 20,
+            ops: 20_480,
+            rounds: 1,
+            extra: Vec::new(),
+        };
+        let stop = AtomicBool::new(false);
+        let rep = run(&cfg, |_| {}, &stop).unwrap();
+        let n = builtin_variants().len();
+        assert_eq!(rep.order0_pair.len(), n);
+        assert_eq!(rep.order0_burst.len(), n);
+        assert_eq!(rep.high_order.len(), 3);
+        assert_eq!(rep.producer_consumer.len(), n);
+        // Zone only: every operation takes zone->lock.
+        let zone_only = &rep.order0_burst[0];
+        assert!(zone_only.zone_locks_per_kop >= 999.0, "{zone_only:?}");
+        for r in &rep.order0_burst[1..] {
+            let batch = f64::from(r.batch.unwrap());
+            // One refill per `batch` allocations and one drain per `batch` frees, plus the
+            // partial batches at the burst edges.
+            let bound = 1000.0 / batch * 1.5 + 2.0;
+            assert!(r.zone_locks_per_kop <= bound, "{r:?} above {bound}");
+        }
+        // Pairs on a warm pcp never touch the zone.
+        for r in &rep.order0_pair[1..] {
+            assert!(r.zone_locks_per_kop < 1.0, "{r:?}");
+        }
+        let text = rep.render();
+        assert!(text.contains("zone only") && text.contains("Producer/consumer"));
+    }
+
+    #[test]
+    fn stop_flag_interrupts() {
+        let cfg = AllocBenchConfig {
+            arena_bytes: 64 << 20,
+            ops: 1024,
+            rounds: 1,
+            extra: Vec::new(),
+        };
+        let stop = AtomicBool::new(true);
+        let rep = run(&cfg, |_| {}, &stop).unwrap();
+        assert!(rep.interrupted);
+        assert!(rep.order0_burst.is_empty());
+        assert!(rep.render().contains("interrupted"));
+    }
+}

@@ -1,0 +1,142 @@
+//! The shipped profiles (`profiles/*.toml`), embedded in the binary so that `pagelab` works from
+//! any directory, and lookup of a profile by name or by path to a user's own file.
+
+use std::path::Path;
+
+use pagelab_mm::Policy;
+
+/// `(name, TOML text)` of every shipped profile.
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "linux-2.6.13",
+        include_str!("../../../profiles/linux-2.6.13.toml"),
+    ),
+    (
+        "linux-2.6.13-prezero",
+        include_str!("../../../profiles/linux-2.6.13-prezero.toml"),
+    ),
+    (
+        "vanilla-4.9",
+        include_str!("../../../profiles/vanilla-4.9.toml"),
+    ),
+    ("hopcpu", include_str!("../../../profiles/hopcpu.toml")),
+    (
+        "linux-4.15",
+        include_str!("../../../profiles/linux-4.15.toml"),
+    ),
+    (
+        "large-zone-batch",
+        include_str!("../../../profiles/large-zone-batch.toml"),
+    ),
+    (
+        "linux-6.2",
+        include_str!("../../../profiles/linux-6.2.toml"),
+    ),
+    (
+        "linux-6.7",
+        include_str!("../../../profiles/linux-6.7.toml"),
+    ),
+];
+
+/// A loaded profile: its name, its policy and the text it came from.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub name: String,
+    pub policy: Policy,
+    pub source: String,
+}
+
+/// Load a profile by shipped name, or from a path (anything containing `/` or ending `.toml`).
+/// Errors are one line and say what to do.
+pub fn load(name_or_path: &str) -> Result<Profile, String> {
+    let looks_like_path = name_or_path.contains('/') || name_or_path.ends_with(".toml");
+    if !looks_like_path {
+        let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) else {
+            let names: Vec<_> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "unknown profile `{name_or_path}`; shipped profiles: {} (or give a path to a .toml file)",
+                names.join(", ")
+            ));
+        };
+        let policy = Policy::from_toml_str(text)
+            .map_err(|e| format!("shipped profile {name} is invalid: {e}"))?;
+        return Ok(Profile {
+            name: policy.name.clone().unwrap_or_else(|| name.to_string()),
+            policy,
+            source: text.to_string(),
+        });
+    }
+    let path = Path::new(name_or_path);
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read profile {}: {e}", path.display()))?;
+    let policy =
+        Policy::from_toml_str(&text).map_err(|e| format!("profile {}: {e}", path.display()))?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| name_or_path.to_string());
+    Ok(Profile {
+        name: policy.name.clone().unwrap_or(stem),
+        policy,
+        source: text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_profile_parses_and_is_named_after_its_file() {
+        for (name, _) in BUILTIN {
+            let p = load(name).unwrap();
+            assert_eq!(&p.name, name);
+            assert!(p.policy.description.is_some(), "{name} has no description");
+        }
+    }
+
+    #[test]
+    fn shipped_list_matches_the_directory() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.unwrap().path();
+                (p.extension()? == "toml")
+                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+            })
+            .collect();
+        on_disk.sort();
+        let mut shipped: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
+        shipped.sort();
+        assert_eq!(on_disk, shipped);
+    }
+
+    #[test]
+    fn unknown_name_lists_the_shipped_ones() {
+        let e = load("linux-9.9").unwrap_err();
+        assert!(
+            e.contains("linux-4.15") && e.contains("unknown profile"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn user_file_errors_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("pagelab-prof-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("mine.toml");
+        std::fs::write(&f, "[pcp]\nbatch = 500\nhigh = 100\n").unwrap();
+        let e = load(f.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("mine.toml") && e.contains("pcp.batch"), "{e}");
+        std::fs::write(&f, "[pcp]\nbatch = 5\nhigh = 100\n").unwrap();
+        assert_eq!(load(f.to_str().unwrap()).unwrap().name, "mine");
+        assert!(
+            load("/nonexistent/x.toml")
+                .unwrap_err()
+                .contains("cannot read")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

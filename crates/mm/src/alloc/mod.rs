@@ -1,0 +1,809 @@
+//! The page allocator (mm/page_alloc.c): zones of buddy lists, per-CPU page lists in front of
+//! them, an optional prezeroed pool, and a small SLUB on top (`slab`).
+//!
+//! [`Mem`] is the engine's physical memory: the arena, the frame metadata, the zones and the
+//! pcps. [`PageAllocator`] owns a `Mem` together with the background threads its policy asks
+//! for (the zeroer, the vmstat worker that decays adaptive pcp high marks) and derefs to it.
+//!
+//! The allocation path mirrors `__alloc_pages`: a fast pass over the CPU's zonelist at the low
+//! watermark (`get_page_from_freelist`), where each zone is served by the CPU's pcp when the
+//! order is cached there and by the buddy lists otherwise; then a slow pass that drains every
+//! pcp and the prezero pool and retries at the min watermark. Reclaim joins the slow path when
+//! the engine grows it.
+
+pub mod buddy;
+pub mod pcp;
+pub mod prezero;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use pagelab_sync::{LockKind, LockStatsSnapshot, SpinLock};
+
+use crate::arena::{Arena, ArenaConfig, ArenaError};
+use crate::cpu::CpuId;
+use crate::kthread::Kthread;
+use crate::page::{PageArray, Pfn, pg};
+use crate::policy::{PcpLists, Policy};
+use crate::vmstat::{VmEvent, VmEvents};
+use buddy::{MAX_ORDER, MigrateType, Wmark, ZONE_BELOW_HIGH, Zone};
+use pcp::{PcpParams, PcpState};
+use prezero::PrezeroPool;
+
+/// What an allocation asks for (the parts of `gfp_t` the engine models).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gfp {
+    pub migratetype: MigrateType,
+    /// `__GFP_ZERO`.
+    pub zero: bool,
+    /// `__GFP_COMP`: mark head and tail frames of a high-order block.
+    pub comp: bool,
+    /// Watermark of the fast pass.
+    pub wmark: Wmark,
+}
+
+impl Gfp {
+    /// `GFP_KERNEL`.
+    pub const KERNEL: Gfp = Gfp {
+        migratetype: MigrateType::Unmovable,
+        zero: false,
+        comp: false,
+        wmark: Wmark::Low,
+    };
+    /// `GFP_HIGHUSER_MOVABLE | __GFP_ZERO`: an anonymous page for a fault.
+    pub const USER_ZERO: Gfp = Gfp {
+        migratetype: MigrateType::Movable,
+        zero: true,
+        comp: false,
+        wmark: Wmark::Low,
+    };
+    /// `GFP_HIGHUSER_MOVABLE` without zeroing (page cache, copy-on-write targets).
+    pub const USER: Gfp = Gfp {
+        migratetype: MigrateType::Movable,
+        zero: false,
+        comp: false,
+        wmark: Wmark::Low,
+    };
+
+    pub const fn with_zero(mut self) -> Gfp {
+        self.zero = true;
+        self
+    }
+
+    pub const fn with_comp(mut self) -> Gfp {
+        self.comp = true;
+        self
+    }
+
+    pub const fn with_migratetype(mut self, mt: MigrateType) -> Gfp {
+        self.migratetype = mt;
+        self
+    }
+}
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error("out of memory: no free block of order {order} above the min watermark")]
+    OutOfMemory { order: u32 },
+    #[error("order {0} is above the largest block order {MAX_ORDER}")]
+    InvalidOrder(u32),
+}
+
+/// The machine the engine's memory stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemConfig {
+    pub arena: ArenaConfig,
+    /// Virtual CPUs (tasks bind to ids `0..nr_cpus`).
+    pub nr_cpus: usize,
+    /// NUMA nodes; the arena is split evenly, one zone each.
+    pub nr_nodes: usize,
+}
+
+impl MemConfig {
+    pub fn new(bytes: u64, nr_cpus: usize) -> Self {
+        MemConfig {
+            arena: ArenaConfig::new(bytes),
+            nr_cpus,
+            nr_nodes: 1,
+        }
+    }
+}
+
+/// Why the engine's memory could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum MemError {
+    #[error(transparent)]
+    Arena(#[from] ArenaError),
+    #[error("{0}")]
+    Config(String),
+    #[error("could not start the {name} thread: {err}")]
+    Thread {
+        name: &'static str,
+        err: std::io::Error,
+    },
+}
+
+/// Frames by state, from [`Mem::check`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Frames on buddy free lists.
+    pub buddy: u64,
+    /// Frames on per-CPU lists.
+    pub pcp: u64,
+    /// Frames in the prezeroed pool.
+    pub prezeroed: u64,
+    /// Frames handed out (the rest).
+    pub allocated: u64,
+}
+
+impl Census {
+    pub fn free(&self) -> u64 {
+        self.buddy + self.pcp + self.prezeroed
+    }
+}
+
+/// Lock statistics of the allocator's lock classes, summed over instances.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocLockStats {
+    pub zone_lock: LockStatsSnapshot,
+    pub pcp_lock: LockStatsSnapshot,
+}
+
+/// The engine's physical memory. See the module documentation.
+pub struct Mem {
+    arena: Arena,
+    pages: PageArray,
+    zones: Box<[Zone]>,
+    /// Frames per zone except the last, to find a frame's zone by division.
+    zone_span: u32,
+    /// `[zone][cpu]`, each in its own cache line.
+    pcp: Box<[CachePadded<SpinLock<PcpState>>]>,
+    pcp_params: Box<[PcpParams]>,
+    nr_cpus: usize,
+    /// Zone ids in preference order per CPU (its node's zone first: the zonelist).
+    zonelists: Box<[Box<[usize]>]>,
+    events: VmEvents,
+    prezero: Option<PrezeroPool>,
+    policy: Policy,
+}
+
+/// A `Mem` with its background threads. Derefs to [`Mem`].
+pub struct PageAllocator {
+    mem: Arc<Mem>,
+    // Dropped after `mem`'s handle: stopping them releases their references.
+    kthreads: Vec<Kthread>,
+}
+
+impl std::ops::Deref for PageAllocator {
+    type Target = Mem;
+    fn deref(&self) -> &Mem {
+        &self.mem
+    }
+}
+
+impl PageAllocator {
+    /// Build memory as `policy` says and start the threads it needs.
+    pub fn new(cfg: &MemConfig, policy: &Policy) -> Result<PageAllocator, MemError> {
+        let mem = Arc::new(Mem::new(cfg, policy)?);
+        let mut kthreads = Vec::new();
+        if mem.prezero.is_some() {
+            let m = mem.clone();
+            let k = Kthread::spawn("pagelab-kscrubd", Duration::from_millis(5), move || {
+                m.prezero_fill();
+            })
+            .map_err(|err| MemError::Thread {
+                name: "prezero",
+                err,
+            })?;
+            kthreads.push(k);
+        }
+        if mem.pcp_params.iter().any(|p| p.adaptive) {
+            let m = mem.clone();
+            let k = Kthread::spawn("pagelab-vmstat", Duration::from_secs(1), move || {
+                m.decay_pcp_high();
+            })
+            .map_err(|err| MemError::Thread {
+                name: "vmstat",
+                err,
+            })?;
+            kthreads.push(k);
+        }
+        Ok(PageAllocator { mem, kthreads })
+    }
+
+    /// Stop the background threads (joining them), e.g. before a quiescent [`Mem::check`].
+    pub fn stop_kthreads(&mut self) {
+        self.kthreads.clear();
+    }
+
+    /// A shared handle to the memory, for structures built on top of it.
+    pub fn mem(&self) -> &Arc<Mem> {
+        &self.mem
+    }
+}
+
+impl Mem {
+    /// Map the arena, lay out zones, free every frame into them and set up the pcps. No
+    /// background threads: see [`PageAllocator::new`].
+    pub fn new(cfg: &MemConfig, policy: &Policy) -> Result<Mem, MemError> {
+        policy.validate().map_err(|e| MemError::Config(e.0))?;
+        if cfg.nr_cpus == 0 || cfg.nr_cpus > 4096 {
+            return Err(MemError::Config(format!(
+                "{} CPUs: the engine models 1 to 4096 virtual CPUs",
+                cfg.nr_cpus
+            )));
+        }
+        if cfg.nr_nodes == 0 || cfg.nr_nodes > cfg.nr_cpus.min(64) {
+            return Err(MemError::Config(format!(
+                "{} nodes: need between 1 and min(CPUs, 64)",
+                cfg.nr_nodes
+            )));
+        }
+        let arena = Arena::new(cfg.arena, PageArray::bytes_per_frame() as u64)?;
+        let nr_pages = arena.nr_pages() as u32;
+        let block = 1u32 << MAX_ORDER;
+        let zone_span = (nr_pages / cfg.nr_nodes as u32) / block * block;
+        if zone_span == 0 {
+            return Err(MemError::Config(format!(
+                "arena of {} frames is too small for {} nodes of at least {block} frames",
+                nr_pages, cfg.nr_nodes
+            )));
+        }
+        let pages = PageArray::new(nr_pages as usize);
+        let min_total = buddy::min_free_pages(u64::from(nr_pages));
+        let kind = policy.locks.spinlock;
+        let zones: Box<[Zone]> = (0..cfg.nr_nodes)
+            .map(|n| {
+                let start = n as u32 * zone_span;
+                let end = if n + 1 == cfg.nr_nodes {
+                    nr_pages
+                } else {
+                    start + zone_span
+                };
+                let share = min_total * u64::from(end - start) / u64::from(nr_pages);
+                Zone::new(n, n, Pfn(start), Pfn(end), share, kind)
+            })
+            .collect();
+        for z in zones.iter() {
+            z.free_all_bootmem(&pages);
+        }
+        let pcp_params: Box<[PcpParams]> = zones
+            .iter()
+            .map(|z| {
+                PcpParams::resolve(
+                    &policy.pcp,
+                    z.managed,
+                    z.wmark[Wmark::Low as usize],
+                    cfg.nr_cpus,
+                )
+            })
+            .collect();
+        let pcp = (0..zones.len() * cfg.nr_cpus)
+            .map(|i| {
+                CachePadded::new(SpinLock::new(
+                    kind,
+                    PcpState::new(&pcp_params[i / cfg.nr_cpus]),
+                ))
+            })
+            .collect();
+        let zonelists = (0..cfg.nr_cpus)
+            .map(|c| {
+                let home = c * cfg.nr_nodes / cfg.nr_cpus;
+                (0..cfg.nr_nodes)
+                    .map(|k| (home + k) % cfg.nr_nodes)
+                    .collect()
+            })
+            .collect();
+        let prezero = policy
+            .alloc
+            .prezero
+            .then(|| PrezeroPool::new(kind, policy.alloc.prezero_pool as usize));
+        Ok(Mem {
+            arena,
+            pages,
+            zones,
+            zone_span,
+            pcp,
+            pcp_params,
+            nr_cpus: cfg.nr_cpus,
+            zonelists,
+            // One extra slot for background threads.
+            events: VmEvents::new(cfg.nr_cpus + 1),
+            prezero,
+            policy: policy.clone(),
+        })
+    }
+
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    pub fn pages(&self) -> &PageArray {
+        &self.pages
+    }
+
+    pub fn zones(&self) -> &[Zone] {
+        &self.zones
+    }
+
+    pub fn nr_cpus(&self) -> usize {
+        self.nr_cpus
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    pub fn events(&self) -> &VmEvents {
+        &self.events
+    }
+
+    /// The resolved pcp settings of a zone.
+    pub fn pcp_params(&self, zone: usize) -> &PcpParams {
+        &self.pcp_params[zone]
+    }
+
+    /// The CPU slot background threads count their events in.
+    fn kthread_cpu(&self) -> CpuId {
+        CpuId(self.nr_cpus as u16)
+    }
+
+    /// `page_zone`.
+    #[inline]
+    pub fn zone_of(&self, pfn: Pfn) -> usize {
+        ((pfn.0 / self.zone_span) as usize).min(self.zones.len() - 1)
+    }
+
+    #[inline]
+    fn pcp(&self, zone: usize, cpu: CpuId) -> &SpinLock<PcpState> {
+        &self.pcp[zone * self.nr_cpus + cpu.idx()]
+    }
+
+    /// Lock the pcp of (`zone`, `cpu`) for inspection (tests, reports).
+    pub fn pcp_state(&self, zone: usize, cpu: CpuId) -> pagelab_sync::SpinGuard<'_, PcpState> {
+        self.pcp(zone, cpu).lock()
+    }
+
+    /// Free frames: buddy lists, pcps and the prezero pool (racy sum, for reports).
+    pub fn nr_free_pages(&self) -> u64 {
+        let buddy: i64 = self.zones.iter().map(|z| z.free_pages()).sum();
+        let pcp: u64 = self.pcp.iter().map(|p| u64::from(p.lock().count)).sum();
+        buddy as u64 + pcp + self.prezero.as_ref().map_or(0, |p| p.len() as u64)
+    }
+
+    /// Frames managed by all zones.
+    pub fn managed_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.managed).sum()
+    }
+
+    /// Allocate a block of 2^`order` frames on `cpu` (`alloc_pages`). The block comes back with
+    /// a reference count of one.
+    pub fn alloc_pages(&self, cpu: CpuId, order: u32, gfp: Gfp) -> Result<Pfn, AllocError> {
+        if order > MAX_ORDER {
+            return Err(AllocError::InvalidOrder(order));
+        }
+        if gfp.zero
+            && order == 0
+            && let Some(pool) = &self.prezero
+        {
+            if let Some(pfn) = pool.take(&self.pages) {
+                self.events.count(cpu, VmEvent::PrezeroHit, 1);
+                self.prep_new_page(cpu, pfn, 0, gfp, false);
+                return Ok(pfn);
+            }
+        }
+        let pfn = match self.get_page_from_freelist(cpu, order, gfp, gfp.wmark) {
+            Some(pfn) => pfn,
+            None => self.alloc_slowpath(cpu, order, gfp)?,
+        };
+        self.prep_new_page(cpu, pfn, order, gfp, gfp.zero);
+        Ok(pfn)
+    }
+
+    /// `alloc_page`.
+    #[inline]
+    pub fn alloc_page(&self, cpu: CpuId, gfp: Gfp) -> Result<Pfn, AllocError> {
+        self.alloc_pages(cpu, 0, gfp)
+    }
+
+    /// `__alloc_pages_slowpath`, without reclaim yet: give back what the pcps and the pool
+    /// hold, then try again down to the min watermark.
+    #[cold]
+    fn alloc_slowpath(&self, cpu: CpuId, order: u32, gfp: Gfp) -> Result<Pfn, AllocError> {
+        self.drain_all_pages();
+        if let Some(pool) = &self.prezero {
+            pool.drain(|p| self.zone_of(p), &self.zones, &self.pages);
+        }
+        self.get_page_from_freelist(cpu, order, gfp, Wmark::Min)
+            .ok_or_else(|| {
+                self.events.count(cpu, VmEvent::AllocFail, 1);
+                AllocError::OutOfMemory { order }
+            })
+    }
+
+    /// `get_page_from_freelist`: the first zone of the CPU's zonelist above `mark` that has a
+    /// block.
+    #[inline]
+    fn get_page_from_freelist(&self, cpu: CpuId, order: u32, gfp: Gfp, mark: Wmark) -> Option<Pfn> {
+        for &z in self.zonelists[cpu.idx()].iter() {
+            let zone = &self.zones[z];
+            // 6.7+: remember when a zone is below its high watermark; pcp tuning shrinks then.
+            if !zone.test_flag(ZONE_BELOW_HIGH) && !zone.watermark_ok(order, Wmark::High) {
+                zone.set_flag(ZONE_BELOW_HIGH);
+            }
+            if !zone.watermark_ok(order, mark) {
+                self.events.count(cpu, VmEvent::WmarkFail, 1);
+                continue;
+            }
+            if let Some(pfn) = self.rmqueue(cpu, z, order, gfp.migratetype) {
+                return Some(pfn);
+            }
+        }
+        None
+    }
+
+    /// `rmqueue`: from the pcp when the order is cached there and its lock is free, otherwise
+    /// from the buddy lists.
+    #[inline]
+    fn rmqueue(&self, cpu: CpuId, z: usize, order: u32, mt: MigrateType) -> Option<Pfn> {
+        let zone = &self.zones[z];
+        if self.pcp_params[z].allowed(order) {
+            if let Some(mut pcp) = self.pcp(z, cpu).try_lock() {
+                let (pfn, refilled, fallback) = pcp.rmqueue(zone, &self.pages, order, mt)?;
+                drop(pcp);
+                self.events.count(cpu, VmEvent::PcpAllocHit, 1);
+                if refilled {
+                    self.events.count(cpu, VmEvent::PcpRefill, 1);
+                }
+                if fallback {
+                    self.events.count(cpu, VmEvent::MigrateFallback, 1);
+                }
+                return Some(pfn);
+            }
+            self.events.count(cpu, VmEvent::PcpTrylockFail, 1);
+        }
+        let mut fallback = false;
+        let pfn = {
+            let mut fa = zone.lock.lock();
+            zone.rmqueue(&mut fa, &self.pages, order, mt, &mut fallback)
+        };
+        self.events.count(cpu, VmEvent::ZoneAlloc, 1);
+        if fallback {
+            self.events.count(cpu, VmEvent::MigrateFallback, 1);
+        }
+        pfn
+    }
+
+    /// `prep_new_page`: reference count one, flags clean, zeroed and compound as asked.
+    #[inline]
+    fn prep_new_page(&self, cpu: CpuId, pfn: Pfn, order: u32, gfp: Gfp, zero: bool) {
+        let nr = 1u32 << order;
+        let head = &self.pages[pfn];
+        debug_assert_eq!(
+            head.flags() & pg::ALLOC_CLEAR,
+            0,
+            "bad page state at {pfn:?}"
+        );
+        head.refcount.store(1, std::sync::atomic::Ordering::Relaxed);
+        if zero {
+            for i in 0..nr {
+                self.arena.zero_page(pfn.add(i));
+            }
+            self.events.count(cpu, VmEvent::ZeroInline, 1);
+        }
+        if gfp.comp && order > 0 {
+            head.set_nonatomic(pg::HEAD);
+            for i in 1..nr {
+                let t = &self.pages[pfn.add(i)];
+                t.private.store(pfn.0, std::sync::atomic::Ordering::Relaxed);
+                t.set_nonatomic(pg::TAIL);
+            }
+        }
+        self.events.count(cpu, VmEvent::PgAlloc, u64::from(nr));
+    }
+
+    /// Take an extra reference on an allocated block (`get_page`).
+    #[inline]
+    pub fn get_page(&self, pfn: Pfn) {
+        self.pages[pfn]
+            .refcount
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `compound_head`.
+    #[inline]
+    pub fn compound_head(&self, pfn: Pfn) -> Pfn {
+        let p = &self.pages[pfn];
+        if p.test(pg::TAIL) {
+            Pfn(p.private.load(std::sync::atomic::Ordering::Relaxed))
+        } else {
+            pfn
+        }
+    }
+
+    /// Drop a reference to a block of 2^`order` frames and free it when it was the last
+    /// (`__free_pages`). Returns whether the block was freed. Frees go to the freeing CPU's pcp,
+    /// wherever the block was allocated.
+    ///
+    /// Panics on a frame that is already free: a double free is a bug in the caller, and
+    /// continuing would corrupt the free lists.
+    pub fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: u32) -> bool {
+        let page = &self.pages[pfn];
+        assert!(
+            page.flags() & (pg::BUDDY | pg::PCP | pg::ZEROED | pg::TAIL) == 0,
+            "bad page state: free of {pfn:?} (order {order}), which is free or a tail page"
+        );
+        let prev = page
+            .refcount
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        assert!(
+            prev >= 1,
+            "bad page state: {pfn:?} freed with refcount {prev}"
+        );
+        if prev != 1 {
+            return false;
+        }
+        self.free_unref(cpu, pfn, order);
+        true
+    }
+
+    /// Free a block whose last reference is gone (`free_unref_page`).
+    fn free_unref(&self, cpu: CpuId, pfn: Pfn, order: u32) {
+        let nr = 1u32 << order;
+        let page = &self.pages[pfn];
+        if page.test(pg::HEAD) {
+            page.clear_nonatomic(pg::HEAD);
+            for i in 1..nr {
+                let t = &self.pages[pfn.add(i)];
+                t.clear_nonatomic(pg::TAIL);
+                t.private.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.events.count(cpu, VmEvent::PgFree, u64::from(nr));
+        let z = self.zone_of(pfn);
+        let zone = &self.zones[z];
+        let mt = zone.pageblock_migratetype(pfn);
+        if self.pcp_params[z].allowed(order) {
+            if let Some(mut pcp) = self.pcp(z, cpu).try_lock() {
+                let drained = pcp.free(zone, &self.pages, pfn, order, mt);
+                drop(pcp);
+                if drained {
+                    self.events.count(cpu, VmEvent::PcpDrain, 1);
+                }
+                return;
+            }
+            self.events.count(cpu, VmEvent::PcpTrylockFail, 1);
+        }
+        // free_one_page
+        let mut fa = zone.lock.lock();
+        zone.free_one(&mut fa, &self.pages, pfn, order, mt);
+        drop(fa);
+        self.events.count(cpu, VmEvent::ZoneFree, 1);
+    }
+
+    /// Empty the pcp of (`zone`, `cpu`) into the zone (`drain_pages_zone`). Works for any CPU:
+    /// a remote drain takes the pcp lock that the owner only trylocks.
+    pub fn drain_pages_zone(&self, zone: usize, cpu: CpuId) {
+        let mut pcp = self.pcp(zone, cpu).lock();
+        if pcp.count > 0 {
+            pcp.drain(&self.zones[zone], &self.pages);
+            drop(pcp);
+            self.events
+                .count(self.kthread_cpu(), VmEvent::PcpDrainAll, 1);
+        }
+    }
+
+    /// `drain_local_pages`: one CPU's pcps in every zone.
+    pub fn drain_local_pages(&self, cpu: CpuId) {
+        for z in 0..self.zones.len() {
+            self.drain_pages_zone(z, cpu);
+        }
+    }
+
+    /// `drain_all_pages`: every CPU's pcps, remotely (5.19+).
+    pub fn drain_all_pages(&self) {
+        for c in 0..self.nr_cpus {
+            self.drain_local_pages(CpuId(c as u16));
+        }
+    }
+
+    /// The vmstat worker's pass: `decay_pcp_high` on every adaptive pcp.
+    pub fn decay_pcp_high(&self) {
+        for z in 0..self.zones.len() {
+            if !self.pcp_params[z].adaptive {
+                continue;
+            }
+            for c in 0..self.nr_cpus {
+                let mut pcp = self.pcp(z, CpuId(c as u16)).lock();
+                pcp.decay(&self.zones[z], &self.pages);
+            }
+        }
+    }
+
+    /// The zeroer's pass.
+    pub fn prezero_fill(&self) {
+        if let Some(pool) = &self.prezero {
+            let n = pool.fill(&self.zones, &self.pages, &self.arena);
+            if n > 0 {
+                self.events
+                    .count(self.kthread_cpu(), VmEvent::PrezeroFill, n);
+            }
+        }
+    }
+
+    /// Pages in the prezeroed pool (0 when prezeroing is off).
+    pub fn prezeroed_pages(&self) -> usize {
+        self.prezero.as_ref().map_or(0, |p| p.len())
+    }
+
+    /// Lock statistics of zone->lock and pcp->lock, summed over instances.
+    pub fn lock_stats(&self) -> AllocLockStats {
+        let mut s = AllocLockStats::default();
+        for z in self.zones.iter() {
+            s.zone_lock += z.lock.stats();
+        }
+        for p in self.pcp.iter() {
+            s.pcp_lock += p.stats();
+        }
+        s
+    }
+
+    /// Reset lock statistics and event counters (between a warm-up and a measurement).
+    pub fn reset_stats(&self) {
+        for z in self.zones.iter() {
+            z.lock.reset_stats();
+        }
+        for p in self.pcp.iter() {
+            p.reset_stats();
+        }
+        self.events.reset();
+    }
+
+    /// The spinlock kind the policy chose.
+    pub fn spinlock_kind(&self) -> LockKind {
+        self.policy.locks.spinlock
+    }
+
+    /// Whether any pcp caches `order`.
+    pub fn pcp_caches(&self, order: u32) -> bool {
+        self.policy.pcp.lists != PcpLists::None && self.pcp_params[0].allowed(order)
+    }
+
+    /// Check every allocator invariant and count frames by state. Call only while no other
+    /// thread uses the allocator. Returns a description of the first violation found.
+    pub fn check(&self) -> Result<Census, String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.pages.len();
+        let mut seen = vec![false; n];
+        let mut census = Census::default();
+        let mut mark = |pfn: Pfn, nr: u32, what: &str| -> Result<(), String> {
+            for i in 0..nr {
+                let s = &mut seen[pfn.idx() + i as usize];
+                if *s {
+                    return Err(format!("{:?} is on two lists (second: {what})", pfn.add(i)));
+                }
+                *s = true;
+            }
+            Ok(())
+        };
+        for zone in self.zones.iter() {
+            let fa = zone.lock.lock();
+            let mut zone_free = 0u64;
+            for order in 0..=MAX_ORDER {
+                let mut blocks = 0;
+                for mt in MigrateType::ALL {
+                    for pfn in fa.list(order, mt).iter(&self.pages) {
+                        let p = &self.pages[pfn];
+                        if !p.test(pg::BUDDY) || p.order() != order {
+                            return Err(format!(
+                                "{pfn:?} on the order-{order} free list has flags {:#x} order {}",
+                                p.flags(),
+                                p.order()
+                            ));
+                        }
+                        if p.index.load(Relaxed) != mt as u64 {
+                            return Err(format!("{pfn:?} on the {mt:?} list records another type"));
+                        }
+                        if pfn.0 & ((1 << order) - 1) != 0
+                            || !zone.contains(pfn)
+                            || pfn.0 + (1 << order) > zone.end_pfn.0
+                        {
+                            return Err(format!(
+                                "{pfn:?} order {order} is misaligned or outside its zone"
+                            ));
+                        }
+                        let buddy = pfn.buddy(order);
+                        if order < MAX_ORDER
+                            && zone.contains(buddy)
+                            && self.pages[buddy].test(pg::BUDDY)
+                            && self.pages[buddy].order() == order
+                        {
+                            return Err(format!(
+                                "{pfn:?} and its buddy are both free at order {order}"
+                            ));
+                        }
+                        mark(pfn, 1 << order, "buddy")?;
+                        blocks += 1;
+                    }
+                }
+                if blocks != fa.nr_free(order) {
+                    return Err(format!(
+                        "zone {} order {order}: nr_free {} but {blocks} blocks on the lists",
+                        zone.id,
+                        fa.nr_free(order)
+                    ));
+                }
+                zone_free += blocks << order;
+            }
+            if zone_free as i64 != zone.free_pages() {
+                return Err(format!(
+                    "zone {}: NR_FREE_PAGES {} but {zone_free} frames on the free lists",
+                    zone.id,
+                    zone.free_pages()
+                ));
+            }
+            census.buddy += zone_free;
+        }
+        for z in 0..self.zones.len() {
+            for c in 0..self.nr_cpus {
+                let pcp = self.pcp(z, CpuId(c as u16)).lock();
+                let mut counted = 0u32;
+                let mut err = Ok(());
+                pcp.for_each_page(&self.pages, |pfn, order, _| {
+                    let p = &self.pages[pfn];
+                    if err.is_ok() {
+                        if !p.test(pg::PCP) || p.test(pg::BUDDY) || p.order() != order {
+                            err = Err(format!(
+                                "{pfn:?} on cpu {c}'s pcp has flags {:#x}",
+                                p.flags()
+                            ));
+                        } else if self.zone_of(pfn) != z {
+                            err = Err(format!("{pfn:?} on zone {z}'s pcp belongs to another zone"));
+                        } else {
+                            err = mark(pfn, 1 << order, "pcp");
+                        }
+                    }
+                    counted += 1 << order;
+                });
+                err?;
+                if counted != pcp.count {
+                    return Err(format!(
+                        "cpu {c} zone {z}: pcp count {} but {counted} frames listed",
+                        pcp.count
+                    ));
+                }
+                census.pcp += u64::from(counted);
+            }
+        }
+        if let Some(pool) = &self.prezero {
+            let mut err = Ok(());
+            let len = pool.for_each_page(&self.pages, |pfn| {
+                if err.is_ok() {
+                    err = if !self.pages[pfn].test(pg::ZEROED) || !self.arena.page_is_zero(pfn) {
+                        Err(format!("{pfn:?} in the prezero pool is not zeroed"))
+                    } else {
+                        mark(pfn, 1, "prezero pool")
+                    };
+                }
+            });
+            err?;
+            census.prezeroed = len as u64;
+        }
+        for (i, s) in seen.iter().enumerate() {
+            let p = &self.pages[Pfn(i as u32)];
+            if !s && p.flags() & (pg::PCP | pg::ZEROED) != 0 {
+                return Err(format!("{:?} is marked free but on no list", Pfn(i as u32)));
+            }
+            if !s && p.test(pg::BUDDY) {
+                return Err(format!(
+                    "{:?} has PG_buddy but is on no free list",
+                    Pfn(i as u32)
+                ));
+            }
+        }
+        census.allocated = n as u64 - census.free();
+        Ok(census)
+    }
+}

@@ -1,0 +1,25 @@
+//! pagelab's engine: the kernel's memory-management paths re-implemented in userspace, on real
+//! threads over a real memory arena, with every scalability technique a policy switch.
+//!
+//! Layout, one kernel concept per module:
+//! - [`arena`]: the host memory that plays RAM; [`page`]: frame metadata (`struct page`);
+//!   [`list`]: intrusive page lists; [`cpu`]: virtual CPUs and per-CPU data;
+//! - [`alloc`]: the page allocator: [`alloc::buddy`] (zones, free areas, watermarks),
+//!   [`alloc::pcp`] (per-CPU page lists), [`alloc::prezero`] (background zeroing),
+//!   [`alloc::slab`] (kmalloc);
+//! - [`policy`]: the switches a profile sets; [`vmstat`]: event counters;
+//!   [`kthread`]: background threads.
+
+pub mod alloc;
+pub mod arena;
+pub mod cpu;
+pub mod kthread;
+pub mod list;
+pub mod page;
+pub mod policy;
+pub mod vmstat;
+
+pub use alloc::{AllocError, Census, Gfp, Mem, MemConfig, MemError, PageAllocator};
+pub use cpu::CpuId;
+pub use page::{PAGE_SIZE, Pfn};
+pub use policy::Policy;

@@ -1,0 +1,227 @@
+//! Frame metadata: the engine's `struct page`.
+//!
+//! Models `include/linux/mm_types.h`: one small descriptor per 4 KiB frame, kept in an array beside
+//! the arena (the kernel's `mem_map`/vmemmap), indexed by page frame number. Every field is an
+//! atomic so that the whole engine stays safe Rust: fields that a lock protects (the list links,
+//! `private` while a page is free) are accessed `Relaxed` by the lock holder, which costs the same
+//! as a plain load or store on x86-64; fields read without a lock (`refcount`, `flags` bits such as
+//! `PG_lru`) use the orderings documented where they are used.
+//!
+//! Field use by state (the same overloading as the kernel's unions):
+//! | state | `next`/`prev` | `private` | `index` |
+//! |---|---|---|---|
+//! | free in the buddy allocator (`PG_buddy` on the head) | free list links | order | - |
+//! | on a per-CPU list | pcp list links | order | migratetype |
+//! | compound tail (`PG_tail`) | - | head pfn | - |
+//! | slab page (`PG_slab`, head) | node partial list links | slab state | slab state |
+//!
+//! Invariant checked by the allocator's `check`: a frame is on at most one list, and a block on a
+//! buddy free list has `PG_buddy` set on its head only.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+/// Size of a frame, as the kernel's `PAGE_SIZE` on x86-64.
+pub const PAGE_SIZE: usize = 4096;
+/// `PAGE_SHIFT`.
+pub const PAGE_SHIFT: u32 = 12;
+
+/// A page frame number: the index of a 4 KiB frame in the arena.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pfn(pub u32);
+
+impl Pfn {
+    /// The "no page" link value, so that links fit in a `u32`.
+    pub const NIL: u32 = u32::MAX;
+
+    #[inline]
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The buddy of the block `self` of `order`: the block it merges with (`__find_buddy_pfn`).
+    #[inline]
+    pub fn buddy(self, order: u32) -> Pfn {
+        Pfn(self.0 ^ (1 << order))
+    }
+
+    #[inline]
+    pub fn add(self, n: u32) -> Pfn {
+        Pfn(self.0 + n)
+    }
+}
+
+impl fmt::Debug for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pfn {:#x}", self.0)
+    }
+}
+
+impl fmt::Display for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// Page flag bits (`enum pageflags`). Only the ones the engine models.
+pub mod pg {
+    /// Head of a free block in the buddy allocator (`PG_buddy`, a page type in the kernel).
+    pub const BUDDY: u64 = 1 << 0;
+    /// First frame of a compound (high-order) page (`PG_head`).
+    pub const HEAD: u64 = 1 << 1;
+    /// Tail frame of a compound page; `private` holds the head pfn.
+    pub const TAIL: u64 = 1 << 2;
+    /// Frame belongs to a slab (`PG_slab`).
+    pub const SLAB: u64 = 1 << 3;
+    /// Frame is on a per-CPU page list. The kernel has no such flag; the engine keeps one so
+    /// that its invariant checks can tell a pcp page from an allocated one in O(1).
+    pub const PCP: u64 = 1 << 4;
+    /// Frame sits in the prezeroed pool and is known to be zero.
+    pub const ZEROED: u64 = 1 << 5;
+    /// Slab lock bit (`slab_lock`: a bit spinlock on the slab's head frame).
+    pub const LOCKED: u64 = 1 << 6;
+    /// Bits that must be clear on a freshly allocated frame.
+    pub const ALLOC_CLEAR: u64 = BUDDY | PCP | ZEROED | HEAD | TAIL | SLAB | LOCKED;
+}
+
+/// One frame's metadata. 48 bytes: well under the 64 bytes the kernel's `struct page` takes.
+#[derive(Default)]
+pub struct Page {
+    /// `PG_*` bits, see [`pg`].
+    pub flags: AtomicU64,
+    /// `_refcount`: 0 while free, 1 when handed out by the allocator.
+    pub refcount: AtomicI32,
+    /// `_mapcount`: number of page-table entries mapping the frame.
+    pub mapcount: AtomicI32,
+    /// Intrusive list links as pfns ([`Pfn::NIL`] when unlinked): buddy, pcp or LRU lists.
+    pub next: AtomicU32,
+    pub prev: AtomicU32,
+    /// Order while free; head pfn on tails; owner-specific otherwise.
+    pub private: AtomicU32,
+    /// Memory cgroup id charged for the frame.
+    pub memcg: AtomicU32,
+    /// `mapping`: the owner (address space or file) for reverse mapping.
+    pub mapping: AtomicU64,
+    /// `index`: offset within the owner; migratetype while on a pcp list.
+    pub index: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Page>() <= 64);
+
+impl Page {
+    pub fn new() -> Self {
+        Page {
+            next: AtomicU32::new(Pfn::NIL),
+            prev: AtomicU32::new(Pfn::NIL),
+            ..Default::default()
+        }
+    }
+
+    #[inline]
+    pub fn flags(&self) -> u64 {
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn test(&self, bit: u64) -> bool {
+        self.flags.load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// Set flag bits. Callers own the frame or hold the lock of the list it is on.
+    #[inline]
+    pub fn set(&self, bits: u64) {
+        self.flags.fetch_or(bits, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn clear(&self, bits: u64) {
+        self.flags.fetch_and(!bits, Ordering::Relaxed);
+    }
+
+    /// `__SetPageX`: set bits with a plain load and store, no locked read-modify-write.
+    /// Only for a frame the caller owns exclusively (a free frame under its list's lock, or
+    /// one being handed out or given back): nobody else may be writing its flags, or their
+    /// update is lost. This is what the allocator's state changes use; a locked RMW there cost
+    /// a third of the per-CPU fast path.
+    #[inline]
+    pub fn set_nonatomic(&self, bits: u64) {
+        let f = self.flags.load(Ordering::Relaxed);
+        self.flags.store(f | bits, Ordering::Relaxed);
+    }
+
+    /// `__ClearPageX`; see [`Page::set_nonatomic`].
+    #[inline]
+    pub fn clear_nonatomic(&self, bits: u64) {
+        let f = self.flags.load(Ordering::Relaxed);
+        self.flags.store(f & !bits, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn order(&self) -> u32 {
+        self.private.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn set_order(&self, order: u32) {
+        self.private.store(order, Ordering::Relaxed);
+    }
+}
+
+/// The frame metadata array (`mem_map`).
+pub struct PageArray {
+    pages: Box<[Page]>,
+}
+
+impl PageArray {
+    pub fn new(nr_pages: usize) -> Self {
+        PageArray {
+            pages: (0..nr_pages).map(|_| Page::new()).collect(),
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// `pfn_to_page`.
+    #[inline]
+    pub fn get(&self, pfn: Pfn) -> &Page {
+        &self.pages[pfn.idx()]
+    }
+
+    /// Bytes of metadata per frame, for reports.
+    pub const fn bytes_per_frame() -> usize {
+        std::mem::size_of::<Page>()
+    }
+}
+
+impl std::ops::Index<Pfn> for PageArray {
+    type Output = Page;
+    #[inline]
+    fn index(&self, pfn: Pfn) -> &Page {
+        &self.pages[pfn.idx()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_metadata_fits_in_a_cache_line() {
+        assert!(PageArray::bytes_per_frame() <= 64);
+    }
+
+    #[test]
+    fn buddy_of_block() {
+        assert_eq!(Pfn(8).buddy(3), Pfn(0));
+        assert_eq!(Pfn(0).buddy(3), Pfn(8));
+        assert_eq!(Pfn(5).buddy(0), Pfn(4));
+    }
+}

@@ -1,0 +1,335 @@
+//! Policy switches: a profile is a value.
+//!
+//! Every scalability technique the engine models is a switch here, and a profile (one "kernel"
+//! of a comparison) is a TOML file naming their values. The code reads the `Policy` once at
+//! set-up and dispatches on it in one place per mechanism; nothing on a hot path re-parses or
+//! re-interprets it.
+//!
+//! Parsing is strict: an unknown key or value is an error that names the key and the allowed
+//! values, and inconsistent settings (a pcp batch above its high mark, and the like) are
+//! rejected by [`Policy::validate`], so a typo can never silently run the default kernel.
+
+use std::fmt;
+use std::str::FromStr;
+
+use pagelab_sync::LockKind;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+
+/// All switches of one profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Display name; defaults to the file name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// One line saying which kernel or patch set this profile stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub locks: LockPolicy,
+    #[serde(default)]
+    pub alloc: AllocPolicy,
+    #[serde(default)]
+    pub pcp: PcpPolicy,
+}
+
+/// `[locks]`: the architecture's lock implementation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockPolicy {
+    /// `spinlock_t` implementation for zone->lock, pcp->lock and every other spinlock:
+    /// `ticket` (x86 before 4.2) or `queued` (qspinlock, 4.2+).
+    #[serde(default = "LockPolicy::default_spinlock", with = "lock_kind_serde")]
+    pub spinlock: LockKind,
+}
+
+impl LockPolicy {
+    fn default_spinlock() -> LockKind {
+        LockKind::Queued
+    }
+}
+
+impl Default for LockPolicy {
+    fn default() -> Self {
+        LockPolicy {
+            spinlock: Self::default_spinlock(),
+        }
+    }
+}
+
+mod lock_kind_serde {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(k: &LockKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&k.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<LockKind, D::Error> {
+        let s = String::deserialize(d)?;
+        LockKind::from_str(&s).map_err(|_| {
+            de::Error::custom(format!(
+                "unknown value `{s}`, expected one of `ticket`, `queued`"
+            ))
+        })
+    }
+}
+
+/// `[alloc]`: the page allocator outside the per-CPU lists.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocPolicy {
+    /// Keep a pool of pages zeroed by a background thread, so that zero-filled allocations skip
+    /// the zeroing (Christoph Lameter's prezeroing patches, 2005).
+    #[serde(default)]
+    pub prezero: bool,
+    /// Target size of the prezeroed pool, in pages.
+    #[serde(default = "AllocPolicy::default_prezero_pool")]
+    pub prezero_pool: u32,
+}
+
+impl AllocPolicy {
+    fn default_prezero_pool() -> u32 {
+        4096
+    }
+}
+
+impl Default for AllocPolicy {
+    fn default() -> Self {
+        AllocPolicy {
+            prezero: false,
+            prezero_pool: Self::default_prezero_pool(),
+        }
+    }
+}
+
+/// Which allocation orders the per-CPU page lists cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PcpLists {
+    /// No per-CPU lists: every allocation and free takes zone->lock.
+    None,
+    /// Order-0 pages only (kernels before 5.14).
+    Order0,
+    /// Orders 0 to `PAGE_ALLOC_COSTLY_ORDER` (3), one list per order and migratetype (5.14+).
+    HighOrder,
+}
+
+/// How `pcp->high` behaves over time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PcpTune {
+    /// `high` and `batch` stay as configured.
+    Fixed,
+    /// 6.7+ (Huang Ying): `high` moves between `high_min` and `high_max` with the workload,
+    /// free batches scale with consecutive frees, refill batches with consecutive refills, and
+    /// `high` decays by 1/8 per second when idle.
+    Adaptive,
+}
+
+/// A count that is either given or computed from the zone as the kernel does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    Auto,
+    Fixed(u32),
+}
+
+impl Serialize for Count {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Count::Auto => s.serialize_str("auto"),
+            Count::Fixed(n) => s.serialize_u32(*n),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a positive integer or \"auto\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                if v >= 1 && v <= i64::from(u32::MAX) {
+                    Ok(Count::Fixed(v as u32))
+                } else {
+                    Err(E::custom(format!(
+                        "invalid value {v}, expected a positive integer or \"auto\""
+                    )))
+                }
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(-1))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Count, E> {
+                if v == "auto" {
+                    Ok(Count::Auto)
+                } else {
+                    Err(E::custom(format!(
+                        "invalid value \"{v}\", expected a positive integer or \"auto\""
+                    )))
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[pcp]`: per-CPU page lists (`struct per_cpu_pages`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcpPolicy {
+    #[serde(default = "PcpPolicy::default_lists")]
+    pub lists: PcpLists,
+    /// Pages moved between the zone and a pcp per zone->lock hold. `auto` is `zone_batchsize`:
+    /// a quarter of managed/1024 capped at 1 MiB of pages, rounded to 2^n - 1 (63 for zones of
+    /// 1 GiB or more).
+    #[serde(default = "PcpPolicy::default_count")]
+    pub batch: Count,
+    /// Pages a pcp may hold before it drains a batch back. `auto` is `zone_highsize`: the
+    /// zone's low watermark shared among the CPUs, at least 4 x batch.
+    #[serde(default = "PcpPolicy::default_count")]
+    pub high: Count,
+    #[serde(default = "PcpPolicy::default_tune")]
+    pub tune: PcpTune,
+}
+
+impl PcpPolicy {
+    fn default_lists() -> PcpLists {
+        PcpLists::HighOrder
+    }
+    fn default_count() -> Count {
+        Count::Auto
+    }
+    fn default_tune() -> PcpTune {
+        PcpTune::Adaptive
+    }
+}
+
+impl Default for PcpPolicy {
+    fn default() -> Self {
+        PcpPolicy {
+            lists: Self::default_lists(),
+            batch: Count::Auto,
+            high: Count::Auto,
+            tune: Self::default_tune(),
+        }
+    }
+}
+
+/// A profile that could not be read; the message is one line naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyError(pub String);
+
+impl Policy {
+    /// Parse a profile from TOML text and validate it.
+    pub fn from_toml_str(text: &str) -> Result<Policy, PolicyError> {
+        let policy: Policy = toml::from_str(text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let msg = e.message().replace('\n', " ");
+            PolicyError(match line {
+                Some(l) => format!("line {l}: {msg}"),
+                None => msg,
+            })
+        })?;
+        policy.validate()?;
+        Ok(policy)
+    }
+
+    /// The profile as TOML, every key written out (what the results store keeps as run).
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string(self).expect("a Policy always serialises")
+    }
+
+    /// Reject settings that contradict each other.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let p = &self.pcp;
+        if let (Count::Fixed(b), Count::Fixed(h)) = (p.batch, p.high)
+            && b > h
+        {
+            return Err(PolicyError(format!(
+                "pcp.batch ({b}) is larger than pcp.high ({h}): a pcp could never hold one batch"
+            )));
+        }
+        if p.lists == PcpLists::None && p.tune == PcpTune::Adaptive {
+            return Err(PolicyError(
+                "pcp.tune = \"adaptive\" needs per-CPU lists, but pcp.lists = \"none\"".into(),
+            ));
+        }
+        if self.alloc.prezero && self.alloc.prezero_pool == 0 {
+            return Err(PolicyError(
+                "alloc.prezero_pool must be at least 1 page when alloc.prezero = true".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_profile_is_the_modern_default() {
+        let p = Policy::from_toml_str("").unwrap();
+        assert_eq!(p, Policy::default());
+        assert_eq!(p.pcp.lists, PcpLists::HighOrder);
+        assert_eq!(p.locks.spinlock, LockKind::Queued);
+    }
+
+    #[test]
+    fn full_profile_round_trips() {
+        let text = r#"
+            name = "linux-4.15"
+            [locks]
+            spinlock = "ticket"
+            [pcp]
+            lists = "order0"
+            batch = 31
+            high = 186
+            tune = "fixed"
+        "#;
+        let p = Policy::from_toml_str(text).unwrap();
+        assert_eq!(p.pcp.batch, Count::Fixed(31));
+        assert_eq!(p.pcp.high, Count::Fixed(186));
+        assert_eq!(p.locks.spinlock, LockKind::Ticket);
+        let again = Policy::from_toml_str(&p.to_toml_string()).unwrap();
+        assert_eq!(p, again);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Policy::from_toml_str("[pcp]\nbtach = 3\n").unwrap_err();
+        assert!(e.0.contains("btach") && e.0.contains("line 2"), "{e}");
+        assert!(!e.0.contains('\n'));
+    }
+
+    #[test]
+    fn unknown_value_lists_the_allowed_ones() {
+        let e = Policy::from_toml_str("[pcp]\nlists = \"order1\"\n").unwrap_err();
+        assert!(e.0.contains("order1") && e.0.contains("high-order"), "{e}");
+        let e = Policy::from_toml_str("[locks]\nspinlock = \"mcs\"\n").unwrap_err();
+        assert!(e.0.contains("ticket") && e.0.contains("queued"), "{e}");
+        let e = Policy::from_toml_str("[pcp]\nbatch = 0\n").unwrap_err();
+        assert!(e.0.contains("positive integer"), "{e}");
+        let e = Policy::from_toml_str("[pcp]\nhigh = \"lots\"\n").unwrap_err();
+        assert!(e.0.contains("auto"), "{e}");
+    }
+
+    #[test]
+    fn inconsistent_batch_and_high_rejected() {
+        let e = Policy::from_toml_str("[pcp]\nbatch = 400\nhigh = 186\n").unwrap_err();
+        assert!(
+            e.0.contains("pcp.batch (400)") && e.0.contains("pcp.high (186)"),
+            "{e}"
+        );
+        let e =
+            Policy::from_toml_str("[pcp]\nlists = \"none\"\ntune = \"adaptive\"\n").unwrap_err();
+        assert!(e.0.contains("pcp.tune"), "{e}");
+    }
+}

@@ -1,0 +1,102 @@
+//! Event counters (`include/linux/vm_event_item.h`, `count_vm_event`).
+//!
+//! One set of counters per virtual CPU, each set in its own cache line and written only by the
+//! task running on that CPU (`Relaxed` increments, no shared line on the fast path); readers sum
+//! over CPUs. What a benchmark reports beside its throughput comes from here and from the locks'
+//! own statistics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::cpu::{CpuId, PerCpu};
+
+macro_rules! vm_events {
+    ($($(#[$doc:meta])* $name:ident => $label:literal,)*) => {
+        /// A counted event.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum VmEvent { $($(#[$doc])* $name,)* }
+
+        impl VmEvent {
+            pub const ALL: &'static [VmEvent] = &[$(VmEvent::$name,)*];
+            /// The name printed in reports (the kernel's `/proc/vmstat` spelling where one exists).
+            pub fn label(self) -> &'static str {
+                match self { $(VmEvent::$name => $label,)* }
+            }
+        }
+    };
+}
+
+vm_events! {
+    /// Pages allocated (`pgalloc`), counted in pages.
+    PgAlloc => "pgalloc",
+    /// Pages freed (`pgfree`), counted in pages.
+    PgFree => "pgfree",
+    /// Allocations served from a per-CPU list.
+    PcpAllocHit => "pcp_alloc_hit",
+    /// Per-CPU list refills from the zone (`rmqueue_bulk` calls): one zone->lock hold each.
+    PcpRefill => "pcp_refill",
+    /// Bulk frees from a per-CPU list to the zone (`free_pcppages_bulk` calls).
+    PcpDrain => "pcp_drain",
+    /// Whole-list drains (`drain_pages_zone`), local or remote.
+    PcpDrainAll => "pcp_drain_all",
+    /// pcp trylock failed (a remote drain held it) and the operation fell back to the zone.
+    PcpTrylockFail => "pcp_trylock_fail",
+    /// Allocations served straight from the buddy lists (`rmqueue_buddy`).
+    ZoneAlloc => "zone_alloc",
+    /// Frees straight to the buddy lists (`free_one_page`).
+    ZoneFree => "zone_free",
+    /// A free block of another migratetype was used (`__rmqueue_fallback`).
+    MigrateFallback => "migrate_fallback",
+    /// A zone failed its watermark check for an allocation.
+    WmarkFail => "wmark_fail",
+    /// Allocations that found no memory at all.
+    AllocFail => "alloc_fail",
+    /// Zeroed allocations served from the prezeroed pool.
+    PrezeroHit => "prezero_hit",
+    /// Zeroed allocations zeroed inline (pool empty or off).
+    ZeroInline => "zero_inline",
+    /// Pages zeroed by the background zeroer.
+    PrezeroFill => "prezero_fill",
+}
+
+const NR_EVENTS: usize = VmEvent::ALL.len();
+
+/// Per-CPU event counters.
+pub struct VmEvents {
+    cpus: PerCpu<[AtomicU64; NR_EVENTS]>,
+}
+
+impl VmEvents {
+    pub fn new(nr_cpus: usize) -> Self {
+        VmEvents {
+            cpus: PerCpu::new(nr_cpus, |_| std::array::from_fn(|_| AtomicU64::new(0))),
+        }
+    }
+
+    /// `count_vm_events`. Only the task on `cpu` calls this for `cpu`, except background threads,
+    /// which use the last CPU slot (kernel threads also run on some CPU).
+    #[inline]
+    pub fn count(&self, cpu: CpuId, ev: VmEvent, n: u64) {
+        self.cpus[cpu][ev as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sum over CPUs (`all_vm_events`).
+    pub fn sum(&self, ev: VmEvent) -> u64 {
+        self.cpus
+            .iter()
+            .map(|(_, c)| c[ev as usize].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn snapshot(&self) -> Vec<(VmEvent, u64)> {
+        VmEvent::ALL.iter().map(|&e| (e, self.sum(e))).collect()
+    }
+
+    pub fn reset(&self) {
+        for (_, c) in self.cpus.iter() {
+            for a in c {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! FIFO ticket spinlock, as x86 `arch_spinlock_t` was before Linux 4.2.
+//!
+//! Models the ticket spinlocks of arch/x86/include/asm/spinlock.h (Linux 2.6.25 –
+//! 4.1), which qspinlocks (kernel/locking/qspinlock.c) replaced. One 32-bit word holds
+//! two 16-bit tickets: `next` (high half) and `owner` (low half). `lock` draws a ticket
+//! with one `fetch_add` on `next` and waits until `owner` reaches it; `unlock` advances
+//! `owner`. Waiters are served strictly in arrival order.
+//!
+//! pagelab keeps it because its cost profile is the instructive one: every waiter spins
+//! on the same word, so each release invalidates that cache line in every waiting core
+//! and the handoff cost grows with the number of waiters (the reason for qspinlock).
+//! Its strict FIFO order also makes it the worst case when threads outnumber cores: if
+//! the next ticket holder is descheduled, nobody behind it can proceed (waiters yield
+//! via [`Backoff`], which bounds but does not remove this).
+//!
+//! Only the holder modifies `owner`, so unlock is one `fetch_add(1)` on the word, except
+//! when `owner` is `0xffff`, where the holder subtracts `0xffff` instead so the
+//! wrap-around does not carry into `next`.
+
+use core::fmt;
+use core::mem::ManuallyDrop;
+use core::ops::{Deref, DerefMut};
+
+use crate::backoff::Backoff;
+use crate::shim::atomic::AtomicU32;
+use crate::shim::atomic::Ordering::{Acquire, Relaxed, Release};
+use crate::shim::cell::{MutPtr, UnsafeCell};
+use crate::stats::{LockStats, LockStatsSnapshot, WaitTimer};
+
+const OWNER_MASK: u32 = 0xffff;
+const NEXT_SHIFT: u32 = 16;
+const NEXT_ONE: u32 = 1 << NEXT_SHIFT;
+
+#[inline]
+fn owner(word: u32) -> u16 {
+    (word & OWNER_MASK) as u16
+}
+
+#[inline]
+fn next(word: u32) -> u16 {
+    (word >> NEXT_SHIFT) as u16
+}
+
+/// Lock word and counters in one 32-byte aligned block, hence in one cache line.
+#[repr(C, align(32))]
+struct Header {
+    word: AtomicU32,
+    stats: LockStats,
+}
+
+/// A FIFO ticket spinlock protecting a `T`.
+///
+/// ```
+/// # use pagelab_sync::TicketLock;
+/// let lock = TicketLock::new(0u64);
+/// *lock.lock() += 1;
+/// assert_eq!(lock.into_inner(), 1);
+/// ```
+pub struct TicketLock<T> {
+    hdr: Header,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: the lock owns its `T`; moving the lock to another thread moves the `T`.
+unsafe impl<T: Send> Send for TicketLock<T> {}
+// SAFETY: `&TicketLock<T>` only gives access to the `T` through a guard, and guards are
+// mutually exclusive, so sharing the lock hands the `T` from thread to thread: that
+// requires `T: Send` but not `T: Sync`.
+unsafe impl<T: Send> Sync for TicketLock<T> {}
+
+impl<T> TicketLock<T> {
+    /// An unlocked lock protecting `data`.
+    pub fn new(data: T) -> Self {
+        Self {
+            hdr: Header {
+                word: AtomicU32::new(0),
+                stats: LockStats::new(),
+            },
+            data: UnsafeCell::new(data),
+        }
+    }
+
+    /// Takes a ticket and spins (then yields) until it is served.
+    #[inline]
+    pub fn lock(&self) -> TicketGuard<'_, T> {
+        let old = self.hdr.word.fetch_add(NEXT_ONE, Acquire);
+        let ticket = next(old);
+        if owner(old) == ticket {
+            self.hdr.stats.record_exclusive();
+        } else {
+            self.wait_for_turn(ticket);
+        }
+        TicketGuard::new(self, ticket)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wait_for_turn(&self, ticket: u16) {
+        let timer = WaitTimer::start();
+        let mut backoff = Backoff::new();
+        while owner(self.hdr.word.load(Acquire)) != ticket {
+            backoff.snooze();
+        }
+        self.hdr.stats.record_exclusive_contended(timer);
+    }
+
+    /// Takes the lock only if it is free and nobody is waiting.
+    #[inline]
+    pub fn try_lock(&self) -> Option<TicketGuard<'_, T>> {
+        let word = self.hdr.word.load(Relaxed);
+        let ticket = next(word);
+        if owner(word) != ticket {
+            return None;
+        }
+        self.hdr
+            .word
+            .compare_exchange(word, word.wrapping_add(NEXT_ONE), Acquire, Relaxed)
+            .ok()?;
+        self.hdr.stats.record_exclusive();
+        Some(TicketGuard::new(self, ticket))
+    }
+
+    /// Whether the lock is held (a snapshot).
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        let word = self.hdr.word.load(Relaxed);
+        owner(word) != next(word)
+    }
+
+    /// Whether someone is waiting for the lock (`spin_is_contended`; a snapshot).
+    #[inline]
+    pub fn is_contended(&self) -> bool {
+        let word = self.hdr.word.load(Relaxed);
+        next(word).wrapping_sub(owner(word)) > 1
+    }
+
+    /// Mutable access without locking: `&mut self` proves exclusivity.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.data.as_mut()
+    }
+
+    /// Consumes the lock and returns the data.
+    pub fn into_inner(self) -> T {
+        self.data.into_inner()
+    }
+
+    /// This lock's counters.
+    pub fn stats(&self) -> LockStatsSnapshot {
+        self.hdr.stats.snapshot()
+    }
+
+    /// Zeroes this lock's counters.
+    pub fn reset_stats(&self) {
+        self.hdr.stats.reset();
+    }
+
+    /// Serves the next ticket. `ticket` is the holder's, i.e. the current `owner`.
+    #[inline]
+    fn unlock(&self, ticket: u16) {
+        if ticket == u16::MAX {
+            // owner == 0xffff: wrap it to 0 without carrying into `next`.
+            self.hdr.word.fetch_sub(OWNER_MASK, Release);
+        } else {
+            self.hdr.word.fetch_add(1, Release);
+        }
+    }
+}
+
+impl<T: Default> Default for TicketLock<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+impl<T> fmt::Debug for TicketLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = self.hdr.word.load(Relaxed);
+        f.debug_struct("TicketLock")
+            .field("next", &next(word))
+            .field("owner", &owner(word))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Holds a [`TicketLock`]; releases it on drop.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct TicketGuard<'a, T> {
+    lock: &'a TicketLock<T>,
+    /// Tracked exclusive access; ended in `drop` before the lock is released.
+    data: ManuallyDrop<MutPtr<T>>,
+    ticket: u16,
+}
+
+impl<'a, T> TicketGuard<'a, T> {
+    #[inline]
+    fn new(lock: &'a TicketLock<T>, ticket: u16) -> Self {
+        Self {
+            lock,
+            data: ManuallyDrop::new(lock.data.get_mut()),
+            ticket,
+        }
+    }
+}
+
+impl<T> Deref for TicketGuard<'_, T> {
+    type Target = T;
+
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock, so no other access to the data exists.
+        unsafe { MutPtr::deref(&self.data) }
+    }
+}
+
+impl<T> DerefMut for TicketGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the guard holds the lock, so no other access to the data exists.
+        unsafe { MutPtr::deref(&self.data) }
+    }
+}
+
+impl<T> Drop for TicketGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `data` is never used again; ending the access before the release
+        // keeps it inside the critical section.
+        unsafe { ManuallyDrop::drop(&mut self.data) };
+        self.lock.unlock(self.ticket);
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for TicketGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn guard_drop_unlocks() {
+        let lock = TicketLock::new(1);
+        {
+            let mut g = lock.lock();
+            assert!(lock.is_locked());
+            *g += 1;
+        }
+        assert!(!lock.is_locked());
+        assert_eq!(*lock.lock(), 2);
+    }
+
+    #[test]
+    fn try_lock_fails_while_held() {
+        let lock = TicketLock::new(());
+        let g = lock.try_lock().expect("free lock");
+        assert!(lock.try_lock().is_none());
+        drop(g);
+        assert!(lock.try_lock().is_some());
+    }
+
+    #[test]
+    fn get_mut_and_into_inner() {
+        let mut lock = TicketLock::new(vec![1]);
+        lock.get_mut().push(2);
+        assert_eq!(lock.into_inner(), vec![1, 2]);
+    }
+
+    #[test]
+    fn owner_wraps_without_carrying_into_next() {
+        let lock = TicketLock::new(0u32);
+        for _ in 0..(3 * 0x1_0000 + 5) {
+            *lock.lock() += 1;
+            assert!(!lock.is_locked());
+        }
+        let word = lock.hdr.word.load(Relaxed);
+        assert_eq!(owner(word), 5);
+        assert_eq!(next(word), 5);
+        assert_eq!(*lock.lock(), 3 * 0x1_0000 + 5);
+    }
+
+    #[test]
+    fn waiters_are_served_in_ticket_order() {
+        let lock = TicketLock::new(Vec::new());
+        let order = Mutex::new(Vec::new());
+        let g = lock.lock();
+        std::thread::scope(|s| {
+            for id in 1..=3u16 {
+                let (lock, order) = (&lock, &order);
+                s.spawn(move || lock.lock().push(id));
+                // Wait until this thread has drawn its ticket before starting the next.
+                while next(lock.hdr.word.load(Relaxed)) != id + 1 {
+                    std::thread::yield_now();
+                }
+                order.lock().unwrap().push(id);
+            }
+            assert!(lock.is_contended());
+            drop(g);
+        });
+        assert_eq!(lock.into_inner(), *order.lock().unwrap());
+    }
+}
