@@ -80,8 +80,28 @@ pub mod pg {
     pub const ZEROED: u64 = 1 << 5;
     /// Slab lock bit (`slab_lock`: a bit spinlock on the slab's head frame).
     pub const LOCKED: u64 = 1 << 6;
+    /// On an LRU list (`PG_lru`). Cleared by test-and-clear to isolate: only the winner may
+    /// move the page between lists.
+    pub const LRU: u64 = 1 << 7;
+    /// On an active list (`PG_active`).
+    pub const ACTIVE: u64 = 1 << 8;
+    /// Referenced since last scanned (`PG_referenced`).
+    pub const REFERENCED: u64 = 1 << 9;
+    /// Anonymous memory (the kernel's `PAGE_MAPPING_ANON` bit).
+    pub const ANON: u64 = 1 << 10;
+    /// Swap-backed (`PG_swapbacked`): anon and shmem; on the anon LRU lists.
+    pub const SWAPBACKED: u64 = 1 << 11;
+    /// Dirty (`PG_dirty`).
+    pub const DIRTY: u64 = 1 << 12;
+    /// Contents valid (`PG_uptodate`), for page-cache pages.
+    pub const UPTODATE: u64 = 1 << 13;
+    /// A page-table page.
+    pub const TABLE: u64 = 1 << 14;
+    /// What an owner sets on an allocated page; cleared when the page is freed.
+    pub const OWNER_STATE: u64 = ACTIVE | REFERENCED | ANON | SWAPBACKED | DIRTY | UPTODATE | TABLE;
     /// Bits that must be clear on a freshly allocated frame.
-    pub const ALLOC_CLEAR: u64 = BUDDY | PCP | ZEROED | HEAD | TAIL | SLAB | LOCKED;
+    pub const ALLOC_CLEAR: u64 =
+        BUDDY | PCP | ZEROED | HEAD | TAIL | SLAB | LOCKED | LRU | ACTIVE | TABLE;
 }
 
 /// One frame's metadata. 48 bytes: well under the 64 bytes the kernel's `struct page` takes.

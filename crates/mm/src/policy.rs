@@ -32,6 +32,10 @@ pub struct Policy {
     pub alloc: AllocPolicy,
     #[serde(default)]
     pub pcp: PcpPolicy,
+    #[serde(default)]
+    pub mm: MmPolicy,
+    #[serde(default)]
+    pub lru: LruPolicy,
 }
 
 /// `[locks]`: the architecture's lock implementation.
@@ -219,6 +223,177 @@ impl Default for PcpPolicy {
     }
 }
 
+/// Per-VMA locking (`CONFIG_PER_VMA_LOCK`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VmaLock {
+    /// Every fault takes mmap_lock for read (before 6.4).
+    None,
+    /// 6.4: a per-VMA rwsem plus `vm_lock_seq` (Suren Baghdasaryan).
+    Rwsem,
+    /// 6.15: a per-VMA reference count plus `vm_lock_seq`, no separate lock object.
+    Refcount,
+}
+
+/// Page-table locking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ptl {
+    /// One `mm->page_table_lock` for every PTE update of the address space (before 2.6.15).
+    Mm,
+    /// One lock per PTE-table page (Hugh Dickins, 2.6.15: split page-table locks).
+    Split,
+}
+
+/// How RSS counters are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RssCounter {
+    /// One atomic per counter per mm, updated by every fault.
+    Atomic,
+    /// Per-thread deltas folded into the mm every 64 events (`SPLIT_RSS_COUNTING`, before 6.2).
+    PerThread,
+    /// Per-CPU counters with batch max(32, 2 x CPUs) (`percpu_counter`, 6.2+).
+    PerCpu,
+}
+
+/// TLB shootdown on unmap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlbShootdown {
+    /// No cross-CPU flush is modelled.
+    None,
+    /// The unmapping task waits until every other task running in the mm has acknowledged,
+    /// as `flush_tlb_mm_range` waits for its IPIs.
+    Ipi,
+}
+
+/// `[mm]`: address spaces, page tables and the fault path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MmPolicy {
+    #[serde(default = "MmPolicy::default_vma_lock")]
+    pub vma_lock: VmaLock,
+    #[serde(default = "MmPolicy::default_ptl")]
+    pub ptl: Ptl,
+    #[serde(default = "MmPolicy::default_rss")]
+    pub rss: RssCounter,
+    /// Pages mapped around a file read fault (`fault_around_bytes` / 4 KiB); 0 turns it off.
+    #[serde(default = "MmPolicy::default_fault_around")]
+    pub fault_around: u32,
+    #[serde(default = "MmPolicy::default_tlb")]
+    pub tlb_shootdown: TlbShootdown,
+}
+
+impl MmPolicy {
+    fn default_vma_lock() -> VmaLock {
+        VmaLock::Refcount
+    }
+    fn default_ptl() -> Ptl {
+        Ptl::Split
+    }
+    fn default_rss() -> RssCounter {
+        RssCounter::PerCpu
+    }
+    fn default_fault_around() -> u32 {
+        16
+    }
+    fn default_tlb() -> TlbShootdown {
+        TlbShootdown::Ipi
+    }
+}
+
+impl Default for MmPolicy {
+    fn default() -> Self {
+        MmPolicy {
+            vma_lock: Self::default_vma_lock(),
+            ptl: Self::default_ptl(),
+            rss: Self::default_rss(),
+            fault_around: Self::default_fault_around(),
+            tlb_shootdown: Self::default_tlb(),
+        }
+    }
+}
+
+/// Which lruvecs share one `lru_lock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LruLockScope {
+    /// One lock for the whole machine (2.6 `zone->lru_lock` on a single-zone machine).
+    Global,
+    /// One per node (`pgdat->lru_lock`, 4.8 to 5.10).
+    Node,
+    /// One per (memcg, node) lruvec (`lruvec->lru_lock`, 5.11+, Alex Shi).
+    MemcgNode,
+}
+
+/// How new pages reach the LRU lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LruAdd {
+    /// One lru_lock hold per page.
+    PerPage,
+    /// Per-CPU `folio_batch` of `batch` pages, flushed with one lock hold per run of pages of
+    /// the same lruvec (`lru_add_drain`, `folio_batch_move_lru`).
+    Batch,
+    /// Daniel Jordan 2018: sort the batch into per-lruvec local lists outside the lock, set the
+    /// LRU flag with release ordering, splice each list under one lock hold.
+    Splice,
+}
+
+/// How freed pages leave the LRU lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LruRelease {
+    /// `release_pages`: take lru_lock once per run of pages of the same lruvec.
+    Locked,
+    /// Daniel Jordan 2018 (`smp_list_del`): removals proceed concurrently under a shared hold
+    /// of lru_lock, each locking only its neighbours, so release no longer serialises on one
+    /// lock.
+    Concurrent,
+}
+
+/// `[lru]`: the LRU lists' locking and batching.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LruPolicy {
+    #[serde(default = "LruPolicy::default_scope")]
+    pub lock_scope: LruLockScope,
+    #[serde(default = "LruPolicy::default_add")]
+    pub add: LruAdd,
+    /// Pages per per-CPU add batch (`PAGEVEC_SIZE` 14 before 5.17, `FOLIO_BATCH` 15, or 31).
+    #[serde(default = "LruPolicy::default_batch")]
+    pub batch: u32,
+    #[serde(default = "LruPolicy::default_release")]
+    pub release: LruRelease,
+}
+
+impl LruPolicy {
+    fn default_scope() -> LruLockScope {
+        LruLockScope::MemcgNode
+    }
+    fn default_add() -> LruAdd {
+        LruAdd::Batch
+    }
+    fn default_batch() -> u32 {
+        15
+    }
+    fn default_release() -> LruRelease {
+        LruRelease::Locked
+    }
+}
+
+impl Default for LruPolicy {
+    fn default() -> Self {
+        LruPolicy {
+            lock_scope: Self::default_scope(),
+            add: Self::default_add(),
+            batch: Self::default_batch(),
+            release: Self::default_release(),
+        }
+    }
+}
+
 /// A profile that could not be read; the message is one line naming the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -260,6 +435,23 @@ impl Policy {
             return Err(PolicyError(
                 "pcp.tune = \"adaptive\" needs per-CPU lists, but pcp.lists = \"none\"".into(),
             ));
+        }
+        if self.lru.batch == 0 || self.lru.batch > 64 {
+            return Err(PolicyError(format!(
+                "lru.batch ({}) must be between 1 and 64 pages",
+                self.lru.batch
+            )));
+        }
+        if self.lru.add == LruAdd::PerPage && self.lru.batch != LruPolicy::default_batch() {
+            return Err(PolicyError(
+                "lru.batch has no effect with lru.add = \"per-page\"; remove it or choose \"batch\" or \"splice\"".into(),
+            ));
+        }
+        if self.mm.fault_around > 512 {
+            return Err(PolicyError(format!(
+                "mm.fault_around ({}) exceeds one page table (512 pages)",
+                self.mm.fault_around
+            )));
         }
         if self.alloc.prezero && self.alloc.prezero_pool == 0 {
             return Err(PolicyError(

@@ -532,8 +532,9 @@ impl Mem {
     pub fn free_pages(&self, cpu: CpuId, pfn: Pfn, order: u32) -> bool {
         let page = &self.pages[pfn];
         assert!(
-            page.flags() & (pg::BUDDY | pg::PCP | pg::ZEROED | pg::TAIL) == 0,
-            "bad page state: free of {pfn:?} (order {order}), which is free or a tail page"
+            page.flags() & (pg::BUDDY | pg::PCP | pg::ZEROED | pg::TAIL | pg::LRU) == 0,
+            "bad page state: free of {pfn:?} (order {order}) with flags {:#x}: already free, a tail page or still on an LRU list",
+            page.flags()
         );
         let prev = page
             .refcount
@@ -553,6 +554,10 @@ impl Mem {
     fn free_unref(&self, cpu: CpuId, pfn: Pfn, order: u32) {
         let nr = 1u32 << order;
         let page = &self.pages[pfn];
+        // The owner's state goes with the last reference (`free_pages_prepare`).
+        page.clear_nonatomic(pg::OWNER_STATE);
+        page.mapping.store(0, std::sync::atomic::Ordering::Relaxed);
+        page.memcg.store(0, std::sync::atomic::Ordering::Relaxed);
         if page.test(pg::HEAD) {
             page.clear_nonatomic(pg::HEAD);
             for i in 1..nr {
