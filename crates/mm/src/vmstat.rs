@@ -57,6 +57,35 @@ vm_events! {
     ZeroInline => "zero_inline",
     /// Pages zeroed by the background zeroer.
     PrezeroFill => "prezero_fill",
+    /// Page faults handled (`pgfault`).
+    PgFault => "pgfault",
+    /// Anonymous zero-fill faults.
+    FaultAnon => "fault_anon",
+    /// File read faults (the faulting page).
+    FaultFileRead => "fault_file_read",
+    /// Extra pages mapped by fault-around.
+    FaultAround => "fault_around_pages",
+    /// Copy-on-write faults (private file write, write to a shared anonymous copy).
+    FaultCow => "fault_cow",
+    /// Shared file write faults.
+    FaultShared => "fault_shared",
+    /// Write faults that found the page writable after all (raced with another thread).
+    FaultSpurious => "fault_spurious",
+    /// A fault took its VMA's per-VMA lock (`vma_lock_success`).
+    VmaLockSuccess => "vma_lock_success",
+    /// The per-VMA lock was refused and the fault fell back to mmap_lock (`vma_lock_abort`).
+    VmaLockAbort => "vma_lock_abort",
+    /// The fault started under the per-VMA lock but had to be retried under mmap_lock
+    /// (`vma_lock_retry`).
+    VmaLockRetry => "vma_lock_retry",
+    /// No VMA was found under RCU (`vma_lock_miss`).
+    VmaLockMiss => "vma_lock_miss",
+    /// Faults handled under mmap_lock held for read.
+    FaultMmapLock => "fault_mmap_lock",
+    /// TLB shootdown IPIs sent.
+    TlbShootdownIpi => "tlb_shootdown_ipi",
+    /// Pages freed by unmaps (`tlb_remove_page`).
+    UnmapPages => "unmap_pages",
 }
 
 const NR_EVENTS: usize = VmEvent::ALL.len();

@@ -14,6 +14,7 @@
 pub mod buddy;
 pub mod pcp;
 pub mod prezero;
+pub mod slab;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -546,12 +547,20 @@ impl Mem {
         if prev != 1 {
             return false;
         }
-        self.free_unref(cpu, pfn, order);
+        self.free_frozen_pages(cpu, pfn, order);
         true
     }
 
-    /// Free a block whose last reference is gone (`free_unref_page`).
-    fn free_unref(&self, cpu: CpuId, pfn: Pfn, order: u32) {
+    /// Free a block whose reference count already reached zero (`free_unref_page` after
+    /// `put_page_testzero`). For callers that drop references themselves, such as the LRU's
+    /// `release_pages`, which must take a page off its list between the two steps.
+    pub fn free_frozen_pages(&self, cpu: CpuId, pfn: Pfn, order: u32) {
+        debug_assert_eq!(
+            self.pages[pfn]
+                .refcount
+                .load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
         let nr = 1u32 << order;
         let page = &self.pages[pfn];
         // The owner's state goes with the last reference (`free_pages_prepare`).
