@@ -3,5 +3,5 @@
 
 pub mod host;
 pub mod micro;
-pub mod pin;
 pub mod profiles;
+pub mod run;

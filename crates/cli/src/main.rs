@@ -28,6 +28,41 @@ enum Command {
     Micro(Micro),
     /// List the shipped profiles, or print one as TOML.
     Profiles(ProfilesArgs),
+    /// Run a workload on the engine (with a profile) or on the host kernel, over task counts.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread or lameter.
+    workload: String,
+    /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
+    #[arg(long, default_value = "engine")]
+    target: String,
+    /// Profile for the engine: a shipped name or a path to a .toml file.
+    #[arg(long, default_value = "linux-6.7")]
+    profile: String,
+    /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
+    #[arg(long, default_value = "1,2")]
+    tasks: String,
+    /// processes, threads or both.
+    #[arg(long, default_value = "processes")]
+    mode: String,
+    /// Samples kept per task count (repetitions for pft and lameter).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    samples: u64,
+    /// Samples discarded first (continuous workloads).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    warmup: u64,
+    /// Sample interval in milliseconds (continuous workloads).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    interval_ms: u64,
+    /// Mapping per iteration for page_fault1/2/3 (will-it-scale: 128M).
+    #[arg(long, default_value = "128M", value_parser = parse_bytes)]
+    memsize: u64,
+    /// Bytes faulted per repetition for pft and lameter.
+    #[arg(long, default_value = "1G", value_parser = parse_bytes)]
+    size: u64,
 }
 
 #[derive(Args)]
@@ -102,6 +137,63 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     stop
 }
 
+fn run_cmd(a: RunArgs) -> Result<(), String> {
+    use pagelab_bench::run::{RunRequest, Sizes, Target, parse_tasks, render, run};
+    use pagelab_workloads::runner::SampleSpec;
+    use pagelab_workloads::{Mode, WorkloadKind};
+    let workload: WorkloadKind = a.workload.parse()?;
+    let tasks = parse_tasks(&a.tasks)?;
+    let modes = match a.mode.as_str() {
+        "both" => vec![Mode::Processes, Mode::Threads],
+        m => vec![m.parse::<Mode>().map_err(|e| format!("{e} (or both)"))?],
+    };
+    let target = match a.target.as_str() {
+        "engine" => {
+            let p = profiles::load(&a.profile)?;
+            Target::Engine {
+                profile: p.name,
+                policy: p.policy,
+            }
+        }
+        "kernel" => Target::Kernel,
+        t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
+    };
+    let req = RunRequest {
+        workload,
+        target,
+        tasks,
+        modes,
+        spec: SampleSpec {
+            samples: a.samples as usize,
+            warmup: a.warmup as usize,
+            interval: std::time::Duration::from_millis(a.interval_ms),
+        },
+        sizes: Sizes {
+            memsize: a.memsize,
+            pft_bytes: a.size,
+        },
+    };
+    let stop = interrupt_flag();
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len}")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    let rows = run(&req, &stop, &mut |label, done, total| {
+        bar.set_message(label.to_string());
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    });
+    bar.finish_and_clear();
+    let rows = rows?;
+    print!("{}", render(&req, &rows));
+    if rows.iter().any(|r| r.interrupted) {
+        return Err("interrupted".into());
+    }
+    Ok(())
+}
+
 fn dispatch(cli: Cli) -> Result<(), String> {
     match cli.cmd {
         Command::Info(a) => {
@@ -135,6 +227,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Run(a) => run_cmd(a),
         Command::Micro(Micro::Alloc(a)) => {
             let extra = a
                 .profiles

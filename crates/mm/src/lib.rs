@@ -7,19 +7,31 @@
 //! - [`alloc`]: the page allocator: [`alloc::buddy`] (zones, free areas, watermarks),
 //!   [`alloc::pcp`] (per-CPU page lists), [`alloc::prezero`] (background zeroing),
 //!   [`alloc::slab`] (kmalloc);
+//! - [`vm`]: address spaces, VMAs and per-VMA locks, page tables, the fault path, files,
+//!   RSS counters, TLB shootdown; [`lru`]: LRU lists, their locks and batching;
+//! - [`kernel`]: one engine instance (a profile booted on an arena); [`task`]: the threads of
+//!   simulated programs, with the software MMU;
 //! - [`policy`]: the switches a profile sets; [`vmstat`]: event counters;
 //!   [`kthread`]: background threads.
 
 pub mod alloc;
 pub mod arena;
 pub mod cpu;
+pub mod kernel;
 pub mod kthread;
 pub mod list;
+pub mod lru;
 pub mod page;
 pub mod policy;
+pub mod task;
+pub mod vm;
 pub mod vmstat;
 
 pub use alloc::{AllocError, Census, Gfp, Mem, MemConfig, MemError, PageAllocator};
 pub use cpu::CpuId;
+pub use kernel::Kernel;
 pub use page::{PAGE_SIZE, Pfn};
 pub use policy::Policy;
+pub use task::Task;
+pub use vm::fault::FaultError;
+pub use vm::mm::{MapKind, Mm, MmError};

@@ -45,8 +45,9 @@ impl Pfn {
         Pfn(self.0 ^ (1 << order))
     }
 
+    /// The frame `n` frames after this one.
     #[inline]
-    pub fn add(self, n: u32) -> Pfn {
+    pub fn offset(self, n: u32) -> Pfn {
         Pfn(self.0 + n)
     }
 }

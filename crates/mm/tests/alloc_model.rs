@@ -254,13 +254,13 @@ fn extra_references_delay_the_free() {
     let p = mem
         .alloc_pages(CpuId(0), 2, Gfp::KERNEL.with_comp())
         .unwrap();
-    assert_eq!(mem.compound_head(p.add(3)), p);
+    assert_eq!(mem.compound_head(p.offset(3)), p);
     mem.get_page(p);
     assert!(!mem.free_pages(CpuId(0), p, 2));
     assert_eq!(mem.check().unwrap().allocated, 4);
     assert!(mem.free_pages(CpuId(0), p, 2));
     assert_eq!(mem.check().unwrap().allocated, 0);
-    assert_eq!(mem.compound_head(p.add(3)), p.add(3));
+    assert_eq!(mem.compound_head(p.offset(3)), p.offset(3));
 }
 
 #[test]

@@ -127,7 +127,7 @@ fn stress_every_policy_with_cross_cpu_frees() {
                 let tx = txs[(t + 1) % THREADS].clone();
                 handles.push(s.spawn(move || {
                     let cpu = CpuId(t as u16);
-                    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ (t as u64 + 1) * 7919);
+                    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ ((t as u64 + 1) * 7919));
                     let mut mine: Vec<(Pfn, u32, u64)> = Vec::new();
                     let check_and_free = |(p, o, sig): (Pfn, u32, u64)| {
                         let w = mem.arena().words(p);
@@ -143,7 +143,7 @@ fn stress_every_policy_with_cross_cpu_frees() {
                             check_and_free(b);
                         }
                         let r = rng.next();
-                        if r % 3 != 0 || mine.is_empty() {
+                        if !r.is_multiple_of(3) || mine.is_empty() {
                             let order = [0, 0, 0, 0, 1, 2, 3, 5][(r >> 8) as usize % 8];
                             let mt = MigrateType::ALL[(r >> 16) as usize % 3];
                             let gfp = if r & (1 << 20) != 0 {

@@ -100,4 +100,3 @@ fn two_cpus_share_the_zone() {
         assert_eq!(c.allocated, 0);
     });
 }
-

@@ -12,6 +12,7 @@
 //! | [`RwSem`] | rwsem (kernel/locking/rwsem.c) | mmap_lock |
 //! | [`SeqCount`] | `seqcount_t` (include/linux/seqlock.h) | `mm_lock_seq`, lockless walks |
 //! | [`PerCpuCounter`] | lib/percpu_counter.c | RSS and other hot counters |
+//! | [`RcuCell`] | RCU (`rcu_read_lock`, `rcu_assign_pointer`, `call_rcu`) | the VMA tree |
 //!
 //! Every lock embeds [`LockStats`] (a reduced `CONFIG_LOCK_STAT`), switched process-wide
 //! by [`stats::set_enabled`]. Every waiting loop uses [`Backoff`], which yields once
@@ -25,6 +26,7 @@
 pub mod backoff;
 pub mod percpu_counter;
 pub mod qspinlock;
+pub mod rcu;
 pub mod rwsem;
 pub mod seqcount;
 pub mod shim;
@@ -36,6 +38,7 @@ pub use backoff::Backoff;
 pub use crossbeam_utils::CachePadded;
 pub use percpu_counter::{PerCpuCounter, default_batch};
 pub use qspinlock::{QueuedSpinGuard, QueuedSpinLock};
+pub use rcu::{RcuCell, RcuDomain, RcuGuard, RcuReader};
 pub use rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use seqcount::SeqCount;
 pub use spinlock::{LockKind, ParseLockKindError, SpinGuard, SpinLock};

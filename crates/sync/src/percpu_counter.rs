@@ -69,7 +69,10 @@ impl PerCpuCounter {
     /// If `nr_cpus` is 0 or `batch` is not positive.
     pub fn new(nr_cpus: usize, batch: i64) -> Self {
         assert!(nr_cpus > 0, "PerCpuCounter needs at least one CPU");
-        assert!(batch > 0, "PerCpuCounter batch must be positive, got {batch}");
+        assert!(
+            batch > 0,
+            "PerCpuCounter batch must be positive, got {batch}"
+        );
         Self {
             lock: SpinLock::new_queued(()),
             count: AtomicI64::new(0),

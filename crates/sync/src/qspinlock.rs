@@ -174,7 +174,7 @@ impl<T> QueuedSpinLock<T> {
 
     /// Mutable access without locking: `&mut self` proves exclusivity.
     pub fn get_mut(&mut self) -> &mut T {
-        self.data.as_mut()
+        self.data.get_exclusive()
     }
 
     /// Consumes the lock and returns the data.
@@ -296,7 +296,7 @@ impl<T> QueuedSpinLock<T> {
 
         // Others are queued behind us: take the lock, leave the tail alone, and pass the
         // queue head on once our successor has finished linking itself.
-        self.hdr.word.fetch_or(LOCKED, Relaxed);
+        self.hdr.word.fetch_or(LOCKED, Acquire);
         let mut backoff = Backoff::new();
         let next = loop {
             let next = node.next.load(Acquire);
@@ -381,6 +381,14 @@ impl<T: fmt::Debug> fmt::Debug for QueuedSpinGuard<'_, T> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_word_and_stats_share_one_aligned_block() {
+        // 32 bytes at 32-byte alignment never straddle a 64-byte cache line.
+        assert_eq!(core::mem::size_of::<Header>(), 32);
+        assert_eq!(core::mem::align_of::<Header>(), 32);
+        assert_eq!(core::mem::size_of::<QueuedSpinLock<()>>(), 32);
+    }
 
     #[test]
     fn guard_drop_unlocks() {

@@ -323,7 +323,7 @@ impl<T> RwSem<T> {
 
     /// Mutable access without locking: `&mut self` proves exclusivity.
     pub fn get_mut(&mut self) -> &mut T {
-        self.data.as_mut()
+        self.data.get_exclusive()
     }
 
     /// Consumes the semaphore and returns the data.
@@ -488,6 +488,12 @@ mod tests {
         while !cond() {
             thread::yield_now();
         }
+    }
+
+    #[test]
+    fn count_word_and_stats_fit_one_cache_line() {
+        assert!(core::mem::size_of::<Header>() <= 64);
+        assert!(core::mem::align_of::<CachePadded<Header>>() >= 64);
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //!   section and drop it *before* releasing the lock word.
 //! * [`cell::UnsafeCell::with`] / [`cell::UnsafeCell::with_mut`] give a raw pointer to a
 //!   closure for one-off accesses.
-//! * [`cell::UnsafeCell::as_mut`] is the `&mut self` accessor behind the locks'
+//! * [`cell::UnsafeCell::get_exclusive`] is the `&mut self` accessor behind the locks'
 //!   `get_mut`: exclusivity is proven by the borrow checker, so nothing is tracked.
 //!
 //! In the `std` build the pointer types are plain raw-pointer newtypes and every method
@@ -120,7 +120,7 @@ pub mod cell {
 
             /// Safe exclusive access through `&mut self`.
             #[inline]
-            pub fn as_mut(&mut self) -> &mut T {
+            pub fn get_exclusive(&mut self) -> &mut T {
                 self.0.get_mut()
             }
         }
@@ -221,7 +221,7 @@ pub mod cell {
             }
 
             /// Exclusive access through `&mut self` (not tracked: the borrow proves it).
-            pub fn as_mut(&mut self) -> &mut T {
+            pub fn get_exclusive(&mut self) -> &mut T {
                 // SAFETY: `&mut self` guarantees no other access to the cell exists for
                 // the returned lifetime, so escaping the pointer from the closure is sound.
                 self.0.with_mut(|p| unsafe { &mut *p })

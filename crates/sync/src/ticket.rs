@@ -136,7 +136,7 @@ impl<T> TicketLock<T> {
 
     /// Mutable access without locking: `&mut self` proves exclusivity.
     pub fn get_mut(&mut self) -> &mut T {
-        self.data.as_mut()
+        self.data.get_exclusive()
     }
 
     /// Consumes the lock and returns the data.
@@ -240,6 +240,14 @@ impl<T: fmt::Debug> fmt::Debug for TicketGuard<'_, T> {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    #[test]
+    fn lock_word_and_stats_share_one_aligned_block() {
+        // 32 bytes at 32-byte alignment never straddle a 64-byte cache line.
+        assert_eq!(core::mem::size_of::<Header>(), 32);
+        assert_eq!(core::mem::align_of::<Header>(), 32);
+        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 32);
+    }
 
     #[test]
     fn guard_drop_unlocks() {

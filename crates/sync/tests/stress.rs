@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;
 
 use pagelab_sync::{
-    LockKind, PerCpuCounter, QueuedSpinLock, RwSem, RwSemWriteGuard, SeqCount, SpinLock,
-    TicketLock,
+    LockKind, PerCpuCounter, QueuedSpinLock, RwSem, RwSemWriteGuard, SeqCount, SpinLock, TicketLock,
 };
 
 const THREADS: usize = 8;
@@ -205,14 +204,16 @@ fn rwsem_writer_not_starved_by_reader_stream() {
     assert_eq!(sem.into_inner(), 200);
 }
 
-/// Writers (serialised by a spinlock, as the SeqCount contract requires) store pairs
-/// of equal values one field at a time; lock-free readers must never accept a torn
-/// pair, and must observe the values only growing.
+/// Writers (serialised by a mutex, as the SeqCount contract requires) store pairs of
+/// equal values one field at a time, sometimes yielding mid-write; lock-free readers
+/// must never accept a torn pair, and must observe the values only growing.
 #[test]
 fn seqcount_readers_never_accept_torn_pair() {
     const WRITERS: usize = 2;
     let seq = SeqCount::new();
-    let writer_lock = SpinLock::new_queued(());
+    // A sleeping lock: this test is about the seqcount, not about FIFO spinlock
+    // handoffs to preempted waiters.
+    let writer_lock = std::sync::Mutex::new(());
     let (a, b) = (AtomicU64::new(0), AtomicU64::new(0));
     let done = AtomicBool::new(false);
     let retries = AtomicU64::new(0);
@@ -233,18 +234,30 @@ fn seqcount_readers_never_accept_torn_pair() {
                     assert!(x >= last, "went back in time: {x} < {last}");
                     last = x;
                     reads += 1;
+                    if reads.is_multiple_of(64) {
+                        // Leave the writers some CPU when threads outnumber cores.
+                        thread::yield_now();
+                    }
                 }
             });
         }
         let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 s.spawn(|| {
-                    for _ in 0..ITERS {
-                        let _g = writer_lock.lock();
+                    for i in 0..ITERS / 4 {
+                        let _g = writer_lock.lock().unwrap();
                         seq.write_begin();
                         let v = a.load(Relaxed) + 1;
                         a.store(v, Relaxed);
-                        std::hint::spin_loop();
+                        // Widen the torn window; sometimes get "preempted" mid-write so
+                        // readers also wait in read_begin.
+                        if i % 64 == 0 {
+                            thread::yield_now();
+                        } else {
+                            for _ in 0..32 {
+                                std::hint::spin_loop();
+                            }
+                        }
                         b.store(v, Relaxed);
                         seq.write_end();
                     }
@@ -256,7 +269,7 @@ fn seqcount_readers_never_accept_torn_pair() {
         }
         done.store(true, Relaxed);
     });
-    let total = WRITERS as u64 * ITERS;
+    let total = WRITERS as u64 * (ITERS / 4);
     assert_eq!((a.load(Relaxed), b.load(Relaxed)), (total, total));
     assert_eq!(seq.raw_read(), 2 * total as u32);
 }
@@ -272,12 +285,13 @@ fn percpu_counter_sum_exact() {
         let done = AtomicBool::new(false);
         let expected: i64 = thread::scope(|s| {
             let summer = s.spawn(|| {
-                let mut sums = 0u64;
-                while !done.load(Relaxed) {
+                // At least one sum, however the threads are scheduled.
+                loop {
                     std::hint::black_box(c.sum());
-                    sums += 1;
+                    if done.load(Relaxed) {
+                        break;
+                    }
                 }
-                sums
             });
             let adders: Vec<_> = (0..THREADS)
                 .map(|t| {
@@ -296,7 +310,7 @@ fn percpu_counter_sum_exact() {
                 .collect();
             let expected = adders.into_iter().map(|h| h.join().unwrap()).sum();
             done.store(true, Relaxed);
-            assert!(summer.join().unwrap() > 0);
+            summer.join().unwrap();
             expected
         });
         assert_eq!(c.sum(), expected, "nr_cpus={nr_cpus}");

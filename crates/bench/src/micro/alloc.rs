@@ -19,14 +19,15 @@ use std::time::Instant;
 use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 use crossbeam_queue::ArrayQueue;
 use pagelab_mm::alloc::pcp::PcpParams;
+use pagelab_mm::alloc::slab::{KMALLOC_SIZES, SlabAllocator};
 use pagelab_mm::policy::{Count, PcpLists, PcpTune};
 use pagelab_mm::vmstat::VmEvent;
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
 use pagelab_sync::LockStatsSnapshot;
 
 use super::{median, ns_per_op};
-use crate::pin::pin_to_core;
 use crate::profiles::Profile;
+use pagelab_workloads::pin::pin_to_core;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -128,15 +129,30 @@ pub struct AllocBenchReport {
     /// `(order, rows)`.
     pub high_order: Vec<(u32, Vec<Row>)>,
     pub producer_consumer: Vec<Row>,
+    /// Slab: per size class, `(size, order, rows)` where each row's `ns` is a kmalloc+kfree
+    /// pair and `rate` holds ns per object of a burst.
+    pub slab: Vec<SlabRow>,
     pub pinned: bool,
     pub ops: u64,
     pub rounds: usize,
     pub interrupted: bool,
 }
 
+/// One slab size class measured under one policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlabRow {
+    pub size: usize,
+    pub order: u32,
+    /// `(policy, ns per kmalloc+kfree pair, ns per object in bursts of SLAB_BURST)`.
+    pub by_policy: Vec<(String, f64, f64)>,
+}
+
+/// Objects per slab burst: enough to cycle slabs through the page allocator.
+const SLAB_BURST: usize = 1024;
+
 struct Built {
     name: String,
-    mem: Mem,
+    mem: std::sync::Arc<Mem>,
 }
 
 fn pcp_label(p: &PcpParams) -> (String, Option<u32>) {
@@ -273,7 +289,10 @@ pub fn run(
     for v in variants {
         let mem = Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy)
             .map_err(|e| format!("{}: {e}", v.name))?;
-        built.push(Built { name: v.name, mem });
+        built.push(Built {
+            name: v.name,
+            mem: std::sync::Arc::new(mem),
+        });
     }
     let pinned = pin_to_core(0);
     let mut rep = AllocBenchReport {
@@ -370,6 +389,67 @@ pub fn run(
         rep.producer_consumer
             .push(row(b, 1e9 / rate, Some(rate), pages, zl, tf));
     }
+    // 5. slab: the order-0-only policy against high-order per-CPU lists, per size class.
+    progress("slab kmalloc/kfree per size class");
+    let slab_variants: Vec<&Built> = built
+        .iter()
+        .filter(|b| b.name == "order0 31/186" || b.name == "high-order 31/372")
+        .collect();
+    let slabs: Vec<SlabAllocator> = slab_variants
+        .iter()
+        .map(|b| SlabAllocator::new(b.mem.clone()))
+        .collect();
+    for &size in KMALLOC_SIZES.iter() {
+        let order = slabs[0].cache_for(size).map_or(0, |c| c.order());
+        let mut pair_t = vec![Vec::new(); slabs.len()];
+        let mut burst_t = vec![Vec::new(); slabs.len()];
+        let pair_ops = (cfg.ops / 4).max(1);
+        let burst_ops = ((cfg.ops / 4) as usize / SLAB_BURST).max(1) * SLAB_BURST;
+        let mut objs = Vec::with_capacity(SLAB_BURST);
+        for _ in 0..cfg.rounds {
+            for (i, sl) in slabs.iter().enumerate() {
+                pair_t[i].push(ns_per_op(pair_ops, || {
+                    for _ in 0..pair_ops {
+                        let o = sl.kmalloc(cpu, size).expect("slab benchmark memory");
+                        sl.kfree(cpu, black_box(o));
+                    }
+                }));
+                burst_t[i].push(ns_per_op(burst_ops as u64, || {
+                    for _ in 0..burst_ops / SLAB_BURST {
+                        for _ in 0..SLAB_BURST {
+                            objs.push(sl.kmalloc(cpu, size).expect("slab benchmark memory"));
+                        }
+                        for o in objs.drain(..) {
+                            sl.kfree(cpu, o);
+                        }
+                    }
+                }));
+            }
+            if stopped() {
+                rep.interrupted = true;
+                return Ok(rep);
+            }
+        }
+        rep.slab.push(SlabRow {
+            size,
+            order,
+            by_policy: slab_variants
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    (
+                        b.name.clone(),
+                        median(&mut pair_t[i]),
+                        median(&mut burst_t[i]),
+                    )
+                })
+                .collect(),
+        });
+    }
+    for sl in &slabs {
+        sl.shrink();
+    }
+    drop(slabs);
     pin_to_core_all();
 
     // Every pass frees what it allocates: the allocators must be whole.
@@ -399,7 +479,7 @@ fn pin_to_core_all() {
 fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(header.iter().map(|h| Cell::new(h)));
+    t.set_header(header.iter().map(Cell::new));
     for i in 1..header.len() {
         if let Some(c) = t.column_mut(i) {
             c.set_cell_alignment(CellAlignment::Right);
@@ -523,6 +603,26 @@ impl AllocBenchReport {
                 }
             );
         }
+        if let Some(first) = self.slab.first() {
+            let mut header = vec!["size".to_string(), "slab order".to_string()];
+            for (name, _, _) in &first.by_policy {
+                header.push(format!("pair ns ({name})"));
+            }
+            for (name, _, _) in &first.by_policy {
+                header.push(format!("burst ns/obj ({name})"));
+            }
+            let hdr: Vec<&str> = header.iter().map(String::as_str).collect();
+            let mut t = table(&hdr);
+            for r in &self.slab {
+                let mut row = vec![r.size.to_string(), r.order.to_string()];
+                row.extend(r.by_policy.iter().map(|(_, p, _)| format!("{p:.1}")));
+                row.extend(r.by_policy.iter().map(|(_, _, b)| format!("{b:.1}")));
+                t.add_row(row);
+            }
+            out += &format!(
+                "\nSlab kmalloc+kfree per size class, one CPU (bursts: {SLAB_BURST} objects allocated, then freed)\n{t}\n"
+            );
+        }
         if self.interrupted {
             out += "\ninterrupted: the tables above hold what finished\n";
         }
@@ -551,6 +651,8 @@ mod tests {
         assert_eq!(rep.order0_burst.len(), n);
         assert_eq!(rep.high_order.len(), 3);
         assert_eq!(rep.producer_consumer.len(), n);
+        assert_eq!(rep.slab.len(), KMALLOC_SIZES.len());
+        assert!(rep.slab.iter().all(|r| r.by_policy.len() == 2));
         // Zone only: every operation takes zone->lock.
         let zone_only = &rep.order0_burst[0];
         assert!(zone_only.zone_locks_per_kop >= 999.0, "{zone_only:?}");
@@ -567,6 +669,7 @@ mod tests {
         }
         let text = rep.render();
         assert!(text.contains("zone only") && text.contains("Producer/consumer"));
+        assert!(text.contains("kmalloc+kfree"));
     }
 
     #[test]

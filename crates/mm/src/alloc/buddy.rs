@@ -266,7 +266,7 @@ impl Zone {
         let mt = if order >= PAGEBLOCK_ORDER {
             // A merged block spanning whole pageblocks takes the freed page's type.
             for b in 0..(1u32 << (order - PAGEBLOCK_ORDER)) {
-                self.set_pageblock_migratetype(pfn.add(b << PAGEBLOCK_ORDER), mt);
+                self.set_pageblock_migratetype(pfn.offset(b << PAGEBLOCK_ORDER), mt);
             }
             mt
         } else {
@@ -288,7 +288,7 @@ impl Zone {
     ) {
         while high > low {
             high -= 1;
-            self.add_to_free_list(fa, pages, pfn.add(1 << high), high, mt);
+            self.add_to_free_list(fa, pages, pfn.offset(1 << high), high, mt);
         }
     }
 
@@ -329,7 +329,7 @@ impl Zone {
                     // Whole pageblocks: retype them all, then serve from the new type.
                     self.del_from_free_list(fa, pages, pfn, o);
                     for b in 0..(1u32 << (o - PAGEBLOCK_ORDER)) {
-                        self.set_pageblock_migratetype(pfn.add(b << PAGEBLOCK_ORDER), mt);
+                        self.set_pageblock_migratetype(pfn.offset(b << PAGEBLOCK_ORDER), mt);
                     }
                     self.add_to_free_list(fa, pages, pfn, o, mt);
                 } else if o >= PAGEBLOCK_ORDER / 2 {
@@ -359,9 +359,9 @@ impl Zone {
                     self.del_from_free_list(fa, pages, p, o);
                     self.add_to_free_list(fa, pages, p, o, mt);
                 }
-                p = p.add(1 << o);
+                p = p.offset(1 << o);
             } else {
-                p = p.add(1);
+                p = p.offset(1);
             }
         }
     }
@@ -397,7 +397,7 @@ impl Zone {
                 order -= 1;
             }
             self.free_one(&mut fa, pages, pfn, order, MigrateType::Movable);
-            pfn = pfn.add(1 << order);
+            pfn = pfn.offset(1 << order);
         }
     }
 }

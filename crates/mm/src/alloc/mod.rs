@@ -388,12 +388,11 @@ impl Mem {
         if gfp.zero
             && order == 0
             && let Some(pool) = &self.prezero
+            && let Some(pfn) = pool.take(&self.pages)
         {
-            if let Some(pfn) = pool.take(&self.pages) {
-                self.events.count(cpu, VmEvent::PrezeroHit, 1);
-                self.prep_new_page(cpu, pfn, 0, gfp, false);
-                return Ok(pfn);
-            }
+            self.events.count(cpu, VmEvent::PrezeroHit, 1);
+            self.prep_new_page(cpu, pfn, 0, gfp, false);
+            return Ok(pfn);
         }
         let pfn = match self.get_page_from_freelist(cpu, order, gfp, gfp.wmark) {
             Some(pfn) => pfn,
@@ -490,14 +489,14 @@ impl Mem {
         head.refcount.store(1, std::sync::atomic::Ordering::Relaxed);
         if zero {
             for i in 0..nr {
-                self.arena.zero_page(pfn.add(i));
+                self.arena.zero_page(pfn.offset(i));
             }
             self.events.count(cpu, VmEvent::ZeroInline, 1);
         }
         if gfp.comp && order > 0 {
             head.set_nonatomic(pg::HEAD);
             for i in 1..nr {
-                let t = &self.pages[pfn.add(i)];
+                let t = &self.pages[pfn.offset(i)];
                 t.private.store(pfn.0, std::sync::atomic::Ordering::Relaxed);
                 t.set_nonatomic(pg::TAIL);
             }
@@ -570,7 +569,7 @@ impl Mem {
         if page.test(pg::HEAD) {
             page.clear_nonatomic(pg::HEAD);
             for i in 1..nr {
-                let t = &self.pages[pfn.add(i)];
+                let t = &self.pages[pfn.offset(i)];
                 t.clear_nonatomic(pg::TAIL);
                 t.private.store(0, std::sync::atomic::Ordering::Relaxed);
             }
@@ -696,7 +695,10 @@ impl Mem {
             for i in 0..nr {
                 let s = &mut seen[pfn.idx() + i as usize];
                 if *s {
-                    return Err(format!("{:?} is on two lists (second: {what})", pfn.add(i)));
+                    return Err(format!(
+                        "{:?} is on two lists (second: {what})",
+                        pfn.offset(i)
+                    ));
                 }
                 *s = true;
             }

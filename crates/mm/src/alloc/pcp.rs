@@ -62,11 +62,8 @@ pub fn zone_highsize(
     nr_cpus: usize,
     fraction: u64,
 ) -> u32 {
-    let total = if fraction == 0 {
-        low_wmark
-    } else {
-        managed / fraction
-    };
+    // fraction 0 means "use the low watermark" (percpu_pagelist_high_fraction unset).
+    let total = managed.checked_div(fraction).unwrap_or(low_wmark);
     let high = total / nr_cpus.max(1) as u64;
     (high.min(u64::from(u32::MAX)) as u32).max(batch << 2)
 }

@@ -225,7 +225,8 @@ impl Obj {
     #[inline]
     pub fn word<'a>(&self, mem: &'a Mem, i: usize) -> &'a AtomicU64 {
         let byte = self.offset as usize + 8 * i;
-        &mem.arena().words(self.pfn.add((byte / PAGE_SIZE) as u32))[(byte % PAGE_SIZE) / 8]
+        &mem.arena()
+            .words(self.pfn.offset((byte / PAGE_SIZE) as u32))[(byte % PAGE_SIZE) / 8]
     }
 
     /// The first `n` words of the object, to write or verify a payload.
@@ -599,7 +600,7 @@ impl KmemCache {
     fn obj(&self, head: Pfn, idx: u32) -> Obj {
         let off = idx as usize * self.size as usize;
         Obj {
-            pfn: head.add((off / PAGE_SIZE) as u32),
+            pfn: head.offset((off / PAGE_SIZE) as u32),
             offset: (off % PAGE_SIZE) as u32,
         }
     }
@@ -1195,7 +1196,7 @@ impl SlabAllocator {
                 ));
             }
             for t in 1..nr {
-                let tp = &pages[head.add(t as u32)];
+                let tp = &pages[head.offset(t as u32)];
                 if !tp.test(pg::TAIL) || tp.test(pg::SLAB) || tp.private.load(Relaxed) != head.0 {
                     return Err(format!(
                         "{name}: frame {t} of slab {head:?} is not its tail"

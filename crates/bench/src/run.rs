@@ -1,0 +1,426 @@
+//! `pagelab run`: one workload, one target, a list of task counts, one or both modes.
+//!
+//! On the engine every (task count, mode) boots a fresh kernel from the profile, sized for the
+//! workload, with as many virtual CPUs as the largest task count (one machine for the whole
+//! sweep, as on real hardware); lock statistics are on and the engine's counters are collected
+//! over the measured window. On the host the same workload runs through real system calls.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use pagelab_mm::Policy;
+use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
+use pagelab_workloads::host::HostVm;
+use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
+use pagelab_workloads::pft::{self, PftParams, Repetition};
+use pagelab_workloads::runner::{self, Hooks, SampleSpec};
+use pagelab_workloads::vm::Vm;
+use pagelab_workloads::{Mode, WorkloadError, WorkloadKind};
+
+/// Where to run.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The engine, with a profile (its name and policy).
+    Engine { profile: String, policy: Policy },
+    /// The host kernel.
+    Kernel,
+}
+
+impl Target {
+    pub fn label(&self) -> String {
+        match self {
+            Target::Engine { profile, .. } => format!("engine:{profile}"),
+            Target::Kernel => "kernel".into(),
+        }
+    }
+}
+
+/// Sizes of the workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    /// page_fault1/2/3 mapping per iteration (will-it-scale: 128 MiB).
+    pub memsize: u64,
+    /// pft and lameter: bytes faulted per repetition.
+    pub pft_bytes: u64,
+}
+
+impl Default for Sizes {
+    fn default() -> Self {
+        Sizes {
+            memsize: MEMSIZE,
+            pft_bytes: 1 << 30,
+        }
+    }
+}
+
+/// A run request.
+#[derive(Clone, Debug)]
+pub struct RunRequest {
+    pub workload: WorkloadKind,
+    pub target: Target,
+    pub tasks: Vec<usize>,
+    pub modes: Vec<Mode>,
+    /// Continuous workloads: samples; pft and lameter: `samples` repetitions.
+    pub spec: SampleSpec,
+    pub sizes: Sizes,
+}
+
+/// One metric's samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    pub name: String,
+    pub higher_is_better: bool,
+    pub samples: Vec<f64>,
+}
+
+/// The result for one (task count, mode).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRow {
+    pub tasks: usize,
+    pub mode: Mode,
+    pub metrics: Vec<Metric>,
+    pub counters: Option<EngineCounters>,
+    /// pft/lameter repetitions as measured (for Lameter's report).
+    pub repetitions: Vec<Repetition>,
+    pub interrupted: bool,
+}
+
+/// Parse an mmtests-style task list: `1,2,4`, `1..8` (inclusive), `2..16:2` (stride).
+pub fn parse_tasks(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let num = |t: &str| -> Result<usize, String> {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| format!("`{t}` in task list `{s}` is not a positive number"))
+        };
+        if let Some((range, step)) = part.split_once("..") {
+            let (hi, stride) = match step.split_once(':') {
+                Some((h, st)) => (num(h)?, num(st)?),
+                None => (num(step)?, 1),
+            };
+            let lo = num(range)?;
+            if lo > hi {
+                return Err(format!("empty range `{part}` in task list `{s}`"));
+            }
+            out.extend((lo..=hi).step_by(stride));
+        } else {
+            out.push(num(part)?);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("task list `{s}` names no task count"));
+    }
+    if let Some(&m) = out.iter().max()
+        && m > 4096
+    {
+        return Err(format!("{m} tasks: the engine models at most 4096 CPUs"));
+    }
+    Ok(out)
+}
+
+/// Engine arena for `w` with `tasks` tasks.
+pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
+    let t = tasks as u64;
+    // Page tables take 1/512 of what they map, plus upper levels; 1/128 is ample.
+    let with_pt = |b: u64| b + b / 128;
+    let need = match w {
+        WorkloadKind::PageFault1 | WorkloadKind::PageFault3 => t * with_pt(sizes.memsize),
+        WorkloadKind::PageFault2 => t * with_pt(2 * sizes.memsize),
+        WorkloadKind::Pft | WorkloadKind::PftVmaPerThread | WorkloadKind::Lameter => {
+            with_pt(sizes.pft_bytes) + t * (4 << 20)
+        }
+    };
+    // Slack for per-CPU lists, LRU batches and the watermarks.
+    let total = need + (64 << 20) + t * (2 << 20);
+    total.div_ceil(4 << 20) * (4 << 20)
+}
+
+fn run_one<V: Vm + Send>(
+    w: WorkloadKind,
+    vms: Vec<V>,
+    shared_mm: bool,
+    req: &RunRequest,
+    stop: &AtomicBool,
+    measure_start: &mut dyn FnMut(),
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<Metric>, Vec<Repetition>, bool), WorkloadError> {
+    let variant = match w {
+        WorkloadKind::PageFault1 => Some(Variant::Anon),
+        WorkloadKind::PageFault2 => Some(Variant::PrivateFile),
+        WorkloadKind::PageFault3 => Some(Variant::SharedFile),
+        _ => None,
+    };
+    if let Some(v) = variant {
+        let memsize = req.sizes.memsize;
+        let c = runner::run_continuous(
+            vms,
+            req.spec,
+            stop,
+            Hooks {
+                measure_start,
+                sample: progress,
+            },
+            |vm, counter, halt| page_fault::task_loop(vm, v, memsize, counter, halt),
+        )?;
+        let m = Metric {
+            name: "faults/sec".into(),
+            higher_is_better: true,
+            samples: c.samples,
+        };
+        return Ok((vec![m], Vec::new(), c.interrupted));
+    }
+    let params = PftParams {
+        bytes: req.sizes.pft_bytes,
+        repetitions: req.spec.samples,
+        vma_per_task: w == WorkloadKind::PftVmaPerThread,
+    };
+    measure_start();
+    let (reps, interrupted) = pft::run(vms, shared_mm, params, stop, progress)?;
+    let metrics = vec![
+        Metric {
+            name: "faults/cpu".into(),
+            higher_is_better: true,
+            samples: reps.iter().map(Repetition::faults_per_cpu).collect(),
+        },
+        Metric {
+            name: "faults/sec".into(),
+            higher_is_better: true,
+            samples: reps.iter().map(Repetition::faults_per_sec).collect(),
+        },
+    ];
+    Ok((metrics, reps, interrupted))
+}
+
+/// Run the request; `progress(label, done, total)` reports each sample.
+pub fn run(
+    req: &RunRequest,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Vec<RunRow>, String> {
+    let mut rows = Vec::new();
+    let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
+    for &mode in &req.modes {
+        for &n in &req.tasks {
+            let label = format!("{} {} {n} {mode}", req.target.label(), req.workload);
+            let mut prog = |d: usize, t: usize| progress(&label, d, t);
+            let lameter = req.workload == WorkloadKind::Lameter;
+            let (metrics, reps, counters, interrupted) = match &req.target {
+                Target::Engine { policy, .. } => {
+                    let arena = engine_arena(req.workload, max_tasks, req.sizes);
+                    let k = engine::boot(policy, arena, max_tasks).map_err(|e| e.to_string())?;
+                    let (erun, vms): (_, Vec<EngineVm>) =
+                        engine::tasks(&k, n, mode, lameter).map_err(|e| e.to_string())?;
+                    pagelab_sync::stats::set_enabled(true);
+                    let mut start = || erun.reset();
+                    let r = run_one(
+                        req.workload,
+                        vms,
+                        mode == Mode::Threads,
+                        req,
+                        stop,
+                        &mut start,
+                        &mut prog,
+                    );
+                    pagelab_sync::stats::set_enabled(false);
+                    let (m, reps, intr) = r.map_err(|e| format!("{label}: {e}"))?;
+                    (m, reps, Some(erun.counters()), intr)
+                }
+                Target::Kernel => {
+                    if mode == Mode::Processes && n > 1 {
+                        return Err(
+                            "the host target runs threads mode only so far; use --mode threads"
+                                .into(),
+                        );
+                    }
+                    let vms: Vec<HostVm> = (0..n).map(|_| HostVm::new()).collect();
+                    let mut start = || {};
+                    let (m, reps, intr) =
+                        run_one(req.workload, vms, true, req, stop, &mut start, &mut prog)
+                            .map_err(|e| format!("{label}: {e}"))?;
+                    (m, reps, None, intr)
+                }
+            };
+            rows.push(RunRow {
+                tasks: n,
+                mode,
+                metrics,
+                counters,
+                repetitions: reps,
+                interrupted,
+            });
+            if interrupted {
+                return Ok(rows);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+}
+
+fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// Human-readable rate: 1.23M.
+fn rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.3}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// The rows as text: a results table (mean and standard deviation of each metric, scaling
+/// against the first task count of the same mode), the engine's counters per row, and for
+/// Lameter's test his report.
+pub fn render(req: &RunRequest, rows: &[RunRow]) -> String {
+    use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+    let mut out = String::new();
+    let Some(first) = rows.first() else {
+        return "no results\n".into();
+    };
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    let mut header = vec!["mode".to_string(), "tasks".to_string()];
+    for m in &first.metrics {
+        header.push(format!("{} mean", m.name));
+        header.push("stddev".into());
+        header.push("per task".into());
+        header.push("vs first".into());
+    }
+    header.push("samples".into());
+    t.set_header(header);
+    for r in rows {
+        let base = rows.iter().find(|b| b.mode == r.mode).unwrap_or(r);
+        let mut row = vec![r.mode.to_string(), r.tasks.to_string()];
+        for (i, m) in r.metrics.iter().enumerate() {
+            let mu = mean(&m.samples);
+            let b = base.metrics.get(i).map_or(f64::NAN, |bm| mean(&bm.samples));
+            row.push(rate(mu));
+            row.push(rate(stddev(&m.samples)));
+            row.push(if m.name == "faults/cpu" {
+                "-".into()
+            } else {
+                rate(mu / r.tasks as f64)
+            });
+            row.push(format!("{:.2}x", mu / b));
+        }
+        row.push(r.metrics.first().map_or(0, |m| m.samples.len()).to_string());
+        t.add_row(row);
+    }
+    out += &format!("{} on {}\n{t}\n", req.workload, req.target.label());
+    if req.workload == WorkloadKind::Lameter {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header([
+            "Gb",
+            "Rep",
+            "Thr",
+            "User",
+            "System",
+            "Wall",
+            "flt/cpu/s",
+            "fault/wsec",
+        ]);
+        for r in rows {
+            for l in
+                pagelab_workloads::lameter::report(req.sizes.pft_bytes, r.tasks, &r.repetitions)
+            {
+                let o = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.3}s"));
+                t.add_row(vec![
+                    format!("{:.2}", l.gib),
+                    l.rep.to_string(),
+                    l.threads.to_string(),
+                    o(l.user_s),
+                    o(l.system_s),
+                    format!("{:.3}s", l.wall_s),
+                    format!("{:.0}", l.faults_per_cpu_s),
+                    format!("{:.0}", l.faults_per_wall_s),
+                ]);
+            }
+        }
+        out += &format!(
+            "\nLameter's report (system time on the engine is time in its fault path)\n{t}\n"
+        );
+    }
+    for r in rows {
+        let Some(c) = &r.counters else { continue };
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header(["lock class", "acquisitions", "contended", "wait ms"]);
+        for (name, acq, cont, wait) in &c.locks {
+            if *acq == 0 {
+                continue;
+            }
+            t.add_row(vec![
+                name.clone(),
+                acq.to_string(),
+                format!("{} ({:.2}%)", cont, *cont as f64 * 100.0 / *acq as f64),
+                format!("{:.1}", *wait as f64 / 1e6),
+            ]);
+        }
+        let events: Vec<String> = c.events.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        out += &format!(
+            "\nengine counters, {} tasks {} (measured window)\n{t}\nevents: {}\n",
+            r.tasks,
+            r.mode,
+            events.join(" ")
+        );
+    }
+    if rows.iter().any(|r| r.interrupted) {
+        out += "\ninterrupted: the tables hold what finished\n";
+    }
+    out
+}
+
+/// A short sampling spec for tests and smoke runs.
+pub fn quick_spec() -> SampleSpec {
+    SampleSpec {
+        samples: 2,
+        warmup: 1,
+        interval: Duration::from_millis(100),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_lists_as_mmtests_writes_them() {
+        assert_eq!(parse_tasks("1,2,4").unwrap(), vec![1, 2, 4]);
+        assert_eq!(parse_tasks("1..4").unwrap(), vec![1, 2, 3, 4]);
+        assert_eq!(parse_tasks("2..10:4").unwrap(), vec![2, 6, 10]);
+        assert_eq!(parse_tasks("1, 3..4").unwrap(), vec![1, 3, 4]);
+        assert!(parse_tasks("0").unwrap_err().contains("not a positive"));
+        assert!(parse_tasks("4..1").unwrap_err().contains("empty range"));
+        assert!(parse_tasks("").unwrap_err().contains("names no task"));
+        assert!(parse_tasks("x").is_err());
+        assert!(parse_tasks("5000").unwrap_err().contains("4096"));
+    }
+
+    #[test]
+    fn arena_covers_the_workload() {
+        let s = Sizes::default();
+        assert!(engine_arena(WorkloadKind::PageFault1, 2, s) >= 2 * MEMSIZE);
+        assert!(engine_arena(WorkloadKind::PageFault2, 2, s) >= 4 * MEMSIZE);
+        assert!(engine_arena(WorkloadKind::Pft, 4, s) >= s.pft_bytes);
+        assert_eq!(engine_arena(WorkloadKind::Pft, 4, s) % (4 << 20), 0);
+    }
+}

@@ -1,0 +1,149 @@
+//! TLB shootdown and the unmap gather (mm/mmu_gather.c, arch/x86/mm/tlb.c).
+//!
+//! When an address space loses a mapping, every other CPU running it may still hold the old
+//! translation in its TLB, so the unmapping CPU sends an IPI to each and waits for their
+//! acknowledgement before the pages may be freed (`flush_tlb_mm_range`). That wait, multiplied
+//! by the CPUs in `mm_cpumask`, is a large part of why munmap-heavy workloads stop scaling in
+//! threads mode.
+//!
+//! The model (policy `tlb_shootdown = "ipi"`): each virtual CPU running the mm has a mailbox.
+//! A task is "in user mode" while it runs the workload's accesses and acknowledges pending
+//! flushes at its next access; while it is inside the engine (a fault, mmap, munmap) it counts
+//! as having flushed (the kernel would handle the IPI there at once) and acknowledges on its
+//! return to user mode. The unmapper posts a request to every other CPU in user mode and waits
+//! for each to acknowledge or to enter the engine. With `none`, nothing is sent.
+//!
+//! The gather (`struct mmu_gather`) collects the pages an unmap removed and frees them in
+//! batches after the flush, as `tlb_flush_mmu` does.
+
+use crossbeam_utils::CachePadded;
+use pagelab_sync::Backoff;
+use pagelab_sync::shim::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::cpu::CpuId;
+use crate::page::Pfn;
+use crate::vmstat::VmEvent;
+
+/// Pages per gather batch: what fits in one page of pointers on x86-64
+/// (`MAX_GATHER_BATCH`).
+pub const MAX_GATHER_BATCH: usize = 510;
+
+struct Mailbox {
+    in_user: AtomicBool,
+    requested: AtomicU64,
+    done: AtomicU64,
+}
+
+/// Per-mm shootdown state: one mailbox per virtual CPU (`mm_cpumask`).
+pub struct TlbState {
+    cpus: Box<[CachePadded<Mailbox>]>,
+    enabled: bool,
+}
+
+impl TlbState {
+    pub fn new(nr_cpus: usize, enabled: bool) -> Self {
+        TlbState {
+            cpus: (0..nr_cpus)
+                .map(|_| {
+                    CachePadded::new(Mailbox {
+                        in_user: AtomicBool::new(false),
+                        requested: AtomicU64::new(0),
+                        done: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
+            enabled,
+        }
+    }
+
+    /// Acknowledge pending flushes (a TLB flush on this CPU). Called at every access.
+    #[inline]
+    pub fn ack(&self, cpu: CpuId) {
+        if !self.enabled {
+            return;
+        }
+        let m = &self.cpus[cpu.idx()];
+        let r = m.requested.load(Ordering::Acquire);
+        if m.done.load(Ordering::Relaxed) != r {
+            m.done.store(r, Ordering::Release);
+        }
+    }
+
+    /// The task on `cpu` enters the engine (kernel mode).
+    #[inline]
+    pub fn enter_kernel(&self, cpu: CpuId) {
+        if self.enabled {
+            self.cpus[cpu.idx()].in_user.store(false, Ordering::SeqCst);
+            self.ack(cpu);
+        }
+    }
+
+    /// The task on `cpu` returns to the workload (user mode).
+    #[inline]
+    pub fn return_to_user(&self, cpu: CpuId) {
+        if self.enabled {
+            self.cpus[cpu.idx()].in_user.store(true, Ordering::SeqCst);
+            self.ack(cpu);
+        }
+    }
+
+    /// The task on `cpu` stops running this mm (exit, or idle between phases).
+    pub fn leave(&self, cpu: CpuId) {
+        self.enter_kernel(cpu);
+    }
+
+    /// `flush_tlb_mm_range` from `cpu`: IPI every other CPU in user mode and wait for their
+    /// acknowledgements. Returns the number of IPIs sent.
+    pub fn shootdown(&self, cpu: CpuId, events: &crate::vmstat::VmEvents) -> u64 {
+        if !self.enabled {
+            return 0;
+        }
+        let mut sent: Vec<(usize, u64)> = Vec::new();
+        for (i, m) in self.cpus.iter().enumerate() {
+            if i != cpu.idx() && m.in_user.load(Ordering::SeqCst) {
+                let req = m.requested.fetch_add(1, Ordering::AcqRel) + 1;
+                sent.push((i, req));
+            }
+        }
+        for &(i, req) in &sent {
+            let m = &self.cpus[i];
+            let mut b = Backoff::new();
+            while m.done.load(Ordering::Acquire) < req && m.in_user.load(Ordering::SeqCst) {
+                b.snooze();
+            }
+        }
+        let n = sent.len() as u64;
+        if n > 0 {
+            events.count(cpu, VmEvent::TlbShootdownIpi, n);
+        }
+        n
+    }
+}
+
+/// Pages waiting to be freed after the TLB flush (`struct mmu_gather`).
+pub struct MmuGather {
+    pub pages: Vec<Pfn>,
+}
+
+impl Default for MmuGather {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MmuGather {
+    pub fn new() -> Self {
+        MmuGather {
+            pages: Vec::with_capacity(MAX_GATHER_BATCH),
+        }
+    }
+
+    #[inline]
+    pub fn push(&mut self, pfn: Pfn) {
+        self.pages.push(pfn);
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.pages.len() >= MAX_GATHER_BATCH
+    }
+}

@@ -1,0 +1,238 @@
+//! Per-VMA locks (mm/mmap_lock.c, include/linux/mmap_lock.h; Suren Baghdasaryan, 6.4 and 6.15).
+//!
+//! A page fault looks its VMA up under RCU and takes that VMA's lock for read instead of the
+//! mm-wide mmap_lock, so faults on different VMAs of one address space stop contending (and
+//! faults on the *same* VMA contend only on that VMA's lock line, which is why one shared VMA
+//! gains little). Writers still take mmap_lock for write and then write-lock each VMA they
+//! change.
+//!
+//! The sequence protocol: a VMA is write-locked iff `vma.vm_lock_seq == mm.mm_lock_seq`. A
+//! writer holding mmap_lock for write drains the VMA's readers and copies the mm's sequence into
+//! the VMA; `mmap_write_unlock` advances the mm's sequence, which releases every VMA it locked at
+//! once (`vma_end_write_all`). A reader checks the sequences racily, takes a read reference,
+//! re-checks them with acquire ordering and gives up on any mismatch; the fault then falls back
+//! to mmap_lock.
+//!
+//! Two variants, chosen by policy:
+//! - [`VmaLockKind::Rwsem`] (6.4): a per-VMA rwsem taken by `try_read`, plus a `detached`
+//!   flag for VMAs already removed from the tree.
+//! - [`VmaLockKind::Refcount`] (6.15): no lock object; `vm_refcnt` is 0 when detached, 1 when
+//!   attached, +1 per reader, and a writer adds [`VMA_LOCK_OFFSET`] and waits for the readers
+//!   to drain. A reader's increment is refused when the count is 0 or at/above the offset.
+//!
+//! The atomics come from `pagelab_sync::shim`, so the protocol is model-checked by loom
+//! (`tests/loom_vma.rs`).
+
+use pagelab_sync::shim::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use pagelab_sync::{Backoff, LockStatsSnapshot, RwSem, RwSemReadGuard};
+
+/// `VMA_LOCK_OFFSET`: added to `vm_refcnt` by a writer; readers are refused above it.
+pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
+
+/// Which per-VMA lock a VMA carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmaLockKind {
+    Rwsem,
+    Refcount,
+}
+
+/// Why a reader did not get the VMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadLockFail {
+    /// Write-locked (sequence match) or a writer holds the lock.
+    Locked,
+    /// Already removed from the tree.
+    Detached,
+}
+
+enum Inner {
+    Rwsem {
+        lock: RwSem<()>,
+        detached: AtomicBool,
+    },
+    Refcount {
+        refcnt: AtomicU32,
+    },
+}
+
+/// A per-VMA read hold; dropping it is `vma_end_read`.
+pub enum VmaReadGuard<'a> {
+    Rwsem(RwSemReadGuard<'a, ()>),
+    Refcount(&'a AtomicU32),
+}
+
+impl Drop for VmaReadGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let VmaReadGuard::Refcount(r) = self {
+            // Release: the fault's work happens-before a writer's drain observes the drop.
+            r.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+/// The per-VMA lock state (`vm_lock_seq` and the variant's reader gate).
+pub struct VmaLock {
+    vm_lock_seq: AtomicU64,
+    inner: Inner,
+}
+
+/// `mm->mm_lock_seq`: advanced on every `mmap_write_unlock`.
+pub struct MmLockSeq(AtomicU64);
+
+impl Default for MmLockSeq {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MmLockSeq {
+    pub fn new() -> Self {
+        // VMAs start at seq 0 and the mm at 1, so a fresh VMA is not write-locked.
+        MmLockSeq(AtomicU64::new(1))
+    }
+
+    #[inline]
+    pub fn load(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// `vma_end_write_all`: release every VMA write-locked under this mmap_lock hold. The
+    /// caller still holds mmap_lock for write.
+    #[inline]
+    pub fn end_write_all(&self) {
+        let s = self.0.load(Ordering::Relaxed);
+        self.0.store(s + 1, Ordering::Release);
+    }
+}
+
+impl VmaLock {
+    /// A lock for a VMA about to be attached (published in the tree).
+    pub fn new(kind: VmaLockKind) -> Self {
+        VmaLock {
+            vm_lock_seq: AtomicU64::new(0),
+            inner: match kind {
+                VmaLockKind::Rwsem => Inner::Rwsem {
+                    lock: RwSem::new(()),
+                    detached: AtomicBool::new(false),
+                },
+                VmaLockKind::Refcount => Inner::Refcount {
+                    refcnt: AtomicU32::new(1),
+                },
+            },
+        }
+    }
+
+    /// `vma_start_read`: try to take a read reference, held until the guard drops
+    /// (`vma_end_read`).
+    #[inline]
+    pub fn start_read(&self, mm_seq: &MmLockSeq) -> Result<VmaReadGuard<'_>, ReadLockFail> {
+        // Racy pre-check: a write-locked VMA is refused without touching its lock line.
+        if self.vm_lock_seq.load(Ordering::Relaxed) == mm_seq.0.load(Ordering::Relaxed) {
+            return Err(ReadLockFail::Locked);
+        }
+        let guard = match &self.inner {
+            Inner::Rwsem { lock, detached } => {
+                let g = lock.try_read().ok_or(ReadLockFail::Locked)?;
+                if detached.load(Ordering::Acquire) {
+                    return Err(ReadLockFail::Detached);
+                }
+                VmaReadGuard::Rwsem(g)
+            }
+            Inner::Refcount { refcnt } => {
+                // refcount_inc_not_zero_limited: refuse detached (0) and writer-held counts.
+                let mut cur = refcnt.load(Ordering::Relaxed);
+                loop {
+                    if cur == 0 {
+                        return Err(ReadLockFail::Detached);
+                    }
+                    if cur >= VMA_LOCK_OFFSET - 1 {
+                        return Err(ReadLockFail::Locked);
+                    }
+                    match refcnt.compare_exchange_weak(
+                        cur,
+                        cur + 1,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break,
+                        Err(c) => cur = c,
+                    }
+                }
+                VmaReadGuard::Refcount(refcnt)
+            }
+        };
+        // Re-check with acquire ordering now that a writer must wait for us.
+        if self.vm_lock_seq.load(Ordering::Acquire) == mm_seq.load() {
+            return Err(ReadLockFail::Locked);
+        }
+        Ok(guard)
+    }
+
+    /// Is the VMA write-locked under the current mmap_lock write hold?
+    #[inline]
+    pub fn is_write_locked(&self, mm_seq: &MmLockSeq) -> bool {
+        self.vm_lock_seq.load(Ordering::Relaxed) == mm_seq.0.load(Ordering::Relaxed)
+    }
+
+    /// `vma_start_write`: called with mmap_lock held for write. Drains readers, then marks the
+    /// VMA write-locked until `mmap_write_unlock`.
+    pub fn start_write(&self, mm_seq: &MmLockSeq) {
+        let seq = mm_seq.0.load(Ordering::Relaxed);
+        if self.vm_lock_seq.load(Ordering::Relaxed) == seq {
+            return;
+        }
+        match &self.inner {
+            Inner::Rwsem { lock, .. } => {
+                let g = lock.write();
+                self.vm_lock_seq.store(seq, Ordering::Relaxed);
+                drop(g);
+            }
+            Inner::Refcount { refcnt } => {
+                let attached = refcnt.fetch_add(VMA_LOCK_OFFSET, Ordering::Acquire) != 0;
+                let target = VMA_LOCK_OFFSET + u32::from(attached);
+                let mut b = Backoff::new();
+                while refcnt.load(Ordering::Acquire) != target {
+                    b.snooze();
+                }
+                self.vm_lock_seq.store(seq, Ordering::Relaxed);
+                refcnt.fetch_sub(VMA_LOCK_OFFSET, Ordering::Release);
+            }
+        }
+    }
+
+    /// `vma_mark_detached`: the VMA left the tree. Called write-locked; afterwards every
+    /// `start_read` fails, even once the mm's sequence moves on.
+    pub fn mark_detached(&self) {
+        match &self.inner {
+            Inner::Rwsem { detached, .. } => detached.store(true, Ordering::Release),
+            Inner::Refcount { refcnt } => {
+                // Readers may hold transient references (they fail their sequence check and
+                // drop them); wait for the count to fall to the attach reference, then drop it.
+                let mut b = Backoff::new();
+                while refcnt
+                    .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_err()
+                {
+                    b.snooze();
+                }
+            }
+        }
+    }
+
+    /// Is the VMA detached?
+    pub fn is_detached(&self) -> bool {
+        match &self.inner {
+            Inner::Rwsem { detached, .. } => detached.load(Ordering::Acquire),
+            Inner::Refcount { refcnt } => refcnt.load(Ordering::Acquire) == 0,
+        }
+    }
+
+    /// Statistics of the rwsem variant's lock (the refcount variant has no lock object).
+    pub fn lock_stats(&self) -> LockStatsSnapshot {
+        match &self.inner {
+            Inner::Rwsem { lock, .. } => lock.stats(),
+            Inner::Refcount { .. } => LockStatsSnapshot::default(),
+        }
+    }
+}

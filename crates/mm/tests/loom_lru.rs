@@ -1,0 +1,306 @@
+//! Loom models of the LRU layer's concurrency protocols, run on the real code:
+//! `RUSTFLAGS="--cfg loom" cargo test -p pagelab-mm --release --test loom_lru`.
+//!
+//! What loom sees. The lru_locks (spinlock or rwsem), the per-CPU batch locks and the
+//! allocator's locks are built on loom atomics, so loom explores every interleaving of their
+//! acquisitions. Page metadata (flags, reference count, list links) stays in `std` atomics:
+//! sound for what is only touched under those locks. Two things are lockless:
+//!
+//! * the `PG_lru` handoff and the reference count. Under loom the LRU runs a loom operation
+//!   right before each of its lockless flag and count steps (`Lru::sched_point`), so loom
+//!   places the other threads' steps between any two of them; the flag word itself behaves
+//!   sequentially consistently here. That is enough for this protocol: as `lru::batch`
+//!   documents, its correctness rests on the atomicity of the test-and-clear and on the lock
+//!   order, not on the orderings of the flag accesses;
+//! * `smp_list_del`, whose correctness does rest on weak-memory orderings of the link words.
+//!   Its code is generic over the link cells, and the `smp_del_*` models below run it over loom
+//!   atomics, so loom checks the very algorithm the engine runs, reorderings included.
+//!
+//! Every model ends with the LRU's and (where memory is involved) the allocator's full
+//! invariant checks.
+//!
+//! At most two threads spin at any time in each model. With three threads that wait by
+//! spinning (and yielding) on one another, loom also explores unfair schedules in which two
+//! spinners take turns forever while the thread they wait for is never scheduled again (at a
+//! yield loom may pick either other thread, and that choice is not a preemption), so such
+//! models exceed loom's branch limit without there being a livelock under any fair scheduler.
+//! Three removers of consecutive pages are therefore exercised on real threads instead
+//! (`smp_list::tests::smp_del_concurrent_neighbours`, `tests/lru.rs`).
+#![cfg(loom)]
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::Relaxed;
+
+use loom::thread;
+use pagelab_mm::lru::smp_list::{List, ListHead, NIL, Nodes};
+use pagelab_mm::lru::{Lru, LruEvent};
+use pagelab_mm::page::pg;
+use pagelab_mm::policy::{Count, LruAdd, LruLockScope, LruPolicy, LruRelease, PcpLists, PcpTune};
+use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Pfn, Policy};
+use pagelab_sync::LockKind;
+use pagelab_sync::shim::atomic::AtomicU32;
+
+fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(bound);
+    b.check(f);
+}
+
+/// Small memory: one node, `cpus` CPUs, a tiny fixed pcp (fewer lock operations to explore).
+fn setup(cpus: usize, add: LruAdd, release: LruRelease, batch: u32) -> (Arc<Mem>, Arc<Lru>) {
+    let mut p = Policy::default();
+    p.pcp.lists = PcpLists::Order0;
+    p.pcp.batch = Count::Fixed(2);
+    p.pcp.high = Count::Fixed(8);
+    p.pcp.tune = PcpTune::Fixed;
+    let m = Arc::new(Mem::new(&MemConfig::new(4 << 20, cpus), &p).unwrap());
+    let lp = LruPolicy {
+        lock_scope: LruLockScope::MemcgNode,
+        add,
+        batch,
+        release,
+    };
+    let lru = Arc::new(Lru::new(m.clone(), &lp, LockKind::Ticket, 1));
+    (m, lru)
+}
+
+fn fault(m: &Mem, anon: bool) -> Pfn {
+    let pfn = m.alloc_page(CpuId(0), Gfp::USER).unwrap();
+    if anon {
+        m.pages()[pfn].set(pg::ANON | pg::SWAPBACKED);
+    }
+    pfn
+}
+
+fn refcount(m: &Mem, pfn: Pfn) -> i32 {
+    m.pages()[pfn].refcount.load(Relaxed)
+}
+
+/// (1) The `PG_lru` handoff with a splice. CPU 0 adds two pages (one anon, one file) whose
+/// second add fills the batch, so the flush sorts them into two local chains, splices both
+/// under one hold and only then sets `PG_lru` on each; meanwhile an isolator (holding no lock,
+/// relying on the references the faulting thread holds) tries to isolate both pages. Loom
+/// places the isolator's test-and-clear before the adds, while the pages are batched, inside
+/// the splice's hold, between the unlock and either flag store, and after them. In every
+/// interleaving the isolator either does not see a page (flag clear: still private, or spliced
+/// but not yet published) or sees it on its list and unlinks it exactly once; afterwards the
+/// lists, counters and reference counts are exact, putback restores both pages, and releasing
+/// them returns every frame.
+#[test]
+fn splice_publish_races_isolate() {
+    // Outcomes seen over all explored executions: [no page isolated, one, both].
+    static SEEN: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+    model(3, || {
+        let (m, lru) = setup(2, LruAdd::Splice, LruRelease::Locked, 2);
+        let p = fault(&m, true);
+        let q = fault(&m, false);
+        let l2 = lru.clone();
+        let isolator = thread::spawn(move || [l2.isolate(p), l2.isolate(q)]);
+        lru.add(CpuId(0), p);
+        lru.add(CpuId(0), q);
+        let won = isolator.join().unwrap();
+        let c = lru.check().unwrap();
+        assert_eq!(c.batched, 0);
+        let nr_won = won.iter().filter(|&&w| w).count() as u64;
+        SEEN[nr_won as usize].fetch_add(1, Relaxed);
+        assert_eq!(c.on_lru(), 2 - nr_won);
+        for (pfn, w) in [(p, won[0]), (q, won[1])] {
+            assert_eq!(
+                refcount(&m, pfn),
+                1 + i32::from(w),
+                "batch ref dropped once"
+            );
+            assert_eq!(m.pages()[pfn].test(pg::LRU), !w);
+            if w {
+                lru.putback(CpuId(1), pfn);
+            }
+        }
+        assert_eq!(lru.check().unwrap().on_lru(), 2);
+        lru.release_pages(CpuId(0), &[p, q]);
+        assert_eq!(lru.check().unwrap().on_lru(), 0);
+        assert_eq!(m.check().unwrap().allocated, 0);
+    });
+    // The model really raced the isolator against the publication.
+    for (won, n) in SEEN.iter().enumerate() {
+        assert!(n.load(Relaxed) > 0, "no execution isolated {won} pages");
+    }
+}
+
+/// (2) Concurrent release against an add, under `release = "concurrent"`. Pages `b` and `a`
+/// sit next to each other on one list. CPU 1 drops the last reference to `a`, so it unlinks
+/// `a` under a shared hold of the lruvec rwsem with `smp_list_del`; meanwhile CPU 0 adds a
+/// third page under an exclusive hold and then drops the last reference to `b`, unlinking it
+/// under a shared hold too. Loom interleaves the rwsem's reader and writer (the add before,
+/// between or after the removal's hold, the writer waiting for the reader and the reader for
+/// the writer) and the two neighbouring removals' steps at every lock and wait point (their
+/// link words are `std` atomics here; models 4 and 5 check the removal protocol itself on loom
+/// atomics). Afterwards only the new page is on the list and both released pages were freed
+/// exactly once.
+#[test]
+fn concurrent_release_races_add() {
+    model(3, || {
+        let (m, lru) = setup(2, LruAdd::PerPage, LruRelease::Concurrent, 15);
+        let a = fault(&m, true);
+        let b = fault(&m, true);
+        lru.add(CpuId(0), a);
+        lru.add(CpuId(0), b);
+        let c = fault(&m, true);
+        let l1 = lru.clone();
+        let t1 = thread::spawn(move || l1.put_page(CpuId(1), a));
+        lru.add(CpuId(0), c);
+        lru.release_pages(CpuId(0), &[b]);
+        t1.join().unwrap();
+        let census = lru.check().unwrap();
+        assert_eq!(census.on_lru(), 1);
+        assert_eq!(lru.stats().get(LruEvent::ReleaseFree), 2);
+        assert_eq!(m.check().unwrap().allocated, 1);
+        lru.put_page(CpuId(0), c);
+        assert_eq!(m.check().unwrap().allocated, 0);
+    });
+}
+
+/// (3) A per-CPU batch against a remote `drain_all`. CPU 0 adds two pages (trylocking its
+/// batch), lets go of the second while it may still be batched, and drains locally; another
+/// thread drains every CPU remotely (blocking on CPU 0's batch lock). Loom covers the remote
+/// drain running before, between and after the adds, holding the batch lock while an add's
+/// trylock fails (that page is linked directly), and racing the local drain. In every case
+/// each page reaches its list exactly once, the batch's references are dropped exactly once
+/// (the released page is freed by whichever flush drops the last one), and nothing is left
+/// in a batch.
+#[test]
+fn batch_drain_races_remote_drain_all() {
+    // Executions in which an add's trylock lost to the remote drain, and in which both the
+    // remote and the local drain flushed pages (the remote one ran between the adds).
+    static TRYLOCK_LOST: AtomicUsize = AtomicUsize::new(0);
+    static BOTH_FLUSHED: AtomicUsize = AtomicUsize::new(0);
+    model(3, || {
+        let (m, lru) = setup(2, LruAdd::Batch, LruRelease::Locked, 3);
+        let p = fault(&m, true);
+        let q = fault(&m, false);
+        let l2 = lru.clone();
+        let drainer = thread::spawn(move || l2.drain_all());
+        lru.add(CpuId(0), p);
+        lru.add(CpuId(0), q);
+        lru.put_page(CpuId(0), q);
+        lru.drain(CpuId(0));
+        drainer.join().unwrap();
+        let c = lru.check().unwrap();
+        assert_eq!((c.batched, c.on_lru()), (0, 1));
+        assert_eq!(refcount(&m, p), 1);
+        assert!(m.pages()[p].test(pg::LRU));
+        let s = lru.stats();
+        assert_eq!(
+            s.get(LruEvent::FlushPages) + s.get(LruEvent::AddDirect),
+            2,
+            "each page linked once"
+        );
+        assert_eq!(s.get(LruEvent::ReleaseFree), 1);
+        if s.get(LruEvent::BatchTrylockFail) > 0 {
+            TRYLOCK_LOST.fetch_add(1, Relaxed);
+        }
+        if s.get(LruEvent::Flush) == 2 {
+            BOTH_FLUSHED.fetch_add(1, Relaxed);
+        }
+        assert_eq!(m.check().unwrap().allocated, 1);
+        lru.put_page(CpuId(0), p);
+        assert_eq!(m.check().unwrap().allocated, 0);
+    });
+    assert!(TRYLOCK_LOST.load(Relaxed) > 0, "no add lost its trylock");
+    assert!(
+        BOTH_FLUSHED.load(Relaxed) > 0,
+        "the remote drain never ran between the adds"
+    );
+}
+
+/// Link words in loom atomics, for the `smp_list_del` models.
+struct LoomNodes {
+    next: Vec<AtomicU32>,
+    prev: Vec<AtomicU32>,
+}
+
+impl LoomNodes {
+    fn new(n: usize) -> Self {
+        LoomNodes {
+            next: (0..n).map(|_| AtomicU32::new(NIL)).collect(),
+            prev: (0..n).map(|_| AtomicU32::new(NIL)).collect(),
+        }
+    }
+}
+
+impl Nodes for LoomNodes {
+    type Cell = AtomicU32;
+    fn next(&self, id: u32) -> &AtomicU32 {
+        &self.next[id as usize]
+    }
+    fn prev(&self, id: u32) -> &AtomicU32 {
+        &self.prev[id as usize]
+    }
+    fn nr_nodes(&self) -> usize {
+        self.next.len()
+    }
+}
+
+type Shared = Arc<(LoomNodes, ListHead<AtomicU32>)>;
+
+/// A list of nodes `0..n` in order, built with the exclusive operations.
+fn loom_list(n: u32) -> Shared {
+    let s = Arc::new((LoomNodes::new(n as usize), ListHead::new()));
+    let l = List::new(&s.0, &s.1);
+    for id in 0..n {
+        l.push_back(id);
+    }
+    s
+}
+
+fn remover(s: &Shared, id: u32) -> thread::JoinHandle<()> {
+    let s = s.clone();
+    thread::spawn(move || {
+        List::new(&s.0, &s.1).smp_del(id);
+    })
+}
+
+fn assert_left(s: &Shared, left: &[u32], removed: &[u32]) {
+    let l = List::new(&s.0, &s.1);
+    assert_eq!(l.iter(16).collect::<Vec<_>>(), left);
+    assert_eq!(l.check(left.len() as u64), Ok(left.len() as u64));
+    for &id in removed {
+        assert_eq!(s.0.next(id).load(Relaxed), NIL);
+        assert_eq!(s.0.prev(id).load(Relaxed), NIL);
+    }
+}
+
+/// (4) `smp_list_del` of two adjacent nodes in the middle of a list (`0 1 2 3`, removing 1
+/// and 2 at once) on loom atomics: the two removers contend for the link between them (1's
+/// remover locks 1 and then 0.next; 2's remover locks 2 and must lock 1.next, which 1's remover
+/// has turned into its predecessor pointer), including every weak-memory outcome of the
+/// store-buffering pairs the fences order. The result is always `0 3` with both nodes
+/// unlinked.
+#[test]
+fn smp_del_adjacent_pair() {
+    model(3, || {
+        let s = loom_list(4);
+        let t = remover(&s, 1);
+        List::new(&s.0, &s.1).smp_del(2);
+        t.join().unwrap();
+        assert_left(&s, &[0, 3], &[1, 2]);
+    });
+}
+
+/// (5) `smp_list_del` of both nodes of a two-node list at once: the head is the first node's
+/// predecessor and the second's successor, and each node is the other's neighbour, so the
+/// removers lock the head's `next`, wait on each other's link words and write the head's
+/// `prev`. The list always ends empty, the head pointing at itself.
+#[test]
+fn smp_del_whole_list() {
+    model(3, || {
+        let s = loom_list(2);
+        let t = remover(&s, 0);
+        List::new(&s.0, &s.1).smp_del(1);
+        t.join().unwrap();
+        assert_left(&s, &[], &[0, 1]);
+        let l = List::new(&s.0, &s.1);
+        assert!(l.is_empty());
+        assert_eq!((l.first(), l.last()), (None, None));
+    });
+}

