@@ -36,7 +36,8 @@ pub struct LockClassStats {
 pub struct Kernel {
     alloc: PageAllocator,
     lru: Lru,
-    rcu: Arc<RcuDomain>,
+    /// The RCU domain (a loom `Arc` under `--cfg loom`, like every sync primitive).
+    rcu: pagelab_sync::shim::Arc<RcuDomain>,
     split_ptl: Option<Arc<SplitPtl>>,
     policy: Policy,
     next_id: AtomicU32,
@@ -69,7 +70,7 @@ impl Kernel {
         &self.lru
     }
 
-    pub fn rcu(&self) -> &Arc<RcuDomain> {
+    pub fn rcu(&self) -> &pagelab_sync::shim::Arc<RcuDomain> {
         &self.rcu
     }
 

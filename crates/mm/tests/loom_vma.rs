@@ -16,9 +16,23 @@ struct Vma {
     contents: UnsafeCell<u64>,
 }
 
-// SAFETY (test scaffold): `contents` is only accessed under the protocol being checked; loom's
-// UnsafeCell reports any access the protocol fails to order.
+// SAFETY: test scaffold: `contents` is only accessed under the protocol being checked, and
+// loom's UnsafeCell reports any access the protocol fails to order.
 unsafe impl Sync for Vma {}
+
+impl Vma {
+    /// Read the contents (a reader holding the VMA read lock).
+    fn read(&self) -> u64 {
+        // SAFETY: loom tracks this access and fails the model if it races a write.
+        self.contents.with(|p| unsafe { *p })
+    }
+
+    /// Change the contents (the writer, VMA write-locked).
+    fn write(&self, v: u64) {
+        // SAFETY: as in `read`.
+        self.contents.with_mut(|p| unsafe { *p = v })
+    }
+}
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -53,13 +67,13 @@ fn reader_against_writer() {
         let (s2, v2) = (seq.clone(), v.clone());
         let reader = thread::spawn(move || {
             if let Ok(g) = v2.lock.start_read(&s2) {
-                let x = v2.contents.with(|p| unsafe { *p });
+                let x = v2.read();
                 assert!(x == 0 || x == 1);
                 drop(g);
             }
         });
         v.lock.start_write(&seq);
-        v.contents.with_mut(|p| unsafe { *p = 1 });
+        v.write(1);
         seq.end_write_all();
         reader.join().unwrap();
     });
@@ -81,7 +95,7 @@ fn sequence_advance_releases_every_vma() {
             let rb = b2.lock.start_read(&s2).is_ok();
             (ra, rb)
         });
-        a.contents.with_mut(|p| unsafe { *p = 7 });
+        a.write(7);
         seq.end_write_all();
         let (ra, rb) = reader.join().unwrap();
         // Whatever the reader saw while the writer held the locks, after the advance both VMAs
@@ -105,13 +119,13 @@ fn detached_vma_stays_unlockable() {
         let (s2, v2) = (seq.clone(), v.clone());
         let reader = thread::spawn(move || {
             if let Ok(g) = v2.lock.start_read(&s2) {
-                v2.contents.with(|p| unsafe { assert_eq!(*p, 0) });
+                assert_eq!(v2.read(), 0);
                 drop(g);
             }
         });
         v.lock.start_write(&seq);
         v.lock.mark_detached();
-        v.contents.with_mut(|p| unsafe { *p = 99 });
+        v.write(99);
         seq.end_write_all();
         reader.join().unwrap();
         assert!(v.lock.start_read(&seq).is_err());

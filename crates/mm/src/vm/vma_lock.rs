@@ -45,6 +45,9 @@ pub enum ReadLockFail {
     Detached,
 }
 
+// Every VMA of an engine uses the same variant, and boxing the rwsem would put a pointer
+// chase on every fault, so the size difference is the price of the dispatch.
+#[allow(clippy::large_enum_variant)]
 enum Inner {
     Rwsem {
         lock: RwSem<()>,
@@ -132,12 +135,8 @@ impl VmaLock {
             return Err(ReadLockFail::Locked);
         }
         let guard = match &self.inner {
-            Inner::Rwsem { lock, detached } => {
-                let g = lock.try_read().ok_or(ReadLockFail::Locked)?;
-                if detached.load(Ordering::Acquire) {
-                    return Err(ReadLockFail::Detached);
-                }
-                VmaReadGuard::Rwsem(g)
+            Inner::Rwsem { lock, .. } => {
+                VmaReadGuard::Rwsem(lock.try_read().ok_or(ReadLockFail::Locked)?)
             }
             Inner::Refcount { refcnt } => {
                 // refcount_inc_not_zero_limited: refuse detached (0) and writer-held counts.
@@ -165,6 +164,16 @@ impl VmaLock {
         // Re-check with acquire ordering now that a writer must wait for us.
         if self.vm_lock_seq.load(Ordering::Acquire) == mm_seq.load() {
             return Err(ReadLockFail::Locked);
+        }
+        // Only now: a writer detaches while the VMA is write-locked, so a reader that got past
+        // the sequence check saw the advance that ends that write lock (acquire) and with it the
+        // detach. Checking `detached` before the sequence (as an earlier version did) lets a
+        // reader miss a detach that lands in between; the loom model `detached_vma_stays_
+        // unlockable` finds that interleaving.
+        if let Inner::Rwsem { detached, .. } = &self.inner
+            && detached.load(Ordering::Acquire)
+        {
+            return Err(ReadLockFail::Detached);
         }
         Ok(guard)
     }
