@@ -36,6 +36,23 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "linux-6.7",
         include_str!("../../../profiles/linux-6.7.toml"),
     ),
+    (
+        "lru-lock-base",
+        include_str!("../../../profiles/lru-lock-base.toml"),
+    ),
+    (
+        "lru-lock-splice",
+        include_str!("../../../profiles/lru-lock-splice.toml"),
+    ),
+    (
+        "mm-unstable-20230210",
+        include_str!("../../../profiles/mm-unstable-20230210.toml"),
+    ),
+    ("pvl-v2", include_str!("../../../profiles/pvl-v2.toml")),
+    (
+        "pvl-refcount",
+        include_str!("../../../profiles/pvl-refcount.toml"),
+    ),
 ];
 
 /// A loaded profile: its name, its policy and the text it came from.
