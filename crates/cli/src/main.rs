@@ -83,6 +83,22 @@ enum Micro {
     /// The page allocator: per-CPU lists against the zone alone, high-order lists, and a
     /// cross-CPU producer/consumer, with zone->lock counts.
     Alloc(AllocArgs),
+    /// The anonymous fault path on the engine against the host kernel, with zeroing measured
+    /// apart so that the fault path without it can be read off.
+    Fault(FaultArgs),
+}
+
+#[derive(Args)]
+struct FaultArgs {
+    /// Mapping written per pass.
+    #[arg(long, default_value = "128M", value_parser = parse_bytes)]
+    size: u64,
+    /// Timed passes per target; the median is reported.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    rounds: u64,
+    /// Engine profiles to measure (shipped names or paths). Repeatable; default linux-6.7.
+    #[arg(long = "profile", value_name = "NAME|PATH")]
+    profiles: Vec<String>,
 }
 
 #[derive(Args)]
@@ -228,6 +244,21 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Run(a) => run_cmd(a),
+        Command::Micro(Micro::Fault(a)) => {
+            let names = if a.profiles.is_empty() {
+                vec!["linux-6.7".to_string()]
+            } else {
+                a.profiles
+            };
+            let profs = names
+                .iter()
+                .map(|n| profiles::load(n).map(|p| (p.name, p.policy)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let stop = interrupt_flag();
+            let rep = pagelab_bench::micro::fault::run(&profs, a.size, a.rounds as usize, &stop)?;
+            print!("{}", rep.render());
+            Ok(())
+        }
         Command::Micro(Micro::Alloc(a)) => {
             let extra = a
                 .profiles

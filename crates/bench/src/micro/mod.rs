@@ -3,6 +3,7 @@
 //! machine hits them all alike, and prints ratios next to absolute figures.
 
 pub mod alloc;
+pub mod fault;
 
 use std::time::Instant;
 

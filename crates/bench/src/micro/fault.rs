@@ -1,0 +1,182 @@
+//! `pagelab micro fault`: what one anonymous page fault costs, taken apart.
+//!
+//! One task maps a region, writes one word per page (every write faults), and unmaps it, over
+//! and over. Only the writing phase is timed, so the figure is the fault path (RCU lookup,
+//! per-VMA or mmap_lock, page-table walk, page allocation, zeroing, PTE install, LRU add, RSS),
+//! not munmap. Side by side in the same run, and interleaved round by round:
+//! - the same loop on the host kernel (real faults);
+//! - zeroing alone: `clear_page` on as many cold arena frames, which is subtracted to give the
+//!   fault path with zeroing excluded.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use pagelab_mm::{CpuId, Gfp, Policy};
+use pagelab_workloads::engine::{self, EngineVm};
+use pagelab_workloads::host::HostVm;
+use pagelab_workloads::vm::Vm;
+use pagelab_workloads::{Mode, WorkloadError};
+
+use super::median;
+
+/// One profile's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultRow {
+    pub profile: String,
+    pub fault_ns: f64,
+    pub zero_ns: f64,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultReport {
+    pub rows: Vec<FaultRow>,
+    pub host_fault_ns: f64,
+    pub pages: u64,
+    pub rounds: usize,
+    pub interrupted: bool,
+}
+
+/// ns per page of writing one word into each page of a fresh `bytes` mapping.
+fn touch_ns<V: Vm>(vm: &V, bytes: u64) -> Result<f64, WorkloadError> {
+    let a = vm.mmap_anon(bytes)?;
+    let t = Instant::now();
+    let mut off = 0;
+    while off < bytes {
+        vm.store(a + off)?;
+        off += 4096;
+    }
+    let ns = t.elapsed().as_nanos() as f64 / (bytes / 4096) as f64;
+    vm.munmap(a, bytes)?;
+    Ok(ns)
+}
+
+/// Run `rounds` rounds over `profiles`, mapping `bytes` per pass.
+pub fn run(
+    profiles: &[(String, Policy)],
+    bytes: u64,
+    rounds: usize,
+    stop: &AtomicBool,
+) -> Result<FaultReport, String> {
+    let pages = bytes / 4096;
+    let arena = bytes * 2 + (64 << 20);
+    let mut engines = Vec::new();
+    for (name, p) in profiles {
+        let k = engine::boot(p, arena, 1).map_err(|e| format!("{name}: {e}"))?;
+        let (erun, mut vms) =
+            engine::tasks(&k, 1, Mode::Processes, false).map_err(|e| e.to_string())?;
+        let vm: EngineVm = vms.pop().expect("one task");
+        engines.push((name.clone(), k, erun, vm));
+    }
+    let host = HostVm::new();
+    pagelab_workloads::pin::pin_to_core(0);
+    let mut fault = vec![Vec::new(); engines.len()];
+    let mut zero = vec![Vec::new(); engines.len()];
+    let mut hostv = Vec::new();
+    let mut interrupted = false;
+    // One warm-up pass each.
+    for (_, _, _, vm) in &engines {
+        touch_ns(vm, bytes).map_err(|e| e.to_string())?;
+    }
+    touch_ns(&host, bytes).map_err(|e| e.to_string())?;
+    for _ in 0..rounds {
+        for (i, (_, k, _, vm)) in engines.iter().enumerate() {
+            fault[i].push(touch_ns(vm, bytes).map_err(|e| e.to_string())?);
+            // Zeroing alone: take as many frames from the allocator, zero them, free them.
+            let mem = k.mem();
+            let mut frames = Vec::with_capacity(pages as usize);
+            for _ in 0..pages {
+                frames.push(
+                    mem.alloc_page(CpuId(0), Gfp::USER)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            let t = Instant::now();
+            for &f in &frames {
+                mem.arena().zero_page(f);
+            }
+            zero[i].push(t.elapsed().as_nanos() as f64 / pages as f64);
+            for f in frames {
+                mem.free_pages(CpuId(0), f, 0);
+            }
+        }
+        hostv.push(touch_ns(&host, bytes).map_err(|e| e.to_string())?);
+        if stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
+    }
+    let rows = engines
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ..))| FaultRow {
+            profile: name.clone(),
+            fault_ns: median(&mut fault[i]),
+            zero_ns: median(&mut zero[i]),
+        })
+        .collect();
+    Ok(FaultReport {
+        rows,
+        host_fault_ns: median(&mut hostv),
+        pages,
+        rounds,
+        interrupted,
+    })
+}
+
+impl FaultReport {
+    pub fn render(&self) -> String {
+        use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED);
+        t.set_header([
+            "target",
+            "ns/fault",
+            "faults/s",
+            "vs host kernel",
+            "zeroing ns/page",
+            "fault path without zeroing, ns",
+        ]);
+        t.add_row(vec![
+            "host kernel".to_string(),
+            format!("{:.0}", self.host_fault_ns),
+            format!("{:.3}M", 1e3 / self.host_fault_ns),
+            "1.00x".into(),
+            "-".into(),
+            "-".into(),
+        ]);
+        for r in &self.rows {
+            t.add_row(vec![
+                format!("engine:{}", r.profile),
+                format!("{:.0}", r.fault_ns),
+                format!("{:.3}M", 1e3 / r.fault_ns),
+                format!("{:.2}x", self.host_fault_ns / r.fault_ns),
+                format!("{:.0}", r.zero_ns),
+                format!("{:.0}", r.fault_ns - r.zero_ns),
+            ]);
+        }
+        let mut out = format!(
+            "Anonymous write faults, one task: {} pages per pass, median of {} rounds (munmap not timed)\n{t}\n",
+            self.pages, self.rounds
+        );
+        if self.interrupted {
+            out += "interrupted: the table holds what finished\n";
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quick_run_reports_every_profile_and_the_host() {
+        let stop = AtomicBool::new(false);
+        let profiles = vec![("default".to_string(), Policy::default())];
+        let r = run(&profiles, 4 << 20, 1, &stop).unwrap();
+        assert_eq!(r.rows.len(), 1);
+        assert!(r.host_fault_ns > 0.0 && r.rows[0].fault_ns > 0.0 && r.rows[0].zero_ns > 0.0);
+        assert!(r.render().contains("host kernel"));
+    }
+}
