@@ -5,3 +5,4 @@ pub mod host;
 pub mod micro;
 pub mod profiles;
 pub mod run;
+pub mod stats;

@@ -259,20 +259,19 @@ pub fn run(
     Ok(rows)
 }
 
-fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        f64::NAN
+/// The mmtests summary of a metric: Hmean and HStddev for rates, Amean and Stddev otherwise.
+fn summary(m: &Metric) -> (f64, f64) {
+    if m.higher_is_better {
+        (
+            crate::stats::hmean(&m.samples),
+            crate::stats::hstddev(&m.samples),
+        )
     } else {
-        v.iter().sum::<f64>() / v.len() as f64
+        (
+            crate::stats::amean(&m.samples),
+            crate::stats::stddev(&m.samples),
+        )
     }
-}
-
-fn stddev(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
 }
 
 /// Human-readable rate: 1.23M.
@@ -299,8 +298,13 @@ pub fn render(req: &RunRequest, rows: &[RunRow]) -> String {
     t.load_preset(UTF8_FULL_CONDENSED);
     let mut header = vec!["mode".to_string(), "tasks".to_string()];
     for m in &first.metrics {
-        header.push(format!("{} mean", m.name));
-        header.push("stddev".into());
+        let (avg, sd) = if m.higher_is_better {
+            ("Hmean", "HStddev")
+        } else {
+            ("Amean", "Stddev")
+        };
+        header.push(format!("{} {avg}", m.name));
+        header.push(sd.into());
         header.push("per task".into());
         header.push("vs first".into());
     }
@@ -310,10 +314,10 @@ pub fn render(req: &RunRequest, rows: &[RunRow]) -> String {
         let base = rows.iter().find(|b| b.mode == r.mode).unwrap_or(r);
         let mut row = vec![r.mode.to_string(), r.tasks.to_string()];
         for (i, m) in r.metrics.iter().enumerate() {
-            let mu = mean(&m.samples);
-            let b = base.metrics.get(i).map_or(f64::NAN, |bm| mean(&bm.samples));
+            let (mu, sd) = summary(m);
+            let b = base.metrics.get(i).map_or(f64::NAN, |bm| summary(bm).0);
             row.push(rate(mu));
-            row.push(rate(stddev(&m.samples)));
+            row.push(rate(sd));
             row.push(if m.name == "faults/cpu" {
                 "-".into()
             } else {
