@@ -1,7 +1,7 @@
 //! Background engine threads: the userspace stand-ins for kernel threads (the prezeroing
 //! `kscrubd`, the vmstat worker that decays pcp high marks, later kswapd).
 //!
-//! A `Kthread` runs its body every `interval` or when woken, and is stopped and joined when the
+//! A `Kthread` runs its body every `interval`, and is stopped and joined when the
 //! handle drops, so an engine never leaks a thread past its own lifetime.
 
 use std::sync::{Arc, Condvar, Mutex};
@@ -16,7 +16,6 @@ struct Control {
 #[derive(Default)]
 struct State {
     stop: bool,
-    woken: bool,
 }
 
 /// Handle to a background thread.
@@ -25,25 +24,8 @@ pub struct Kthread {
     join: Option<JoinHandle<()>>,
 }
 
-/// A cheap clonable waker for a [`Kthread`].
-#[derive(Clone)]
-pub struct Waker {
-    ctl: Arc<Control>,
-}
-
-impl Waker {
-    /// Wake the thread now (`wake_up_process`); cheap if it is already awake.
-    pub fn wake(&self) {
-        let mut s = self.ctl.state.lock().unwrap();
-        if !s.woken {
-            s.woken = true;
-            self.ctl.cv.notify_one();
-        }
-    }
-}
-
 impl Kthread {
-    /// Spawn `body`, called once per wake-up or `interval`, until the handle drops.
+    /// Spawn `body`, called once per `interval`, until the handle drops.
     pub fn spawn(
         name: &str,
         interval: Duration,
@@ -60,13 +42,12 @@ impl Kthread {
                 loop {
                     {
                         let mut s = c.state.lock().unwrap();
-                        if !s.woken && !s.stop {
+                        if !s.stop {
                             s = c.cv.wait_timeout(s, interval).unwrap().0;
                         }
                         if s.stop {
                             return;
                         }
-                        s.woken = false;
                     }
                     body();
                 }
@@ -75,12 +56,6 @@ impl Kthread {
             ctl,
             join: Some(join),
         })
-    }
-
-    pub fn waker(&self) -> Waker {
-        Waker {
-            ctl: self.ctl.clone(),
-        }
     }
 }
 
@@ -100,14 +75,13 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
-    fn runs_when_woken_and_stops_on_drop() {
+    fn runs_every_interval_and_stops_on_drop() {
         let n = Arc::new(AtomicUsize::new(0));
         let n2 = n.clone();
-        let k = Kthread::spawn("test", Duration::from_secs(3600), move || {
+        let k = Kthread::spawn("test", Duration::from_millis(1), move || {
             n2.fetch_add(1, Ordering::SeqCst);
         })
         .unwrap();
-        k.waker().wake();
         let t0 = std::time::Instant::now();
         while n.load(Ordering::SeqCst) == 0 {
             assert!(t0.elapsed() < Duration::from_secs(30), "never ran");

@@ -14,6 +14,7 @@
 //! | on a per-CPU list | pcp list links | order | migratetype |
 //! | compound tail (`PG_tail`) | - | head pfn | - |
 //! | slab page (`PG_slab`, head) | node partial list links | slab state | slab state |
+//! | on an LRU list (`PG_lru`) | circular LRU links (`u32::MAX - 1` and `- 2` reserved for list heads) | owner-specific | owner-specific |
 //!
 //! Invariant checked by the allocator's `check`: a frame is on at most one list, and a block on a
 //! buddy free list has `PG_buddy` set on its head only.

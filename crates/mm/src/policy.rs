@@ -336,8 +336,9 @@ pub enum LruAdd {
     /// Per-CPU `folio_batch` of `batch` pages, flushed with one lock hold per run of pages of
     /// the same lruvec (`lru_add_drain`, `folio_batch_move_lru`).
     Batch,
-    /// Daniel Jordan 2018: sort the batch into per-lruvec local lists outside the lock, set the
-    /// LRU flag with release ordering, splice each list under one lock hold.
+    /// Daniel Jordan 2018: sort the batch into per-lruvec local lists outside the lock, splice
+    /// each list under one lock hold, then set the LRU flag with release ordering (setting it
+    /// before the splice would let an isolator unlink a page still on the private list).
     Splice,
 }
 

@@ -9,3 +9,13 @@ pub fn pin_to_core(core: usize) -> bool {
     set.set(core % cores);
     rustix::thread::sched_setaffinity(None, &set).is_ok()
 }
+
+/// Let the calling thread run on every core again.
+pub fn unpin() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut set = rustix::thread::CpuSet::new();
+    for c in 0..cores {
+        set.set(c);
+    }
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}

@@ -27,7 +27,7 @@ use pagelab_sync::LockStatsSnapshot;
 
 use super::{median, ns_per_op};
 use crate::profiles::Profile;
-use pagelab_workloads::pin::pin_to_core;
+use pagelab_workloads::pin::{pin_to_core, unpin};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -450,7 +450,7 @@ pub fn run(
         sl.shrink();
     }
     drop(slabs);
-    pin_to_core_all();
+    unpin();
 
     // Every pass frees what it allocates: the allocators must be whole.
     for b in &built {
@@ -464,16 +464,6 @@ pub fn run(
         }
     }
     Ok(rep)
-}
-
-/// Undo the pinning of the calling thread.
-fn pin_to_core_all() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut set = rustix::thread::CpuSet::new();
-    for c in 0..cores {
-        set.set(c);
-    }
-    let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
 fn table(header: &[&str]) -> Table {

@@ -26,7 +26,7 @@ use crate::arena::{Arena, ArenaConfig, ArenaError};
 use crate::cpu::CpuId;
 use crate::kthread::Kthread;
 use crate::page::{PageArray, Pfn, pg};
-use crate::policy::{PcpLists, Policy};
+use crate::policy::Policy;
 use crate::vmstat::{VmEvent, VmEvents};
 use buddy::{MAX_ORDER, MigrateType, Wmark, ZONE_BELOW_HIGH, Zone};
 use pcp::{PcpParams, PcpState};
@@ -362,18 +362,6 @@ impl Mem {
         &self.pcp[zone * self.nr_cpus + cpu.idx()]
     }
 
-    /// Lock the pcp of (`zone`, `cpu`) for inspection (tests, reports).
-    pub fn pcp_state(&self, zone: usize, cpu: CpuId) -> pagelab_sync::SpinGuard<'_, PcpState> {
-        self.pcp(zone, cpu).lock()
-    }
-
-    /// Free frames: buddy lists, pcps and the prezero pool (racy sum, for reports).
-    pub fn nr_free_pages(&self) -> u64 {
-        let buddy: i64 = self.zones.iter().map(|z| z.free_pages()).sum();
-        let pcp: u64 = self.pcp.iter().map(|p| u64::from(p.lock().count)).sum();
-        buddy as u64 + pcp + self.prezero.as_ref().map_or(0, |p| p.len() as u64)
-    }
-
     /// Frames managed by all zones.
     pub fn managed_pages(&self) -> u64 {
         self.zones.iter().map(|z| z.managed).sum()
@@ -646,11 +634,6 @@ impl Mem {
         }
     }
 
-    /// Pages in the prezeroed pool (0 when prezeroing is off).
-    pub fn prezeroed_pages(&self) -> usize {
-        self.prezero.as_ref().map_or(0, |p| p.len())
-    }
-
     /// Lock statistics of zone->lock and pcp->lock, summed over instances.
     pub fn lock_stats(&self) -> AllocLockStats {
         let mut s = AllocLockStats::default();
@@ -677,11 +660,6 @@ impl Mem {
     /// The spinlock kind the policy chose.
     pub fn spinlock_kind(&self) -> LockKind {
         self.policy.locks.spinlock
-    }
-
-    /// Whether any pcp caches `order`.
-    pub fn pcp_caches(&self, order: u32) -> bool {
-        self.policy.pcp.lists != PcpLists::None && self.pcp_params[0].allowed(order)
     }
 
     /// Check every allocator invariant and count frames by state. Call only while no other
