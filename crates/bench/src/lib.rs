@@ -1,8 +1,13 @@
 //! pagelab's harness: host facts, profiles, micro-benchmarks (and, as it grows, the runner,
 //! results store, statistics and comparisons).
 
+pub mod compare;
+pub mod experiments;
 pub mod host;
+pub mod import;
 pub mod micro;
 pub mod profiles;
+pub mod results;
 pub mod run;
 pub mod stats;
+pub mod store;

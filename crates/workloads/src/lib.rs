@@ -16,6 +16,7 @@
 
 pub mod engine;
 pub mod host;
+pub mod host_proc;
 pub mod lameter;
 pub mod page_fault;
 pub mod pft;

@@ -1,0 +1,175 @@
+//! The data a run leaves behind, as the results store keeps it and as compare, export, import
+//! and (later) the projector exchange it.
+//!
+//! A *run* is one invocation (a `pagelab run`, one experiment member, an import, a projection)
+//! under a *label*, the name a comparison's column carries, like a kernel name in an mmtests
+//! report. Its *samples* are keyed by mode, task count and metric; `repeat` numbers the
+//! repetitions of the whole measurement (`--repeats`), and `seq` orders samples within one.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a run's numbers come from. Compare and reports treat all alike but say which is which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// Measured here, on the engine or on the host kernel.
+    Measured,
+    /// Computed by the projector for a machine description.
+    Projected,
+    /// Produced by the real tools (will-it-scale, pft) anywhere, then imported.
+    Imported,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Still being written (or its writer died: the samples it stored are kept).
+    Running,
+    Complete,
+    /// Stopped early (Ctrl-C, a failure): what was measured is stored.
+    Incomplete,
+}
+
+macro_rules! str_enum {
+    ($t:ty, $what:literal, $($v:ident => $s:literal),+) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),+ }
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok(Self::$v),)+
+                    _ => Err(format!(concat!("unknown ", $what, " `{}`; expected {}"), s,
+                        [$($s),+].join(", "))),
+                }
+            }
+        }
+    };
+}
+
+str_enum!(Origin, "origin", Measured => "measured", Projected => "projected", Imported => "imported");
+str_enum!(Status, "status", Running => "running", Complete => "complete", Incomplete => "incomplete");
+
+/// What describes a run, written once when it starts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunMeta {
+    /// The comparison column this run belongs to (default: the profile name, or `kernel-<release>`).
+    pub label: String,
+    /// Workload name (`page_fault1`, `pft`, ...; imports may name others).
+    pub workload: String,
+    /// `engine`, `kernel`, or for imports the tool (`will-it-scale`, `pft`, `csv`).
+    pub target: String,
+    pub origin: Origin,
+    /// Profile name, for engine and projected runs.
+    pub profile: Option<String>,
+    /// The profile as run: its full TOML with every key (defaults filled in).
+    pub profile_toml: Option<String>,
+    /// The host facts as JSON ([`crate::host::HostInfo`]) where the run was made; for imports,
+    /// what the user said about the machine, if anything.
+    pub host_json: Option<String>,
+    /// For projected runs, the machine description's name; for imports, a free description.
+    pub machine: Option<String>,
+    /// The experiment this run was made for, if any.
+    pub experiment: Option<String>,
+    pub pagelab_version: String,
+    /// The command line, for the record.
+    pub command: String,
+}
+
+/// What one set of samples measures.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SampleKey {
+    /// `processes` or `threads`.
+    pub mode: String,
+    pub tasks: u32,
+    /// `faults/sec`, `faults/cpu`, ...
+    pub metric: String,
+    pub higher_is_better: bool,
+}
+
+/// A run as listed from the store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredRun {
+    pub id: i64,
+    pub meta: RunMeta,
+    pub status: Status,
+    /// RFC 3339, UTC.
+    pub started: String,
+    pub finished: Option<String>,
+    pub nr_samples: u64,
+}
+
+/// One sample, with what a comparison needs to group it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SampleRow {
+    pub run_id: i64,
+    pub label: String,
+    pub workload: String,
+    pub origin: Origin,
+    pub key: SampleKey,
+    pub repeat: u32,
+    pub seq: u32,
+    pub value: f64,
+}
+
+/// An engine counter over one measured window (lock statistics, VM events).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CounterRow {
+    pub run_id: i64,
+    pub mode: String,
+    pub tasks: u32,
+    pub repeat: u32,
+    /// `event:<name>` or `lock:<class>:acquisitions|contended|wait_ns`.
+    pub name: String,
+    pub value: f64,
+}
+
+/// Which runs a listing, export or deletion selects. Empty fields select everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunFilter {
+    pub ids: Vec<i64>,
+    pub labels: Vec<String>,
+    pub workload: Option<String>,
+    pub origin: Option<Origin>,
+    pub status: Option<Status>,
+    pub experiment: Option<String>,
+}
+
+/// A whole run in memory: what an importer produces and what `Store::insert_run` stores in one
+/// transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunData {
+    pub meta: RunMeta,
+    pub status: Status,
+    /// `(key, repeat, samples in order)`.
+    pub samples: Vec<(SampleKey, u32, Vec<f64>)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enums_round_trip_and_reject_unknown_names() {
+        for o in [Origin::Measured, Origin::Projected, Origin::Imported] {
+            assert_eq!(o.as_str().parse::<Origin>().unwrap(), o);
+        }
+        for s in [Status::Running, Status::Complete, Status::Incomplete] {
+            assert_eq!(s.to_string().parse::<Status>().unwrap(), s);
+        }
+        let e = "done".parse::<Status>().unwrap_err();
+        assert!(e.contains("running, complete, incomplete"), "{e}");
+    }
+}
