@@ -1,1 +1,570 @@
-//! (being written)
+//! Comparison tables the way mmtests' `compare-kernels.sh` prints them, so a pagelab result can be
+//! pasted into a mailing-list thread and read like every other one:
+//!
+//! ```text
+//!                           mm-unstable-20230210                  pvl-v2
+//! Hmean     faults/sec-4   2965588.9697 (   0.00%)   2683651.5664 *  -9.51%*
+//! ```
+//!
+//! The first label is the baseline; every other column shows its value and its percent change
+//! against the baseline, positive meaning better (see [`crate::stats::pct_change`]). The change
+//! on the mean row is between asterisks when the selected significance rule says the difference
+//! is significant, in parentheses otherwise; the spread and extreme rows always use parentheses.
+//! One section per (workload, mode); within a section the rows go statistic by statistic, each
+//! over every metric and task count, as mmtests orders them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::results::{Origin, SampleKey, SampleRow};
+use crate::stats::{self, Significance};
+
+/// One statistic row of a comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Stat {
+    Min,
+    Hmean,
+    Amean,
+    Stddev,
+    CoeffVar,
+    HStddev,
+    HCoeffVar,
+    Max,
+    /// Hmean (or Amean) of the best P percent of samples.
+    Best(u32),
+}
+
+impl Stat {
+    pub fn name(self, higher_is_better: bool) -> String {
+        match self {
+            Stat::Min => "Min".into(),
+            Stat::Hmean => "Hmean".into(),
+            Stat::Amean => "Amean".into(),
+            Stat::Stddev => "Stddev".into(),
+            Stat::CoeffVar => "CoeffVar".into(),
+            Stat::HStddev => "HStddev".into(),
+            Stat::HCoeffVar => "HCoeffVar".into(),
+            Stat::Max => "Max".into(),
+            Stat::Best(p) if higher_is_better => format!("BHmean-{p}"),
+            Stat::Best(p) => format!("BAmean-{p}"),
+        }
+    }
+
+    /// The statistics printed for a metric, in mmtests' order.
+    fn for_metric(higher_is_better: bool) -> Vec<Stat> {
+        if higher_is_better {
+            vec![
+                Stat::Min,
+                Stat::Hmean,
+                Stat::Stddev,
+                Stat::CoeffVar,
+                Stat::HStddev,
+                Stat::HCoeffVar,
+                Stat::Max,
+                Stat::Best(50),
+                Stat::Best(95),
+                Stat::Best(99),
+            ]
+        } else {
+            vec![
+                Stat::Min,
+                Stat::Amean,
+                Stat::Stddev,
+                Stat::CoeffVar,
+                Stat::Max,
+                Stat::Best(50),
+                Stat::Best(95),
+                Stat::Best(99),
+            ]
+        }
+    }
+
+    fn compute(self, x: &[f64], higher_is_better: bool) -> f64 {
+        let best = |p| {
+            if higher_is_better {
+                stats::bhmean(x, p, true)
+            } else {
+                let mut v = x.to_vec();
+                v.sort_by(f64::total_cmp);
+                let k = ((x.len() as u64 * u64::from(p)) / 100).max(1) as usize;
+                stats::amean(&v[..k.min(v.len())])
+            }
+        };
+        match self {
+            Stat::Min => x.iter().copied().fold(f64::INFINITY, f64::min),
+            Stat::Max => x.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Stat::Hmean => stats::hmean(x),
+            Stat::Amean => stats::amean(x),
+            Stat::Stddev => stats::stddev(x),
+            Stat::CoeffVar => stats::coeff_var(x),
+            Stat::HStddev => stats::hstddev(x),
+            Stat::HCoeffVar => stats::hcoeff_var(x),
+            Stat::Best(p) => best(p),
+        }
+    }
+
+    /// Spread rows improve downwards whatever the metric.
+    fn higher_is_better(self, metric_higher: bool) -> bool {
+        match self {
+            Stat::Stddev | Stat::CoeffVar | Stat::HStddev | Stat::HCoeffVar => false,
+            _ => metric_higher,
+        }
+    }
+
+    fn is_mean(self) -> bool {
+        matches!(self, Stat::Hmean | Stat::Amean)
+    }
+}
+
+/// One cell: a column's value and its change against the baseline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cell {
+    /// `None` when the column has no samples for this row.
+    pub value: Option<f64>,
+    pub pct_change: Option<f64>,
+    /// Only mean rows carry a verdict; `None` elsewhere.
+    pub significant: Option<bool>,
+    pub samples: usize,
+}
+
+/// One printed row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    pub stat: String,
+    pub metric: String,
+    pub tasks: u32,
+    pub cells: Vec<Cell>,
+}
+
+/// The rows of one (workload, mode).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Section {
+    pub workload: String,
+    pub mode: String,
+    pub rows: Vec<Row>,
+}
+
+/// A column: a label and where its numbers come from.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Column {
+    pub label: String,
+    pub origins: Vec<Origin>,
+    pub runs: Vec<i64>,
+}
+
+/// A whole comparison.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    pub columns: Vec<Column>,
+    pub rule: String,
+    pub sections: Vec<Section>,
+}
+
+fn rule_name(r: Significance) -> &'static str {
+    match r {
+        Significance::TTest => "t-test (2018-2024 rule, p < 0.10)",
+        Significance::Interval => "interval (mean +/- 1.959964 sd do not overlap)",
+    }
+}
+
+/// Build the comparison of `labels` (the first is the baseline) from `samples`, which may hold
+/// other labels too (they are ignored). Errors when a label has no samples or nothing is left
+/// to compare.
+pub fn build(
+    samples: &[SampleRow],
+    labels: &[String],
+    rule: Significance,
+) -> Result<Comparison, String> {
+    if labels.is_empty() {
+        return Err("nothing to compare: name at least one label".into());
+    }
+    let mut columns = Vec::new();
+    for l in labels {
+        let mine: Vec<&SampleRow> = samples.iter().filter(|s| &s.label == l).collect();
+        if mine.is_empty() {
+            return Err(format!(
+                "label `{l}` has no samples; `pagelab runs` lists the labels in the store"
+            ));
+        }
+        let origins: BTreeSet<&str> = mine.iter().map(|s| s.origin.as_str()).collect();
+        let runs: BTreeSet<i64> = mine.iter().map(|s| s.run_id).collect();
+        columns.push(Column {
+            label: l.clone(),
+            origins: origins
+                .into_iter()
+                .map(|o| o.parse().expect("own name"))
+                .collect(),
+            runs: runs.into_iter().collect(),
+        });
+    }
+    // (workload, mode) -> key -> label index -> values
+    type Groups<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<&'a SampleKey, Vec<Vec<f64>>>>;
+    let mut groups: Groups = BTreeMap::new();
+    let mut metric_order: Vec<&str> = Vec::new();
+    for s in samples {
+        let Some(col) = labels.iter().position(|l| l == &s.label) else {
+            continue;
+        };
+        if !metric_order.contains(&s.key.metric.as_str()) {
+            metric_order.push(&s.key.metric);
+        }
+        groups
+            .entry((&s.workload, &s.key.mode))
+            .or_default()
+            .entry(&s.key)
+            .or_insert_with(|| vec![Vec::new(); labels.len()])[col]
+            .push(s.value);
+    }
+    let mut sections = Vec::new();
+    for ((workload, mode), keys) in groups {
+        // Rows exist where the baseline or any column has data; a section needs two columns
+        // with data somewhere unless only one label was asked for.
+        let mut keys: Vec<(&SampleKey, Vec<Vec<f64>>)> = keys.into_iter().collect();
+        keys.sort_by_key(|(k, _)| {
+            (
+                metric_order.iter().position(|m| *m == k.metric),
+                k.tasks,
+                k.higher_is_better,
+            )
+        });
+        let higher_all: BTreeSet<bool> = keys.iter().map(|(k, _)| k.higher_is_better).collect();
+        let mut rows = Vec::new();
+        for higher in higher_all.into_iter().rev() {
+            for stat in Stat::for_metric(higher) {
+                for (k, cols) in keys.iter().filter(|(k, _)| k.higher_is_better == higher) {
+                    let base = &cols[0];
+                    let hib = stat.higher_is_better(higher);
+                    let base_v = (!base.is_empty()).then(|| stat.compute(base, higher));
+                    let cells = cols
+                        .iter()
+                        .map(|x| {
+                            if x.is_empty() {
+                                return Cell {
+                                    value: None,
+                                    pct_change: None,
+                                    significant: None,
+                                    samples: 0,
+                                };
+                            }
+                            let v = stat.compute(x, higher);
+                            let pct = base_v.map(|b| {
+                                if b == v {
+                                    0.0
+                                } else {
+                                    stats::pct_change(b, v, hib)
+                                }
+                            });
+                            let sig = (stat.is_mean() && !base.is_empty())
+                                .then(|| stats::significant(base, x, higher, rule));
+                            Cell {
+                                value: Some(v),
+                                pct_change: pct,
+                                significant: sig,
+                                samples: x.len(),
+                            }
+                        })
+                        .collect();
+                    rows.push(Row {
+                        stat: stat.name(higher),
+                        metric: k.metric.clone(),
+                        tasks: k.tasks,
+                        cells,
+                    });
+                }
+            }
+        }
+        sections.push(Section {
+            workload: workload.to_string(),
+            mode: mode.to_string(),
+            rows,
+        });
+    }
+    if sections.is_empty() {
+        return Err("nothing to compare: the selected runs hold no samples".into());
+    }
+    Ok(Comparison {
+        columns,
+        rule: rule_name(rule).into(),
+        sections,
+    })
+}
+
+fn fmt_value(v: Option<f64>) -> String {
+    match v {
+        Some(v) if v.is_finite() => format!("{v:.4}"),
+        Some(_) => "NaN".into(),
+        None => "-".into(),
+    }
+}
+
+fn fmt_change(c: &Cell) -> String {
+    match c.pct_change {
+        Some(p) if p.is_finite() => {
+            if c.significant == Some(true) {
+                format!("*{p:7.2}%*")
+            } else {
+                format!("({p:7.2}%)")
+            }
+        }
+        _ => "(     NA )".into(),
+    }
+}
+
+impl Comparison {
+    /// mmtests' text table.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        for s in &self.sections {
+            let row_name = |r: &Row| format!("{}-{}", r.metric, r.tasks);
+            let name_w = s.rows.iter().map(|r| row_name(r).len()).max().unwrap_or(0);
+            let val_w = s
+                .rows
+                .iter()
+                .flat_map(|r| r.cells.iter().map(|c| fmt_value(c.value).len()))
+                .max()
+                .unwrap_or(1)
+                + 3;
+            let col_w = val_w + 11;
+            let _ = writeln!(out, "{} {}", s.workload, s.mode);
+            let mut header = " ".repeat(10 + name_w);
+            for c in &self.columns {
+                let _ = write!(header, "{:>col_w$}", c.label);
+            }
+            let _ = writeln!(out, "{}", header.trim_end());
+            for r in &s.rows {
+                let mut line = format!("{:<10}{:<name_w$}", r.stat, row_name(r));
+                for c in &r.cells {
+                    let _ = write!(line, "{:>val_w$} {}", fmt_value(c.value), fmt_change(c));
+                }
+                let _ = writeln!(out, "{line}");
+            }
+            out.push('\n');
+        }
+        let others: Vec<String> = self
+            .columns
+            .iter()
+            .filter(|c| c.origins != [Origin::Measured])
+            .map(|c| {
+                let o: Vec<&str> = c.origins.iter().map(|o| o.as_str()).collect();
+                format!("{} is {}", c.label, o.join("+"))
+            })
+            .collect();
+        if !others.is_empty() {
+            let _ = writeln!(out, "note: {}", others.join("; "));
+        }
+        let _ = writeln!(out, "significance: {}", self.rule);
+        out
+    }
+
+    /// A GitHub-flavoured markdown table per section; significant changes in bold.
+    pub fn render_markdown(&self) -> String {
+        let mut out = String::new();
+        for s in &self.sections {
+            let _ = writeln!(out, "### {} {}\n", s.workload, s.mode);
+            let mut h = "| stat | metric |".to_string();
+            let mut sep = "|---|---|".to_string();
+            for c in &self.columns {
+                let _ = write!(h, " {} |", c.label.replace('|', "\\|"));
+                sep += "---:|";
+            }
+            let _ = writeln!(out, "{h}\n{sep}");
+            for r in &s.rows {
+                let mut line = format!("| {} | {}-{} |", r.stat, r.metric, r.tasks);
+                for c in &r.cells {
+                    let change = match c.pct_change {
+                        Some(p) if p.is_finite() && c.significant == Some(true) => {
+                            format!("**{p:+.2}%**")
+                        }
+                        Some(p) if p.is_finite() => format!("{p:+.2}%"),
+                        _ => "NA".into(),
+                    };
+                    let _ = write!(line, " {} ({change}) |", fmt_value(c.value));
+                }
+                let _ = writeln!(out, "{line}");
+            }
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "Significance: {}; significant changes in bold.",
+            self.rule
+        );
+        out
+    }
+
+    pub fn render_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a comparison serialises")
+    }
+
+    /// One line per (row, column).
+    pub fn render_csv(&self) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let _ = w.write_record([
+            "workload",
+            "mode",
+            "stat",
+            "metric",
+            "tasks",
+            "label",
+            "value",
+            "pct_change",
+            "significant",
+            "samples",
+        ]);
+        for s in &self.sections {
+            for r in &s.rows {
+                for (c, col) in r.cells.iter().zip(&self.columns) {
+                    let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+                    let _ = w.write_record([
+                        s.workload.clone(),
+                        s.mode.clone(),
+                        r.stat.clone(),
+                        r.metric.clone(),
+                        r.tasks.to_string(),
+                        col.label.clone(),
+                        opt(c.value),
+                        opt(c.pct_change),
+                        c.significant.map_or(String::new(), |b| b.to_string()),
+                        c.samples.to_string(),
+                    ]);
+                }
+            }
+        }
+        String::from_utf8(w.into_inner().expect("writing to memory")).expect("csv is UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(label: &str, tasks: u32, metric: &str, vals: &[f64]) -> Vec<SampleRow> {
+        vals.iter()
+            .enumerate()
+            .map(|(i, &v)| SampleRow {
+                run_id: 1,
+                label: label.into(),
+                workload: "pft".into(),
+                origin: Origin::Measured,
+                key: SampleKey {
+                    mode: "threads".into(),
+                    tasks,
+                    metric: metric.into(),
+                    higher_is_better: true,
+                },
+                repeat: 0,
+                seq: i as u32,
+                value: v,
+            })
+            .collect()
+    }
+
+    fn labels(l: &[&str]) -> Vec<String> {
+        l.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The line of the issue, from the 2023 per-VMA lock posting's Hmeans.
+    #[test]
+    fn golden_mean_row_of_the_2023_posting() {
+        let mut s = row("mm-unstable-20230210", 4, "faults/sec", &[2965588.9697]);
+        s.extend(row("pvl-v2", 4, "faults/sec", &[2683651.5664]));
+        let c = build(
+            &s,
+            &labels(&["mm-unstable-20230210", "pvl-v2"]),
+            Significance::Interval,
+        )
+        .unwrap();
+        let text = c.render_text();
+        assert!(
+            text.contains(
+                "\nHmean     faults/sec-4   2965588.9697 (   0.00%)   2683651.5664 *  -9.51%*\n"
+            ),
+            "{text}"
+        );
+        // One sample a side: the t rule has no degrees of freedom, so nothing is significant.
+        let c = build(
+            &s,
+            &labels(&["mm-unstable-20230210", "pvl-v2"]),
+            Significance::TTest,
+        )
+        .unwrap();
+        assert!(
+            c.render_text()
+                .contains("2965588.9697 (   0.00%)   2683651.5664 (  -9.51%)\n")
+        );
+    }
+
+    /// The whole text layout: header right-aligned over each column, stat rows in mmtests
+    /// order, spread rows improving downwards.
+    #[test]
+    fn golden_full_table() {
+        let mut s = row("base", 1, "faults/sec", &[100.0, 100.0, 100.0, 100.0]);
+        s.extend(row("new", 1, "faults/sec", &[200.0, 200.0, 200.0, 200.0]));
+        let c = build(&s, &labels(&["base", "new"]), Significance::TTest).unwrap();
+        let want = "\
+pft threads
+                                        base                   new
+Min       faults/sec-1   100.0000 (   0.00%)   200.0000 ( 100.00%)
+Hmean     faults/sec-1   100.0000 (   0.00%)   200.0000 * 100.00%*
+Stddev    faults/sec-1     0.0000 (   0.00%)     0.0000 (   0.00%)
+CoeffVar  faults/sec-1     0.0000 (   0.00%)     0.0000 (   0.00%)
+HStddev   faults/sec-1     0.0000 (   0.00%)     0.0000 (   0.00%)
+HCoeffVar faults/sec-1     0.0000 (   0.00%)     0.0000 (   0.00%)
+Max       faults/sec-1   100.0000 (   0.00%)   200.0000 ( 100.00%)
+BHmean-50 faults/sec-1   100.0000 (   0.00%)   200.0000 ( 100.00%)
+BHmean-95 faults/sec-1   100.0000 (   0.00%)   200.0000 ( 100.00%)
+BHmean-99 faults/sec-1   100.0000 (   0.00%)   200.0000 ( 100.00%)
+
+significance: t-test (2018-2024 rule, p < 0.10)
+";
+        assert_eq!(c.render_text(), want);
+    }
+
+    #[test]
+    fn spread_rows_use_the_lower_is_better_form() {
+        let mut s = row("a", 2, "faults/sec", &[90.0, 110.0, 100.0]);
+        s.extend(row("b", 2, "faults/sec", &[80.0, 120.0, 100.0]));
+        let c = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap();
+        let sd = c.sections[0]
+            .rows
+            .iter()
+            .find(|r| r.stat == "Stddev")
+            .unwrap();
+        // Stddev 10 -> 20: twice the spread is 100% worse.
+        assert!((sd.cells[1].pct_change.unwrap() + 100.0).abs() < 1e-9);
+        assert_eq!(sd.cells[1].significant, None);
+    }
+
+    #[test]
+    fn missing_cells_and_unknown_labels() {
+        let mut s = row("a", 1, "faults/sec", &[1.0]);
+        s.extend(row("b", 2, "faults/sec", &[1.0]));
+        let c = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap();
+        let text = c.render_text();
+        assert!(
+            text.contains("Hmean     faults/sec-1   1.0000 (   0.00%)        - (     NA )\n"),
+            "{text}"
+        );
+        let e = build(&s, &labels(&["a", "zz"]), Significance::Interval).unwrap_err();
+        assert!(e.contains("`zz` has no samples"), "{e}");
+        assert!(build(&s, &[], Significance::Interval).is_err());
+    }
+
+    #[test]
+    fn markdown_json_and_csv_carry_the_same_numbers() {
+        let mut s = row("a", 4, "faults/sec", &[100.0, 101.0, 99.0]);
+        s.extend(row("b", 4, "faults/sec", &[150.0, 151.0, 149.0]));
+        let c = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap();
+        let md = c.render_markdown();
+        assert!(md.contains("| stat | metric | a | b |"), "{md}");
+        assert!(md.contains("| 149.9956 (**+50.01%**) |"), "{md}");
+        let j: serde_json::Value = serde_json::from_str(&c.render_json()).unwrap();
+        assert_eq!(j["columns"][1]["label"], "b");
+        let csv = c.render_csv();
+        assert!(csv.starts_with("workload,mode,stat,metric,tasks,label,value"));
+        assert!(csv.contains("pft,threads,Hmean,faults/sec,4,b,"), "{csv}");
+        assert_eq!(csv.lines().count(), 1 + 10 * 2);
+    }
+}

@@ -1,1 +1,259 @@
-//! (being written)
+//! Experiments: a published comparison written down as data (`experiments/*.toml`), so that
+//! `pagelab reproduce NAME` runs it (profiles x workload x modes x task counts x samples) and
+//! prints its comparison table, and the projector can take the same description to the machine
+//! the comparison was published on.
+//!
+//! Like profiles, the shipped experiments are embedded in the binary; a path to a user's own
+//! file works too. Every key is checked when the file is read (unknown keys are errors), and
+//! every profile it names must load, so a typo fails before anything runs.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::profiles;
+use crate::run::parse_tasks;
+use crate::stats::Significance;
+use pagelab_workloads::{Mode, WorkloadKind};
+
+/// `(name, TOML text)` of every shipped experiment.
+pub const BUILTIN: &[(&str, &str)] = &[
+    (
+        "page_fault1-lru-lock-2018",
+        include_str!("../../../experiments/page_fault1-lru-lock-2018.toml"),
+    ),
+    (
+        "pft-pvl-2023",
+        include_str!("../../../experiments/pft-pvl-2023.toml"),
+    ),
+    (
+        "pft-pvl-vma-per-thread-2023",
+        include_str!("../../../experiments/pft-pvl-vma-per-thread-2023.toml"),
+    ),
+    (
+        "lameter-2005",
+        include_str!("../../../experiments/lameter-2005.toml"),
+    ),
+];
+
+/// The file as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExperimentFile {
+    name: Option<String>,
+    description: String,
+    /// Where the comparison was published.
+    source: String,
+    workload: String,
+    /// The first is the baseline column.
+    profiles: Vec<String>,
+    modes: Vec<String>,
+    tasks: String,
+    samples: usize,
+    #[serde(default = "one")]
+    warmup: usize,
+    #[serde(default = "one")]
+    repeats: usize,
+    #[serde(default = "second")]
+    interval_ms: u64,
+    memsize: Option<String>,
+    size: Option<String>,
+    #[serde(default = "interval")]
+    significance: String,
+    /// The published table this experiment is validated against (shipped under `data/`).
+    published: Option<String>,
+}
+
+fn one() -> usize {
+    1
+}
+fn second() -> u64 {
+    1000
+}
+fn interval() -> String {
+    "interval".into()
+}
+
+/// A checked experiment.
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    pub name: String,
+    pub description: String,
+    pub source: String,
+    pub workload: WorkloadKind,
+    pub profiles: Vec<profiles::Profile>,
+    pub modes: Vec<Mode>,
+    pub tasks: Vec<usize>,
+    pub samples: usize,
+    pub warmup: usize,
+    pub repeats: usize,
+    pub interval_ms: u64,
+    pub memsize: Option<u64>,
+    pub size: Option<u64>,
+    pub significance: Significance,
+    pub published: Option<String>,
+}
+
+/// Parse a significance rule name as the CLI and experiment files write it.
+pub fn parse_significance(s: &str) -> Result<Significance, String> {
+    match s {
+        "ttest" | "t-test" => Ok(Significance::TTest),
+        "interval" => Ok(Significance::Interval),
+        _ => Err(format!(
+            "unknown significance rule `{s}`; expected interval (current mmtests) or ttest (2018-2024)"
+        )),
+    }
+}
+
+/// Parse a byte size such as `512M` or `1G`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let v = parse_size::Config::new()
+        .with_binary()
+        .parse_size(s)
+        .map_err(|e| format!("`{s}` is not a size ({e}); write e.g. 512M or 2G"))?;
+    if v == 0 {
+        return Err("a size of zero is not allowed".into());
+    }
+    Ok(v)
+}
+
+/// Read an experiment from its TOML text; `fallback_name` names it when the file does not.
+pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
+    let f: ExperimentFile = toml::from_str(text).map_err(|e| {
+        let msg = e.message().to_string();
+        format!("experiment {fallback_name}: {}", msg.trim())
+    })?;
+    let name = f.name.unwrap_or_else(|| fallback_name.to_string());
+    let ctx = |e: String| format!("experiment {name}: {e}");
+    if f.profiles.is_empty() {
+        return Err(ctx("names no profile".into()));
+    }
+    let profiles = f
+        .profiles
+        .iter()
+        .map(|p| profiles::load(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ctx)?;
+    let modes = f
+        .modes
+        .iter()
+        .map(|m| m.parse::<Mode>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ctx)?;
+    if modes.is_empty() {
+        return Err(ctx("names no mode".into()));
+    }
+    if f.samples == 0 || f.repeats == 0 {
+        return Err(ctx("samples and repeats must be at least 1".into()));
+    }
+    Ok(Experiment {
+        workload: f.workload.parse().map_err(ctx)?,
+        tasks: parse_tasks(&f.tasks).map_err(ctx)?,
+        memsize: f
+            .memsize
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()
+            .map_err(ctx)?,
+        size: f
+            .size
+            .as_deref()
+            .map(parse_bytes)
+            .transpose()
+            .map_err(ctx)?,
+        significance: parse_significance(&f.significance).map_err(ctx)?,
+        name,
+        description: f.description,
+        source: f.source,
+        profiles,
+        modes,
+        samples: f.samples,
+        warmup: f.warmup,
+        repeats: f.repeats,
+        interval_ms: f.interval_ms.max(10),
+        published: f.published,
+    })
+}
+
+/// Load a shipped experiment by name, or a user's file by path.
+pub fn load(name_or_path: &str) -> Result<Experiment, String> {
+    if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
+        let path = Path::new(name_or_path);
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read experiment {}: {e}", path.display()))?;
+        let stem = path
+            .file_stem()
+            .map_or_else(|| name_or_path.into(), |s| s.to_string_lossy().into_owned());
+        return parse(&text, &stem);
+    }
+    match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+        Some((n, text)) => parse(text, n),
+        None => {
+            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+            Err(format!(
+                "unknown experiment `{name_or_path}`; shipped experiments: {} (or give a path to a .toml file)",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_experiment_loads_and_is_named_after_its_file() {
+        for (name, _) in BUILTIN {
+            let e = load(name).unwrap();
+            assert_eq!(&e.name, name);
+            assert!(e.profiles.len() >= 2, "{name} compares nothing");
+        }
+        let e = load("pft-pvl-2023").unwrap();
+        assert_eq!(e.workload, WorkloadKind::Pft);
+        assert_eq!(e.significance, Significance::TTest);
+        assert_eq!(e.profiles[0].name, "mm-unstable-20230210");
+    }
+
+    #[test]
+    fn shipped_list_matches_the_directory() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.unwrap().path();
+                (p.extension()? == "toml")
+                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+            })
+            .collect();
+        on_disk.sort();
+        let mut shipped: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
+        shipped.sort();
+        assert_eq!(on_disk, shipped);
+    }
+
+    #[test]
+    fn bad_files_are_one_line_errors_naming_the_problem() {
+        let base = "description = \"d\"\nsource = \"s\"\nworkload = \"pft\"\nmodes = [\"threads\"]\ntasks = \"1\"\nsamples = 2\n";
+        let ok = format!("{base}profiles = [\"linux-4.15\"]\n");
+        assert!(parse(&ok, "x").is_ok());
+        let cases = [
+            (
+                format!("{base}profiles = [\"linux-9\"]\n"),
+                "unknown profile",
+            ),
+            (format!("{base}profiles = []\n"), "names no profile"),
+            (format!("{ok}colour = 1\n"), "unknown field"),
+            (ok.replace("pft", "pfx"), "unknown workload"),
+            (ok.replace("\"1\"", "\"0\""), "not a positive"),
+            (ok.replace("threads", "fibres"), "unknown mode"),
+            (format!("{ok}significance = \"maybe\"\n"), "significance"),
+            (format!("{ok}size = \"lots\"\n"), "not a size"),
+        ];
+        for (text, want) in cases {
+            let e = parse(&text, "x").unwrap_err();
+            assert!(e.contains(want) && !e.contains('\n'), "{want}: {e}");
+        }
+        assert!(load("nope").unwrap_err().contains("pft-pvl-2023"));
+    }
+}

@@ -16,6 +16,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/linux-2.6.13-prezero.toml"),
     ),
     (
+        "linux-2.6.13-split-ptl",
+        include_str!("../../../profiles/linux-2.6.13-split-ptl.toml"),
+    ),
+    (
+        "linux-2.6.13-rss-delta",
+        include_str!("../../../profiles/linux-2.6.13-rss-delta.toml"),
+    ),
+    (
         "vanilla-4.9",
         include_str!("../../../profiles/vanilla-4.9.toml"),
     ),
@@ -99,6 +107,46 @@ pub fn load(name_or_path: &str) -> Result<Profile, String> {
     })
 }
 
+/// Every key of a profile with its value, dotted (`pcp.batch = 31`), defaults filled in.
+pub fn flatten(p: &Policy) -> Vec<(String, String)> {
+    fn walk(prefix: &str, v: &toml::Value, out: &mut Vec<(String, String)>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            other => out.push((prefix.to_string(), other.to_string())),
+        }
+    }
+    let v: toml::Value = toml::from_str(&p.to_toml_string()).expect("a policy writes valid TOML");
+    let mut out = Vec::new();
+    walk("", &v, &mut out);
+    out
+}
+
+/// The keys whose values differ between two profiles: `(key, value in a, value in b)`, in the
+/// order the keys are written. The name and description are left out: they always differ.
+pub fn diff(a: &Policy, b: &Policy) -> Vec<(String, String, String)> {
+    let fb = flatten(b);
+    flatten(a)
+        .into_iter()
+        .filter(|(k, _)| k != "name" && k != "description")
+        .filter_map(|(k, va)| {
+            let vb = fb
+                .iter()
+                .find(|(kb, _)| *kb == k)
+                .map_or_else(|| "-".to_string(), |(_, v)| v.clone());
+            (va != vb).then_some((k, va, vb))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +175,29 @@ mod tests {
         let mut shipped: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
         shipped.sort();
         assert_eq!(on_disk, shipped);
+    }
+
+    #[test]
+    fn diff_names_exactly_the_changed_keys() {
+        let a = load("linux-2.6.13").unwrap().policy;
+        let b = load("linux-2.6.13-split-ptl").unwrap().policy;
+        assert_eq!(
+            diff(&a, &b),
+            vec![(
+                "mm.ptl".to_string(),
+                "\"mm\"".to_string(),
+                "\"split\"".to_string()
+            )]
+        );
+        assert!(diff(&a, &a).is_empty());
+        let c = load("pvl-v2").unwrap().policy;
+        let keys: Vec<String> = diff(&a, &c).into_iter().map(|d| d.0).collect();
+        assert!(keys.contains(&"mm.vma_lock".to_string()), "{keys:?}");
+        assert!(
+            flatten(&a)
+                .iter()
+                .any(|(k, v)| k == "pcp.batch" && v == "15")
+        );
     }
 
     #[test]

@@ -9,8 +9,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use pagelab_mm::Policy;
+
+use crate::results::SampleKey;
 use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
 use pagelab_workloads::host::HostVm;
+use pagelab_workloads::host_proc;
 use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
 use pagelab_workloads::pft::{self, PftParams, Repetition};
 use pagelab_workloads::runner::{self, Hooks, SampleSpec};
@@ -63,6 +66,9 @@ pub struct RunRequest {
     /// Continuous workloads: samples; pft and lameter: `samples` repetitions.
     pub spec: SampleSpec,
     pub sizes: Sizes,
+    /// The whole measurement of each (mode, task count) is repeated this often, each time on
+    /// a freshly booted engine (or fresh processes), as mmtests repeats iterations.
+    pub repeats: usize,
 }
 
 /// One metric's samples.
@@ -78,6 +84,8 @@ pub struct Metric {
 pub struct RunRow {
     pub tasks: usize,
     pub mode: Mode,
+    /// Which repetition of the measurement (0-based).
+    pub repeat: u32,
     pub metrics: Vec<Metric>,
     pub counters: Option<EngineCounters>,
     /// pft/lameter repetitions as measured (for Lameter's report).
@@ -138,6 +146,49 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
     total.div_ceil(4 << 20) * (4 << 20)
 }
 
+/// Check a request against this machine before anything is measured or stored: the engine's
+/// arena must fit in the memory available, and on the host the memory the tasks map at once
+/// must too. The error is one line that says what to shrink.
+pub fn check(req: &RunRequest) -> Result<(), String> {
+    let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
+    match &req.target {
+        Target::Engine { .. } => {
+            let arena = engine_arena(req.workload, max_tasks, req.sizes);
+            pagelab_mm::arena::Arena::check_size(
+                arena,
+                std::mem::size_of::<pagelab_mm::page::Page>() as u64,
+            )
+            .map(|_| ())
+            .map_err(|e| {
+                format!(
+                    "{} with {max_tasks} tasks needs an engine arena of {} MiB: {e}; use a smaller --size/--memsize or fewer tasks",
+                    req.workload,
+                    arena >> 20
+                )
+            })
+        }
+        Target::Kernel => {
+            let t = max_tasks as u64;
+            let need = match req.workload {
+                WorkloadKind::PageFault1 | WorkloadKind::PageFault3 => {
+                    t.saturating_mul(req.sizes.memsize)
+                }
+                WorkloadKind::PageFault2 => t.saturating_mul(req.sizes.memsize).saturating_mul(2),
+                _ => req.sizes.pft_bytes,
+            };
+            match pagelab_mm::arena::host_mem_available() {
+                Some(avail) if need > avail => Err(format!(
+                    "{} with {max_tasks} tasks maps {} MiB at once but this machine has {} MiB available; use a smaller --size/--memsize or fewer tasks",
+                    req.workload,
+                    need >> 20,
+                    avail >> 20
+                )),
+                _ => Ok(()),
+            }
+        }
+    }
+}
+
 fn run_one<V: Vm + Send>(
     w: WorkloadKind,
     vms: Vec<V>,
@@ -147,13 +198,7 @@ fn run_one<V: Vm + Send>(
     measure_start: &mut dyn FnMut(),
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Vec<Metric>, Vec<Repetition>, bool), WorkloadError> {
-    let variant = match w {
-        WorkloadKind::PageFault1 => Some(Variant::Anon),
-        WorkloadKind::PageFault2 => Some(Variant::PrivateFile),
-        WorkloadKind::PageFault3 => Some(Variant::SharedFile),
-        _ => None,
-    };
-    if let Some(v) = variant {
+    if let Some(v) = page_fault_variant(w) {
         let memsize = req.sizes.memsize;
         let c = runner::run_continuous(
             vms,
@@ -165,21 +210,69 @@ fn run_one<V: Vm + Send>(
             },
             |vm, counter, halt| page_fault::task_loop(vm, v, memsize, counter, halt),
         )?;
-        let m = Metric {
-            name: "faults/sec".into(),
-            higher_is_better: true,
-            samples: c.samples,
-        };
-        return Ok((vec![m], Vec::new(), c.interrupted));
+        return Ok((continuous_metrics(c.samples), Vec::new(), c.interrupted));
     }
-    let params = PftParams {
+    measure_start();
+    let (reps, interrupted) = pft::run(vms, shared_mm, pft_params(w, req), stop, progress)?;
+    Ok((pft_metrics(&reps), reps, interrupted))
+}
+
+fn page_fault_variant(w: WorkloadKind) -> Option<Variant> {
+    match w {
+        WorkloadKind::PageFault1 => Some(Variant::Anon),
+        WorkloadKind::PageFault2 => Some(Variant::PrivateFile),
+        WorkloadKind::PageFault3 => Some(Variant::SharedFile),
+        _ => None,
+    }
+}
+
+fn pft_params(w: WorkloadKind, req: &RunRequest) -> PftParams {
+    PftParams {
         bytes: req.sizes.pft_bytes,
         repetitions: req.spec.samples,
         vma_per_task: w == WorkloadKind::PftVmaPerThread,
-    };
+    }
+}
+
+fn continuous_metrics(samples: Vec<f64>) -> Vec<Metric> {
+    vec![Metric {
+        name: "faults/sec".into(),
+        higher_is_better: true,
+        samples,
+    }]
+}
+
+/// The host in processes mode: every task a real process (will-it-scale's and pft's processes
+/// mode), counters and results in shared memory.
+fn run_host_processes(
+    w: WorkloadKind,
+    n: usize,
+    req: &RunRequest,
+    stop: &AtomicBool,
+    measure_start: &mut dyn FnMut(),
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<Metric>, Vec<Repetition>, bool), WorkloadError> {
+    if let Some(v) = page_fault_variant(w) {
+        let memsize = req.sizes.memsize;
+        let c = host_proc::run_continuous_processes(
+            n,
+            req.spec,
+            stop,
+            Hooks {
+                measure_start,
+                sample: progress,
+            },
+            |vm, counter, halt| page_fault::task_loop(vm, v, memsize, counter, halt),
+        )?;
+        return Ok((continuous_metrics(c.samples), Vec::new(), c.interrupted));
+    }
     measure_start();
-    let (reps, interrupted) = pft::run(vms, shared_mm, params, stop, progress)?;
-    let metrics = vec![
+    let (reps, interrupted) = host_proc::pft_processes(n, pft_params(w, req), stop, progress)?;
+    Ok((pft_metrics(&reps), reps, interrupted))
+}
+
+fn pft_metrics(reps: &[Repetition]) -> Vec<Metric> {
+    vec![
         Metric {
             name: "faults/cpu".into(),
             higher_is_better: true,
@@ -190,69 +283,88 @@ fn run_one<V: Vm + Send>(
             higher_is_better: true,
             samples: reps.iter().map(Repetition::faults_per_sec).collect(),
         },
-    ];
-    Ok((metrics, reps, interrupted))
+    ]
 }
 
-/// Run the request; `progress(label, done, total)` reports each sample.
+/// Run the request; `progress(label, done, total)` reports each sample and `sink` receives each
+/// row as soon as it is measured (the store writes it there, so an interrupted or failed run
+/// keeps what it measured). Returns the rows.
 pub fn run(
     req: &RunRequest,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(&str, usize, usize),
+    sink: &mut dyn FnMut(&RunRow) -> Result<(), String>,
 ) -> Result<Vec<RunRow>, String> {
     let mut rows = Vec::new();
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
+    let repeats = req.repeats.max(1);
     for &mode in &req.modes {
         for &n in &req.tasks {
-            let label = format!("{} {} {n} {mode}", req.target.label(), req.workload);
-            let mut prog = |d: usize, t: usize| progress(&label, d, t);
-            let lameter = req.workload == WorkloadKind::Lameter;
-            let (metrics, reps, counters, interrupted) = match &req.target {
-                Target::Engine { policy, .. } => {
-                    let arena = engine_arena(req.workload, max_tasks, req.sizes);
-                    let k = engine::boot(policy, arena, max_tasks).map_err(|e| e.to_string())?;
-                    let (erun, vms): (_, Vec<EngineVm>) =
-                        engine::tasks(&k, n, mode, lameter).map_err(|e| e.to_string())?;
-                    pagelab_sync::stats::set_enabled(true);
-                    let mut start = || erun.reset();
-                    let r = run_one(
+            for repeat in 0..repeats {
+                let label = if repeats > 1 {
+                    format!(
+                        "{} {} {n} {mode} (repeat {}/{repeats})",
+                        req.target.label(),
                         req.workload,
-                        vms,
-                        mode == Mode::Threads,
-                        req,
-                        stop,
-                        &mut start,
-                        &mut prog,
-                    );
-                    pagelab_sync::stats::set_enabled(false);
-                    let (m, reps, intr) = r.map_err(|e| format!("{label}: {e}"))?;
-                    (m, reps, Some(erun.counters()), intr)
-                }
-                Target::Kernel => {
-                    if mode == Mode::Processes && n > 1 {
-                        return Err(
-                            "the host target runs threads mode only so far; use --mode threads"
-                                .into(),
+                        repeat + 1
+                    )
+                } else {
+                    format!("{} {} {n} {mode}", req.target.label(), req.workload)
+                };
+                let mut prog = |d: usize, t: usize| progress(&label, d, t);
+                let lameter = req.workload == WorkloadKind::Lameter;
+                let (metrics, reps, counters, interrupted) = match &req.target {
+                    Target::Engine { policy, .. } => {
+                        let arena = engine_arena(req.workload, max_tasks, req.sizes);
+                        let k =
+                            engine::boot(policy, arena, max_tasks).map_err(|e| e.to_string())?;
+                        let (erun, vms): (_, Vec<EngineVm>) =
+                            engine::tasks(&k, n, mode, lameter).map_err(|e| e.to_string())?;
+                        pagelab_sync::stats::set_enabled(true);
+                        let mut start = || erun.reset();
+                        let r = run_one(
+                            req.workload,
+                            vms,
+                            mode == Mode::Threads,
+                            req,
+                            stop,
+                            &mut start,
+                            &mut prog,
                         );
+                        pagelab_sync::stats::set_enabled(false);
+                        let (m, reps, intr) = r.map_err(|e| format!("{label}: {e}"))?;
+                        (m, reps, Some(erun.counters()), intr)
                     }
-                    let vms: Vec<HostVm> = (0..n).map(|_| HostVm::new()).collect();
-                    let mut start = || {};
-                    let (m, reps, intr) =
-                        run_one(req.workload, vms, true, req, stop, &mut start, &mut prog)
-                            .map_err(|e| format!("{label}: {e}"))?;
-                    (m, reps, None, intr)
+                    Target::Kernel if mode == Mode::Processes => {
+                        let mut start = || {};
+                        let (m, reps, intr) =
+                            run_host_processes(req.workload, n, req, stop, &mut start, &mut prog)
+                                .map_err(|e| format!("{label}: {e}"))?;
+                        (m, reps, None, intr)
+                    }
+                    Target::Kernel => {
+                        let vms: Vec<HostVm> = (0..n).map(|_| HostVm::new()).collect();
+                        let mut start = || {};
+                        let (m, reps, intr) =
+                            run_one(req.workload, vms, true, req, stop, &mut start, &mut prog)
+                                .map_err(|e| format!("{label}: {e}"))?;
+                        (m, reps, None, intr)
+                    }
+                };
+                let row = RunRow {
+                    tasks: n,
+                    mode,
+                    repeat: repeat as u32,
+                    metrics,
+                    counters,
+                    repetitions: reps,
+                    interrupted,
+                };
+                sink(&row)?;
+                rows.push(row);
+                if interrupted {
+                    return Ok(rows);
                 }
-            };
-            rows.push(RunRow {
-                tasks: n,
-                mode,
-                metrics,
-                counters,
-                repetitions: reps,
-                interrupted,
-            });
-            if interrupted {
-                return Ok(rows);
             }
         }
     }
@@ -285,12 +397,74 @@ fn rate(x: f64) -> String {
     }
 }
 
+impl RunRow {
+    /// The row's samples keyed as the store keeps them.
+    pub fn sample_sets(&self) -> Vec<(SampleKey, Vec<f64>)> {
+        self.metrics
+            .iter()
+            .map(|m| {
+                (
+                    SampleKey {
+                        mode: self.mode.to_string(),
+                        tasks: self.tasks as u32,
+                        metric: m.name.clone(),
+                        higher_is_better: m.higher_is_better,
+                    },
+                    m.samples.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The engine's counters flattened to `(name, value)`: `event:<name>` and
+    /// `lock:<class>:acquisitions|contended|wait_ns`.
+    pub fn counter_values(&self) -> Vec<(String, f64)> {
+        let Some(c) = &self.counters else {
+            return Vec::new();
+        };
+        let mut out: Vec<(String, f64)> = c
+            .events
+            .iter()
+            .map(|(n, v)| (format!("event:{n}"), *v as f64))
+            .collect();
+        for (class, acq, cont, wait) in &c.locks {
+            out.push((format!("lock:{class}:acquisitions"), *acq as f64));
+            out.push((format!("lock:{class}:contended"), *cont as f64));
+            out.push((format!("lock:{class}:wait_ns"), *wait as f64));
+        }
+        out
+    }
+}
+
+/// Rows of the same (mode, task count) with their repeats' samples pooled, in first-seen order.
+fn pooled(rows: &[RunRow]) -> Vec<RunRow> {
+    let mut out: Vec<RunRow> = Vec::new();
+    for r in rows {
+        match out
+            .iter_mut()
+            .find(|o| o.mode == r.mode && o.tasks == r.tasks)
+        {
+            Some(o) => {
+                for (om, m) in o.metrics.iter_mut().zip(&r.metrics) {
+                    om.samples.extend_from_slice(&m.samples);
+                }
+                o.repetitions.extend(r.repetitions.iter().cloned());
+                o.interrupted |= r.interrupted;
+            }
+            None => out.push(r.clone()),
+        }
+    }
+    out
+}
+
 /// The rows as text: a results table (mean and standard deviation of each metric, scaling
 /// against the first task count of the same mode), the engine's counters per row, and for
 /// Lameter's test his report.
-pub fn render(req: &RunRequest, rows: &[RunRow]) -> String {
+pub fn render(req: &RunRequest, all_rows: &[RunRow]) -> String {
     use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
     let mut out = String::new();
+    let pooled_rows = pooled(all_rows);
+    let rows = &pooled_rows[..];
     let Some(first) = rows.first() else {
         return "no results\n".into();
     };
@@ -363,7 +537,7 @@ pub fn render(req: &RunRequest, rows: &[RunRow]) -> String {
             "\nLameter's report (system time on the engine is time in its fault path)\n{t}\n"
         );
     }
-    for r in rows {
+    for r in all_rows {
         let Some(c) = &r.counters else { continue };
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED);
@@ -381,9 +555,14 @@ pub fn render(req: &RunRequest, rows: &[RunRow]) -> String {
         }
         let events: Vec<String> = c.events.iter().map(|(n, v)| format!("{n}={v}")).collect();
         out += &format!(
-            "\nengine counters, {} tasks {} (measured window)\n{t}\nevents: {}\n",
+            "\nengine counters, {} tasks {}{} (measured window)\n{t}\nevents: {}\n",
             r.tasks,
             r.mode,
+            if req.repeats > 1 {
+                format!(", repeat {}", r.repeat + 1)
+            } else {
+                String::new()
+            },
             events.join(" ")
         );
     }
@@ -417,6 +596,31 @@ mod tests {
         assert!(parse_tasks("").unwrap_err().contains("names no task"));
         assert!(parse_tasks("x").is_err());
         assert!(parse_tasks("5000").unwrap_err().contains("4096"));
+    }
+
+    #[test]
+    fn requests_larger_than_the_machine_are_refused_up_front() {
+        let mut req = RunRequest {
+            workload: WorkloadKind::Pft,
+            target: Target::Kernel,
+            tasks: vec![1, 2],
+            modes: vec![Mode::Threads],
+            spec: quick_spec(),
+            sizes: Sizes::default(),
+            repeats: 1,
+        };
+        assert!(check(&req).is_ok());
+        req.sizes.pft_bytes = 1 << 50;
+        let e = check(&req).unwrap_err();
+        assert!(e.contains("available") && !e.contains('\n'), "{e}");
+        req.target = Target::Engine {
+            profile: "linux-6.7".into(),
+            policy: Policy::default(),
+        };
+        let e = check(&req).unwrap_err();
+        assert!(e.contains("engine arena"), "{e}");
+        req.sizes.pft_bytes = 64 << 20;
+        assert!(check(&req).is_ok());
     }
 
     #[test]

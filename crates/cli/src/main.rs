@@ -5,16 +5,56 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use std::path::{Path, PathBuf};
+
 use clap::{Args, Parser, Subcommand};
 use pagelab_bench::host::HostInfo;
 use pagelab_bench::micro::alloc::{AllocBenchConfig, run as run_alloc_bench};
 use pagelab_bench::profiles;
+use pagelab_bench::store::Store;
+
+mod measure;
+mod results_cmd;
+
+fn experiments_cmd(a: ExperimentsArgs) -> Result<(), String> {
+    use pagelab_bench::experiments;
+    match a.experiment {
+        None => {
+            for (name, _) in experiments::BUILTIN {
+                let e = experiments::load(name)?;
+                println!("{name:<30} {}", e.description);
+            }
+        }
+        Some(n) => {
+            let e = experiments::load(&n)?;
+            let names: Vec<&str> = e.profiles.iter().map(|p| p.name.as_str()).collect();
+            let modes: Vec<String> = e.modes.iter().map(|m| m.to_string()).collect();
+            let tasks: Vec<String> = e.tasks.iter().map(|t| t.to_string()).collect();
+            println!("{}: {}", e.name, e.description);
+            println!("published:  {}", e.source);
+            println!("workload:   {}", e.workload);
+            println!("profiles:   {} (baseline first)", names.join(", "));
+            println!("modes:      {}", modes.join(", "));
+            println!("tasks:      {}", tasks.join(", "));
+            println!(
+                "samples:    {} (warm-up {}), repeats {}",
+                e.samples, e.warmup, e.repeats
+            );
+            println!("significance: {:?}", e.significance);
+        }
+    }
+    Ok(())
+}
 
 /// A laboratory for Linux memory-management scalability: the kernel's page allocator, fault and
 /// reclaim paths re-implemented in userspace, with every scalability technique a policy switch.
 #[derive(Parser)]
 #[command(name = "pagelab", version, about, long_about = None)]
 struct Cli {
+    /// The results store (SQLite). Default: $PAGELAB_DB, else the user's data directory
+    /// (~/.local/share/pagelab/results.db).
+    #[arg(long, global = true, value_name = "PATH")]
+    db: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Command,
 }
@@ -26,43 +66,193 @@ enum Command {
     /// Micro-benchmarks of single engine mechanisms, policies measured side by side.
     #[command(subcommand)]
     Micro(Micro),
-    /// List the shipped profiles, or print one as TOML.
+    /// List the shipped profiles, print one as TOML, or show what differs between two.
     Profiles(ProfilesArgs),
-    /// Run a workload on the engine (with a profile) or on the host kernel, over task counts.
+    /// Run a workload on the engine (with a profile) or on the host kernel, over task counts,
+    /// and store every sample.
     Run(RunArgs),
+    /// Run a published comparison (experiments/*.toml) and print its comparison table.
+    Reproduce(ReproduceArgs),
+    /// List the shipped experiments, or show one.
+    Experiments(ExperimentsArgs),
+    /// Compare stored results mmtests-style: the first label is the baseline.
+    Compare(CompareArgs),
+    /// List stored runs (filtered), or delete them.
+    Runs(RunsArgs),
+    /// Write stored samples as CSV or JSON.
+    Export(ExportArgs),
+    /// Store results produced by the real tools (will-it-scale, pft) or a plain CSV of samples.
+    Import(ImportArgs),
 }
 
 #[derive(Args)]
-struct RunArgs {
+pub(crate) struct ReproduceArgs {
+    /// A shipped experiment name (see `pagelab experiments`) or a path to a .toml file.
+    pub(crate) experiment: String,
+    /// Override the experiment's samples (repetitions for pft and lameter).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) samples: Option<u64>,
+    /// Override the experiment's repeats.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub(crate) repeats: Option<u64>,
+    /// Override the experiment's task counts (mmtests style: 1,2,4 or 1..8 or 2..16:2).
+    #[arg(long)]
+    pub(crate) tasks: Option<String>,
+    /// Significance rule: interval (current mmtests) or ttest (2018-2024); default: the
+    /// experiment's.
+    #[arg(long)]
+    pub(crate) significance: Option<String>,
+    /// text, markdown, json or csv.
+    #[arg(long, default_value = "text")]
+    pub(crate) format: String,
+}
+
+#[derive(Args)]
+struct ExperimentsArgs {
+    /// Show this experiment in full.
+    experiment: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct CompareArgs {
+    /// Labels to compare, the baseline first (default with --experiment: its profiles).
+    pub(crate) labels: Vec<String>,
+    /// Only runs made for this experiment.
+    #[arg(long)]
+    pub(crate) experiment: Option<String>,
+    /// Only this workload.
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// Only these run ids (repeatable).
+    #[arg(long = "run", value_name = "ID")]
+    pub(crate) runs: Vec<i64>,
+    /// Only the newest run of each label (and workload) instead of pooling all of them.
+    #[arg(long)]
+    pub(crate) latest: bool,
+    /// Also use runs that were interrupted.
+    #[arg(long)]
+    pub(crate) include_incomplete: bool,
+    /// interval (current mmtests rule) or ttest (the 2018-2024 rule).
+    #[arg(long, default_value = "interval")]
+    pub(crate) significance: String,
+    /// text, markdown, json or csv.
+    #[arg(long, default_value = "text")]
+    pub(crate) format: String,
+}
+
+#[derive(Args)]
+pub(crate) struct RunsArgs {
+    /// Only this run id (repeatable).
+    #[arg(long = "id", value_name = "ID")]
+    pub(crate) ids: Vec<i64>,
+    /// Only this label (repeatable).
+    #[arg(long)]
+    pub(crate) label: Vec<String>,
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// measured, projected or imported.
+    #[arg(long)]
+    pub(crate) origin: Option<String>,
+    /// running, complete or incomplete.
+    #[arg(long)]
+    pub(crate) status: Option<String>,
+    #[arg(long)]
+    pub(crate) experiment: Option<String>,
+    /// Print as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Delete the selected runs (a filter is required, or --all).
+    #[arg(long)]
+    pub(crate) delete: bool,
+    /// With --delete: every run in the store.
+    #[arg(long, requires = "delete")]
+    pub(crate) all: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ExportArgs {
+    /// Only this run id (repeatable).
+    #[arg(long = "id", value_name = "ID")]
+    pub(crate) ids: Vec<i64>,
+    /// Only this label (repeatable).
+    #[arg(long)]
+    pub(crate) label: Vec<String>,
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    #[arg(long)]
+    pub(crate) experiment: Option<String>,
+    /// csv or json.
+    #[arg(long, default_value = "csv")]
+    pub(crate) format: String,
+    /// Write to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct ImportArgs {
+    /// The file: will-it-scale output or runtest CSV, pft output, or a CSV of samples.
+    pub(crate) file: PathBuf,
+    /// The label its samples get (a comparison column).
+    #[arg(long)]
+    pub(crate) label: String,
+    /// will-it-scale, will-it-scale-csv, pft or csv (default: recognised from the content).
+    #[arg(long)]
+    pub(crate) format: Option<String>,
+    /// Workload name, where the file does not say.
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// processes or threads, where the file does not say.
+    #[arg(long)]
+    pub(crate) mode: Option<String>,
+    /// Task count, where the file does not say.
+    #[arg(long)]
+    pub(crate) tasks: Option<u32>,
+    /// will-it-scale output without a measurement marker: per-second lines to skip.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) warmup: usize,
+    /// Free text describing the machine the results come from.
+    #[arg(long)]
+    pub(crate) machine: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
     /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread or lameter.
-    workload: String,
+    pub(crate) workload: String,
     /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
     #[arg(long, default_value = "engine")]
-    target: String,
+    pub(crate) target: String,
     /// Profile for the engine: a shipped name or a path to a .toml file.
     #[arg(long, default_value = "linux-6.7")]
-    profile: String,
+    pub(crate) profile: String,
     /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
     #[arg(long, default_value = "1,2")]
-    tasks: String,
+    pub(crate) tasks: String,
     /// processes, threads or both.
     #[arg(long, default_value = "processes")]
-    mode: String,
+    pub(crate) mode: String,
     /// Samples kept per task count (repetitions for pft and lameter).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    samples: u64,
+    pub(crate) samples: u64,
     /// Samples discarded first (continuous workloads).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=1000))]
-    warmup: u64,
+    pub(crate) warmup: u64,
+    /// Repeat each measurement this often (a fresh engine or fresh processes each time).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub(crate) repeats: u64,
+    /// The label the run is stored under (default: the profile, or kernel-<release>).
+    #[arg(long)]
+    pub(crate) label: Option<String>,
     /// Sample interval in milliseconds (continuous workloads).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
-    interval_ms: u64,
+    pub(crate) interval_ms: u64,
     /// Mapping per iteration for page_fault1/2/3 (will-it-scale: 128M).
     #[arg(long, default_value = "128M", value_parser = parse_bytes)]
-    memsize: u64,
+    pub(crate) memsize: u64,
     /// Bytes faulted per repetition for pft and lameter.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
-    size: u64,
+    pub(crate) size: u64,
 }
 
 #[derive(Args)]
@@ -76,6 +266,8 @@ struct InfoArgs {
 struct ProfilesArgs {
     /// A profile name or path to show in full; without it, list the shipped ones.
     profile: Option<String>,
+    /// A second profile: show the keys whose values differ from the first.
+    other: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -118,18 +310,22 @@ struct AllocArgs {
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
-    let v = parse_size::Config::new()
-        .with_binary()
-        .parse_size(s)
-        .map_err(|e| format!("`{s}` is not a size ({e}); write e.g. 512M or 2G"))?;
-    if v == 0 {
-        return Err("a size of zero is not allowed".into());
-    }
-    Ok(v)
+    pagelab_bench::experiments::parse_bytes(s)
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // One line, as every other error: clap's first line names the problem.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("pagelab: error: {first} (see pagelab --help)");
+            return ExitCode::from(2);
+        }
+    };
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -153,65 +349,33 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     stop
 }
 
-fn run_cmd(a: RunArgs) -> Result<(), String> {
-    use pagelab_bench::run::{RunRequest, Sizes, Target, parse_tasks, render, run};
-    use pagelab_workloads::runner::SampleSpec;
-    use pagelab_workloads::{Mode, WorkloadKind};
-    let workload: WorkloadKind = a.workload.parse()?;
-    let tasks = parse_tasks(&a.tasks)?;
-    let modes = match a.mode.as_str() {
-        "both" => vec![Mode::Processes, Mode::Threads],
-        m => vec![m.parse::<Mode>().map_err(|e| format!("{e} (or both)"))?],
-    };
-    let target = match a.target.as_str() {
-        "engine" => {
-            let p = profiles::load(&a.profile)?;
-            Target::Engine {
-                profile: p.name,
-                policy: p.policy,
-            }
-        }
-        "kernel" => Target::Kernel,
-        t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
-    };
-    let req = RunRequest {
-        workload,
-        target,
-        tasks,
-        modes,
-        spec: SampleSpec {
-            samples: a.samples as usize,
-            warmup: a.warmup as usize,
-            interval: std::time::Duration::from_millis(a.interval_ms),
-        },
-        sizes: Sizes {
-            memsize: a.memsize,
-            pft_bytes: a.size,
-        },
-    };
-    let stop = interrupt_flag();
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len}")
-            .expect("valid progress template")
-            .progress_chars("=> "),
-    );
-    let rows = run(&req, &stop, &mut |label, done, total| {
-        bar.set_message(label.to_string());
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    });
-    bar.finish_and_clear();
-    let rows = rows?;
-    print!("{}", render(&req, &rows));
-    if rows.iter().any(|r| r.interrupted) {
-        return Err("interrupted".into());
+/// The store path: `--db`, else `$PAGELAB_DB`, else the user's data directory.
+pub(crate) fn store_path(db: Option<&Path>) -> Result<PathBuf, String> {
+    match db {
+        Some(p) => Ok(p.to_path_buf()),
+        None => Store::default_path().map_err(|e| e.to_string()),
     }
-    Ok(())
+}
+
+/// Open the store for writing (creating it on first use).
+pub(crate) fn open_store(db: Option<&Path>) -> Result<Store, String> {
+    Store::open(&store_path(db)?).map_err(|e| e.to_string())
+}
+
+/// The command line as typed, kept with every run.
+pub(crate) fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
 }
 
 fn dispatch(cli: Cli) -> Result<(), String> {
+    let db = cli.db.as_deref();
     match cli.cmd {
+        Command::Reproduce(a) => measure::reproduce_cmd(a, db),
+        Command::Compare(a) => results_cmd::compare_cmd(a, db),
+        Command::Runs(a) => results_cmd::runs_cmd(a, db),
+        Command::Export(a) => results_cmd::export_cmd(a, db),
+        Command::Import(a) => results_cmd::import_cmd(a, db),
+        Command::Experiments(a) => experiments_cmd(a),
         Command::Info(a) => {
             let h = HostInfo::detect();
             if a.json {
@@ -237,13 +401,37 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 }
                 Some(n) => {
                     let p = profiles::load(&n)?;
-                    println!("# {} (every key, defaults filled in)", p.name);
-                    print!("{}", p.policy.to_toml_string());
+                    match a.other {
+                        None => {
+                            println!("# {} (every key, defaults filled in)", p.name);
+                            print!("{}", p.policy.to_toml_string());
+                        }
+                        Some(o) => {
+                            let q = profiles::load(&o)?;
+                            let d = profiles::diff(&p.policy, &q.policy);
+                            if d.is_empty() {
+                                println!("{} and {} set every key alike", p.name, q.name);
+                            }
+                            let w = d.iter().map(|x| x.0.len()).max().unwrap_or(0).max(3);
+                            let wa = d
+                                .iter()
+                                .map(|x| x.1.len())
+                                .max()
+                                .unwrap_or(0)
+                                .max(p.name.len());
+                            if !d.is_empty() {
+                                println!("{:<w$}  {:<wa$}  {}", "key", p.name, q.name);
+                            }
+                            for (k, va, vb) in d {
+                                println!("{k:<w$}  {va:<wa$}  {vb}");
+                            }
+                        }
+                    }
                 }
             }
             Ok(())
         }
-        Command::Run(a) => run_cmd(a),
+        Command::Run(a) => measure::run_cmd(a, db),
         Command::Micro(Micro::Fault(a)) => {
             let names = if a.profiles.is_empty() {
                 vec!["linux-6.7".to_string()]

@@ -81,10 +81,6 @@ where
     let failure: Mutex<Option<WorkloadError>> = Mutex::new(None);
     let start = Barrier::new(n + 1);
     let mut out = Continuous::default();
-    let Hooks {
-        measure_start,
-        sample,
-    } = hooks;
     std::thread::scope(|s| {
         for (i, ctx) in ctxs.into_iter().enumerate() {
             let (counters, halt, failure, start, body) =
@@ -100,52 +96,77 @@ where
             });
         }
         start.wait();
-        let total = |c: &[Counter]| c.iter().map(|x| x.load(Ordering::Relaxed)).sum::<u64>();
-        let mut last = total(&counters);
-        let mut at = Instant::now();
-        let mut base: Vec<u64> = Vec::new();
-        for i in 0..spec.warmup + spec.samples {
-            if i == spec.warmup {
-                measure_start();
-                last = total(&counters);
-                at = Instant::now();
-                base = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-            }
-            let deadline = at + spec.interval;
-            while Instant::now() < deadline {
-                if halt.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(10)));
-            }
-            if halt.load(Ordering::Relaxed) {
-                break;
-            }
-            if stop.load(Ordering::Relaxed) {
-                out.interrupted = true;
-                break;
-            }
-            let now = Instant::now();
-            let cur = total(&counters);
-            if i >= spec.warmup {
-                out.samples
-                    .push((cur - last) as f64 / (now - at).as_secs_f64());
-            }
-            last = cur;
-            at = now;
-            sample(i + 1, spec.warmup + spec.samples);
-        }
-        if !base.is_empty() {
-            out.per_task = counters
-                .iter()
-                .zip(&base)
-                .map(|(c, b)| c.load(Ordering::Relaxed) - b)
-                .collect();
-        }
+        out = sample_counters(
+            n,
+            &|i| counters[i].load(Ordering::Relaxed),
+            &mut || halt.load(Ordering::Relaxed),
+            spec,
+            stop,
+            hooks,
+        );
         halt.store(true, Ordering::Relaxed);
     });
     if let Some(e) = failure.into_inner().unwrap() {
         return Err(e);
     }
     Ok(out)
+}
+
+/// The measuring side of a continuous run, shared by threads ([`run_continuous`]) and host
+/// processes ([`crate::host_proc`]): sample the `n` counters (`read(i)` is task i's) once per
+/// interval, calling `measure_start` when the warm-up is over and `sample` after every sample.
+/// Ends early when `halted` says a task failed (what was sampled so far is returned; the
+/// caller reports the failure) or when `stop` is set (marked interrupted).
+pub(crate) fn sample_counters(
+    n: usize,
+    read: &dyn Fn(usize) -> u64,
+    halted: &mut dyn FnMut() -> bool,
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    hooks: Hooks<'_>,
+) -> Continuous {
+    let Hooks {
+        measure_start,
+        sample,
+    } = hooks;
+    let mut out = Continuous::default();
+    let total = || (0..n).map(read).sum::<u64>();
+    let mut last = total();
+    let mut at = Instant::now();
+    let mut base: Vec<u64> = Vec::new();
+    for i in 0..spec.warmup + spec.samples {
+        if i == spec.warmup {
+            measure_start();
+            last = total();
+            at = Instant::now();
+            base = (0..n).map(read).collect();
+        }
+        let deadline = at + spec.interval;
+        while Instant::now() < deadline {
+            if halted() || stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(10)));
+        }
+        if halted() {
+            break;
+        }
+        if stop.load(Ordering::Relaxed) {
+            out.interrupted = true;
+            break;
+        }
+        let now = Instant::now();
+        let cur = total();
+        if i >= spec.warmup {
+            out.samples
+                .push((cur - last) as f64 / (now - at).as_secs_f64());
+        }
+        last = cur;
+        at = now;
+        sample(i + 1, spec.warmup + spec.samples);
+    }
+    if !base.is_empty() {
+        out.per_task = base.iter().enumerate().map(|(i, b)| read(i) - b).collect();
+    }
+    out
 }

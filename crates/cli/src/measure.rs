@@ -1,0 +1,264 @@
+//! `pagelab run` and `pagelab reproduce`: measure, store every row as it is measured, print.
+//!
+//! A run is registered in the store before anything is measured (so a bad `--db` fails first),
+//! each (mode, task count, repeat) row is written as soon as it is measured, and the run is
+//! marked complete, or incomplete when Ctrl-C or a failure stopped it: what was measured stays.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use pagelab_bench::compare;
+use pagelab_bench::experiments::{self, Experiment};
+use pagelab_bench::host::HostInfo;
+use pagelab_bench::profiles;
+use pagelab_bench::results::{Origin, RunFilter, RunMeta, Status};
+use pagelab_bench::run::{RunRequest, RunRow, Sizes, Target, check, parse_tasks, render, run};
+use pagelab_bench::store::Store;
+use pagelab_workloads::runner::SampleSpec;
+use pagelab_workloads::{Mode, WorkloadKind};
+
+use crate::{ReproduceArgs, RunArgs, command_line, interrupt_flag, open_store};
+
+/// A progress bar for the sweep: one message per (target, workload, tasks, mode), its samples.
+fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len}")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Measure `req` as one stored run labelled `label`; returns the rows and the run id.
+fn measure_and_store(
+    store: &Store,
+    req: &RunRequest,
+    label: &str,
+    experiment: Option<&str>,
+    profile: Option<&profiles::Profile>,
+    stop: &AtomicBool,
+) -> Result<(Vec<RunRow>, i64), String> {
+    let host = HostInfo::detect();
+    let meta = RunMeta {
+        label: label.to_string(),
+        workload: req.workload.to_string(),
+        target: match req.target {
+            Target::Engine { .. } => "engine".into(),
+            Target::Kernel => "kernel".into(),
+        },
+        origin: Origin::Measured,
+        profile: profile.map(|p| p.name.clone()),
+        profile_toml: profile.map(|p| p.policy.to_toml_string()),
+        host_json: serde_json::to_string(&host).ok(),
+        machine: None,
+        experiment: experiment.map(str::to_string),
+        pagelab_version: env!("CARGO_PKG_VERSION").into(),
+        command: command_line(),
+    };
+    let id = store.begin_run(&meta).map_err(|e| e.to_string())?;
+    let bar = progress_bar();
+    let mut sink = |row: &RunRow| -> Result<(), String> {
+        for (key, samples) in row.sample_sets() {
+            store
+                .add_samples(id, &key, row.repeat, &samples)
+                .map_err(|e| e.to_string())?;
+        }
+        let counters = row.counter_values();
+        if !counters.is_empty() {
+            store
+                .add_counters(
+                    id,
+                    &row.mode.to_string(),
+                    row.tasks as u32,
+                    row.repeat,
+                    &counters,
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    let result = run(
+        req,
+        stop,
+        &mut |what, done, total| {
+            bar.set_message(what.to_string());
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+        },
+        &mut sink,
+    );
+    bar.finish_and_clear();
+    let status = match &result {
+        Ok(rows) if !rows.iter().any(|r| r.interrupted) => Status::Complete,
+        _ => Status::Incomplete,
+    };
+    store.finish_run(id, status).map_err(|e| e.to_string())?;
+    match result {
+        Ok(rows) => Ok((rows, id)),
+        Err(e) => Err(format!(
+            "{e} (run {id} in {} keeps what was measured, marked incomplete)",
+            store.path().display()
+        )),
+    }
+}
+
+pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
+    let workload: WorkloadKind = a.workload.parse()?;
+    let tasks = parse_tasks(&a.tasks)?;
+    let modes = parse_modes(&a.mode)?;
+    let (target, profile) = match a.target.as_str() {
+        "engine" => {
+            let p = profiles::load(&a.profile)?;
+            (
+                Target::Engine {
+                    profile: p.name.clone(),
+                    policy: p.policy.clone(),
+                },
+                Some(p),
+            )
+        }
+        "kernel" => (Target::Kernel, None),
+        t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
+    };
+    let label = match (&a.label, &profile) {
+        (Some(l), _) => check_label(l)?,
+        (None, Some(p)) => p.name.clone(),
+        (None, None) => format!("kernel-{}", HostInfo::detect().kernel),
+    };
+    let req = RunRequest {
+        workload,
+        target,
+        tasks,
+        modes,
+        spec: SampleSpec {
+            samples: a.samples as usize,
+            warmup: a.warmup as usize,
+            interval: Duration::from_millis(a.interval_ms),
+        },
+        sizes: Sizes {
+            memsize: a.memsize,
+            pft_bytes: a.size,
+        },
+        repeats: a.repeats as usize,
+    };
+    check(&req)?;
+    let store = open_store(db)?;
+    let stop = interrupt_flag();
+    let (rows, id) = measure_and_store(&store, &req, &label, None, profile.as_ref(), &stop)?;
+    print!("{}", render(&req, &rows));
+    println!(
+        "stored as run {id} (label {label}) in {}",
+        store.path().display()
+    );
+    if rows.iter().any(|r| r.interrupted) {
+        return Err(format!(
+            "interrupted; run {id} keeps what was measured, marked incomplete"
+        ));
+    }
+    Ok(())
+}
+
+pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
+    match s {
+        "both" => Ok(vec![Mode::Processes, Mode::Threads]),
+        m => Ok(vec![
+            m.parse::<Mode>().map_err(|e| format!("{e} (or both)"))?,
+        ]),
+    }
+}
+
+/// Labels are names in tables and file names in reports: printable, no surprises.
+pub fn check_label(l: &str) -> Result<String, String> {
+    if l.is_empty() || l.len() > 64 || l.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!(
+            "label `{}` must be 1 to 64 characters without spaces or control characters",
+            l.escape_debug()
+        ));
+    }
+    Ok(l.to_string())
+}
+
+/// The request an experiment makes for one of its profiles, with command-line overrides.
+fn experiment_request(
+    e: &Experiment,
+    p: &profiles::Profile,
+    a: &ReproduceArgs,
+) -> Result<RunRequest, String> {
+    let d = Sizes::default();
+    Ok(RunRequest {
+        workload: e.workload,
+        target: Target::Engine {
+            profile: p.name.clone(),
+            policy: p.policy.clone(),
+        },
+        tasks: match &a.tasks {
+            Some(t) => parse_tasks(t)?,
+            None => e.tasks.clone(),
+        },
+        modes: e.modes.clone(),
+        spec: SampleSpec {
+            samples: a.samples.map_or(e.samples, |s| s as usize),
+            warmup: e.warmup,
+            interval: Duration::from_millis(e.interval_ms),
+        },
+        sizes: Sizes {
+            memsize: e.memsize.unwrap_or(d.memsize),
+            pft_bytes: e.size.unwrap_or(d.pft_bytes),
+        },
+        repeats: a.repeats.map_or(e.repeats, |r| r as usize),
+    })
+}
+
+pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
+    let e = experiments::load(&a.experiment)?;
+    let rule = match &a.significance {
+        Some(s) => experiments::parse_significance(s)?,
+        None => e.significance,
+    };
+    let format = crate::results_cmd::parse_format(&a.format)?;
+    let reqs = e
+        .profiles
+        .iter()
+        .map(|p| experiment_request(&e, p, &a))
+        .collect::<Result<Vec<_>, _>>()?;
+    for r in &reqs {
+        check(r)?;
+    }
+    let store = open_store(db)?;
+    let stop = interrupt_flag();
+    eprintln!("pagelab: {} — {}", e.name, e.description);
+    eprintln!("pagelab: published as: {}", e.source);
+    let mut ids = Vec::new();
+    for (p, req) in e.profiles.iter().zip(&reqs) {
+        let (rows, id) = measure_and_store(&store, req, &p.name, Some(&e.name), Some(p), &stop)?;
+        ids.push(id);
+        if rows.iter().any(|r| r.interrupted) {
+            return Err(format!(
+                "interrupted during {}; runs {ids:?} keep what was measured",
+                p.name
+            ));
+        }
+    }
+    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
+    let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
+    let c = compare::build(&samples, &labels, rule)?;
+    print!("{}", crate::results_cmd::render(&c, format));
+    let runs = store
+        .runs(&RunFilter {
+            ids: ids.clone(),
+            ..RunFilter::default()
+        })
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "pagelab: stored as runs {} in {}; `pagelab compare --experiment {}` shows them again",
+        runs.iter()
+            .map(|r| r.id.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        store.path().display(),
+        e.name
+    );
+    Ok(())
+}

@@ -1,0 +1,303 @@
+//! Commands over the results store: `compare`, `runs`, `export`, `import`.
+//!
+//! Reading commands open the store read-only, so they work on a store they may not write and
+//! can never alter it; `import` parses the whole file before it writes anything, and writes the
+//! run in one transaction.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::Path;
+
+use pagelab_bench::compare::{self, Comparison};
+use pagelab_bench::experiments;
+use pagelab_bench::import::{self, ImportOptions};
+use pagelab_bench::results::{RunFilter, Status, StoredRun};
+use pagelab_bench::store::Store;
+
+use crate::measure::check_label;
+use crate::{CompareArgs, ExportArgs, ImportArgs, RunsArgs, command_line, open_store, store_path};
+
+/// Output formats of `compare`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Markdown,
+    Json,
+    Csv,
+}
+
+pub fn parse_format(s: &str) -> Result<Format, String> {
+    match s {
+        "text" => Ok(Format::Text),
+        "markdown" | "md" => Ok(Format::Markdown),
+        "json" => Ok(Format::Json),
+        "csv" => Ok(Format::Csv),
+        _ => Err(format!(
+            "unknown format `{s}`; expected text, markdown, json or csv"
+        )),
+    }
+}
+
+pub fn render(c: &Comparison, f: Format) -> String {
+    match f {
+        Format::Text => c.render_text(),
+        Format::Markdown => c.render_markdown(),
+        Format::Json => c.render_json() + "\n",
+        Format::Csv => c.render_csv(),
+    }
+}
+
+fn open_read(db: Option<&Path>) -> Result<Store, String> {
+    Store::open_read(&store_path(db)?).map_err(|e| e.to_string())
+}
+
+/// The runs a comparison uses: by label (and experiment, workload), complete ones unless asked,
+/// optionally only the newest per (label, workload).
+fn select_runs(
+    store: &Store,
+    a: &CompareArgs,
+    labels: &[String],
+) -> Result<Vec<StoredRun>, String> {
+    let mut runs = store
+        .runs(&RunFilter {
+            ids: a.runs.clone(),
+            labels: labels.to_vec(),
+            workload: a.workload.clone(),
+            experiment: a.experiment.clone(),
+            ..RunFilter::default()
+        })
+        .map_err(|e| e.to_string())?;
+    runs.retain(|r| {
+        r.status == Status::Complete || (a.include_incomplete && r.status == Status::Incomplete)
+    });
+    if a.latest {
+        let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for r in &runs {
+            let e = newest
+                .entry((r.meta.label.clone(), r.meta.workload.clone()))
+                .or_insert(r.id);
+            *e = (*e).max(r.id);
+        }
+        runs.retain(|r| newest.values().any(|&id| id == r.id));
+    }
+    Ok(runs)
+}
+
+pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
+    let format = parse_format(&a.format)?;
+    let rule = experiments::parse_significance(&a.significance)?;
+    let mut a = a;
+    let mut labels = a.labels.clone();
+    // An experiment given by path is stored under its name.
+    let exp = a.experiment.as_deref().map(experiments::load).transpose()?;
+    if let Some(e) = &exp {
+        a.experiment = Some(e.name.clone());
+    }
+    if labels.is_empty() {
+        match &exp {
+            Some(e) => labels = e.profiles.iter().map(|p| p.name.clone()).collect(),
+            None => {
+                return Err(
+                    "nothing to compare: name labels (baseline first) or --experiment; `pagelab runs` lists the labels"
+                        .into(),
+                );
+            }
+        }
+    }
+    let store = open_read(db)?;
+    let known: Vec<String> = store
+        .labels()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(l, _)| l)
+        .collect();
+    if let Some(l) = labels.iter().find(|l| !known.contains(l)) {
+        return Err(format!(
+            "unknown label `{l}`; labels in {}: {}",
+            store.path().display(),
+            if known.is_empty() {
+                "none yet".to_string()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
+    let runs = select_runs(&store, &a, &labels)?;
+    if runs.is_empty() {
+        return Err("no complete run matches; `pagelab runs` lists what is stored (add --include-incomplete for interrupted runs)".into());
+    }
+    let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
+    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
+    let c = compare::build(&samples, &labels, rule)?;
+    print!("{}", render(&c, format));
+    Ok(())
+}
+
+fn filter_of(a: &RunsArgs) -> Result<RunFilter, String> {
+    Ok(RunFilter {
+        ids: a.ids.clone(),
+        labels: a.label.clone(),
+        workload: a.workload.clone(),
+        origin: a.origin.as_deref().map(str::parse).transpose()?,
+        status: a.status.as_deref().map(str::parse).transpose()?,
+        experiment: a.experiment.clone(),
+    })
+}
+
+pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
+    let filter = filter_of(&a)?;
+    if a.delete {
+        let store = open_store(db)?;
+        let n = if a.all {
+            if filter != RunFilter::default() {
+                return Err("--all deletes every run; give it without filters".into());
+            }
+            store.delete_all_runs()
+        } else if filter == RunFilter::default() {
+            return Err("--delete needs a filter (--id, --label, --workload, ...) or --all".into());
+        } else {
+            store.delete_runs(&filter)
+        }
+        .map_err(|e| e.to_string())?;
+        println!("deleted {n} run(s) from {}", store.path().display());
+        return Ok(());
+    }
+    let store = open_read(db)?;
+    let runs = store.runs(&filter).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runs).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header([
+        "id",
+        "label",
+        "workload",
+        "target",
+        "origin",
+        "status",
+        "started",
+        "samples",
+        "experiment",
+    ]);
+    for r in &runs {
+        t.add_row(vec![
+            r.id.to_string(),
+            r.meta.label.clone(),
+            r.meta.workload.clone(),
+            r.meta.target.clone(),
+            r.meta.origin.to_string(),
+            r.status.to_string(),
+            r.started.clone(),
+            r.nr_samples.to_string(),
+            r.meta.experiment.clone().unwrap_or_default(),
+        ]);
+    }
+    println!("{t}");
+    println!("{} run(s) in {}", runs.len(), store.path().display());
+    Ok(())
+}
+
+pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
+    let store = open_read(db)?;
+    let filter = RunFilter {
+        ids: a.ids.clone(),
+        labels: a.label.clone(),
+        workload: a.workload.clone(),
+        experiment: a.experiment.clone(),
+        ..RunFilter::default()
+    };
+    let runs = store.runs(&filter).map_err(|e| e.to_string())?;
+    if runs.is_empty() {
+        return Err("no run matches; `pagelab runs` lists what is stored".into());
+    }
+    let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
+    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
+    let text = match a.format.as_str() {
+        "json" => serde_json::to_string_pretty(&samples).map_err(|e| e.to_string())? + "\n",
+        "csv" => {
+            let mut w = csv::Writer::from_writer(Vec::new());
+            w.write_record([
+                "run_id",
+                "label",
+                "workload",
+                "origin",
+                "mode",
+                "tasks",
+                "metric",
+                "higher_is_better",
+                "repeat",
+                "seq",
+                "value",
+            ])
+            .map_err(|e| e.to_string())?;
+            for s in &samples {
+                w.write_record([
+                    s.run_id.to_string(),
+                    s.label.clone(),
+                    s.workload.clone(),
+                    s.origin.to_string(),
+                    s.key.mode.clone(),
+                    s.key.tasks.to_string(),
+                    s.key.metric.clone(),
+                    s.key.higher_is_better.to_string(),
+                    s.repeat.to_string(),
+                    s.seq.to_string(),
+                    s.value.to_string(),
+                ])
+                .map_err(|e| e.to_string())?;
+            }
+            String::from_utf8(w.into_inner().map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?
+        }
+        f => return Err(format!("unknown export format `{f}`; expected csv or json")),
+    };
+    match &a.out {
+        Some(p) => {
+            std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?
+        }
+        None => std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(|e| e.to_string())?,
+    }
+    Ok(())
+}
+
+pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
+    let label = check_label(&a.label)?;
+    let bytes =
+        std::fs::read(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file.display()))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{} is not a text file", a.file.display()))?;
+    let name = a.file.display().to_string();
+    let format = match &a.format {
+        Some(f) => f.parse::<import::Format>()?,
+        None => import::detect(&name, &text).map_err(|e| e.to_string())?,
+    };
+    let opts = ImportOptions {
+        label: label.clone(),
+        workload: a.workload.clone(),
+        mode: a.mode.clone(),
+        tasks: a.tasks,
+        warmup: a.warmup,
+        machine: a.machine.clone(),
+        command: command_line(),
+    };
+    // Parse everything first: a malformed file never reaches the store.
+    let data = import::parse_named(format, &name, &text, &opts).map_err(|e| e.to_string())?;
+    let store = open_store(db)?;
+    let id = store.insert_run(&data).map_err(|e| e.to_string())?;
+    let n: usize = data.samples.iter().map(|(_, _, v)| v.len()).sum();
+    println!(
+        "imported {n} samples of {} ({:?} format) as run {id}, label {label}, into {}",
+        data.meta.workload,
+        format,
+        store.path().display()
+    );
+    Ok(())
+}
