@@ -180,12 +180,17 @@ pub fn build(
     if labels.is_empty() {
         return Err("nothing to compare: name at least one label".into());
     }
+    for (i, l) in labels.iter().enumerate() {
+        if labels[..i].contains(l) {
+            return Err(format!("label `{l}` is named twice"));
+        }
+    }
     let mut columns = Vec::new();
     for l in labels {
         let mine: Vec<&SampleRow> = samples.iter().filter(|s| &s.label == l).collect();
         if mine.is_empty() {
             return Err(format!(
-                "label `{l}` has no samples; `pagelab runs` lists the labels in the store"
+                "label `{l}` has no samples in the selected runs; `pagelab runs` lists the runs (interrupted ones count only with --include-incomplete)"
             ));
         }
         let origins: BTreeSet<&str> = mine.iter().map(|s| s.origin.as_str()).collect();
@@ -219,8 +224,14 @@ pub fn build(
     }
     let mut sections = Vec::new();
     for ((workload, mode), keys) in groups {
-        // Rows exist where the baseline or any column has data; a section needs two columns
-        // with data somewhere unless only one label was asked for.
+        // A section compares something only if two columns have data in it (or one label was
+        // asked for: then it is that label's summary).
+        let filled = (0..labels.len())
+            .filter(|&c| keys.values().any(|cols| !cols[c].is_empty()))
+            .count();
+        if labels.len() > 1 && filled < 2 {
+            continue;
+        }
         let mut keys: Vec<(&SampleKey, Vec<Vec<f64>>)> = keys.into_iter().collect();
         keys.sort_by_key(|(k, _)| {
             (
@@ -282,7 +293,9 @@ pub fn build(
         });
     }
     if sections.is_empty() {
-        return Err("nothing to compare: the selected runs hold no samples".into());
+        return Err(
+            "nothing to compare: no workload and mode has samples under two of the labels".into(),
+        );
     }
     Ok(Comparison {
         columns,
@@ -319,13 +332,20 @@ impl Comparison {
         for s in &self.sections {
             let row_name = |r: &Row| format!("{}-{}", r.metric, r.tasks);
             let name_w = s.rows.iter().map(|r| row_name(r).len()).max().unwrap_or(0);
-            let val_w = s
+            let label_w = self
+                .columns
+                .iter()
+                .map(|c| c.label.len())
+                .max()
+                .unwrap_or(0);
+            let val_w = (s
                 .rows
                 .iter()
                 .flat_map(|r| r.cells.iter().map(|c| fmt_value(c.value).len()))
                 .max()
                 .unwrap_or(1)
-                + 3;
+                + 3)
+            .max((label_w + 1).saturating_sub(11));
             let col_w = val_w + 11;
             let _ = writeln!(out, "{} {}", s.workload, s.mode);
             let mut header = " ".repeat(10 + name_w);
@@ -468,32 +488,58 @@ mod tests {
     /// The line of the issue, from the 2023 per-VMA lock posting's Hmeans.
     #[test]
     fn golden_mean_row_of_the_2023_posting() {
+        // Two equal samples a side: the Hmeans are the posting's, the spread is nil.
+        let mut s = row("mm-unstable-20230210", 4, "faults/sec", &[2965588.9697; 2]);
+        s.extend(row("pvl-v2", 4, "faults/sec", &[2683651.5664; 2]));
+        let names = labels(&["mm-unstable-20230210", "pvl-v2"]);
+        for rule in [Significance::Interval, Significance::TTest] {
+            let text = build(&s, &names, rule).unwrap().render_text();
+            assert!(
+                text.contains(
+                    "\nHmean     faults/sec-4   2965588.9697 (   0.00%)   2683651.5664 *  -9.51%*\n"
+                ),
+                "{text}"
+            );
+        }
+        // One sample a side gives no spread to judge by: never significant.
         let mut s = row("mm-unstable-20230210", 4, "faults/sec", &[2965588.9697]);
         s.extend(row("pvl-v2", 4, "faults/sec", &[2683651.5664]));
-        let c = build(
-            &s,
-            &labels(&["mm-unstable-20230210", "pvl-v2"]),
-            Significance::Interval,
-        )
-        .unwrap();
-        let text = c.render_text();
-        assert!(
-            text.contains(
-                "\nHmean     faults/sec-4   2965588.9697 (   0.00%)   2683651.5664 *  -9.51%*\n"
-            ),
-            "{text}"
-        );
-        // One sample a side: the t rule has no degrees of freedom, so nothing is significant.
-        let c = build(
-            &s,
-            &labels(&["mm-unstable-20230210", "pvl-v2"]),
-            Significance::TTest,
-        )
-        .unwrap();
-        assert!(
-            c.render_text()
-                .contains("2965588.9697 (   0.00%)   2683651.5664 (  -9.51%)\n")
-        );
+        for rule in [Significance::Interval, Significance::TTest] {
+            let text = build(&s, &names, rule).unwrap().render_text();
+            assert!(
+                text.contains("2965588.9697 (   0.00%)   2683651.5664 (  -9.51%)\n"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_labels_and_disjoint_sections_are_refused() {
+        let mut s = row("a", 1, "faults/sec", &[1.0, 2.0]);
+        let e = build(&s, &labels(&["a", "a"]), Significance::Interval).unwrap_err();
+        assert!(e.contains("named twice"), "{e}");
+        // b has data only in another mode: nothing is compared.
+        let mut other = row("b", 1, "faults/sec", &[1.0, 2.0]);
+        for r in &mut other {
+            r.key.mode = "processes".into();
+        }
+        s.extend(other);
+        let e = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap_err();
+        assert!(e.contains("nothing to compare"), "{e}");
+    }
+
+    #[test]
+    fn long_labels_widen_their_columns() {
+        let long = "a-label-much-longer-than-any-value-in-the-table";
+        let mut s = row("base", 1, "faults/sec", &[1.0, 2.0]);
+        s.extend(row(long, 1, "faults/sec", &[1.0, 2.0]));
+        let text = build(&s, &labels(&["base", long]), Significance::Interval)
+            .unwrap()
+            .render_text();
+        let lines: Vec<&str> = text.lines().collect();
+        // The header ends where the rows end.
+        assert_eq!(lines[1].len(), lines[2].len(), "{text}");
+        assert!(lines[1].contains(&format!(" {long}")), "{text}");
     }
 
     /// The whole text layout: header right-aligned over each column, stat rows in mmtests

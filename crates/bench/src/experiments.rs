@@ -34,6 +34,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "lameter-2005",
         include_str!("../../../experiments/lameter-2005.toml"),
     ),
+    (
+        "netpipe-hopcpu-2016",
+        include_str!("../../../experiments/netpipe-hopcpu-2016.toml"),
+    ),
 ];
 
 /// The file as written.
@@ -60,7 +64,8 @@ struct ExperimentFile {
     size: Option<String>,
     #[serde(default = "interval")]
     significance: String,
-    /// The published table this experiment is validated against (shipped under `data/`).
+    /// The name of the published table this experiment corresponds to, for the projector's
+    /// validation (informational until the projector lands).
     published: Option<String>,
 }
 

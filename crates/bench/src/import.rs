@@ -939,6 +939,11 @@ fn parse_pft_fields(l: &str, with_rep: Option<bool>) -> Result<(u32, f64, f64), 
     }
     let per_cpu = num(6 + o, false)?;
     let per_wsec = num(7 + o, false)?;
+    if per_cpu <= 0.0 || per_wsec <= 0.0 {
+        return Err(format!(
+            "fault rates must be positive, found flt/cpu/s {per_cpu} and fault/wsec {per_wsec}"
+        ));
+    }
     let thr = u32::try_from(thr).ok().filter(|&t| t > 0).ok_or_else(|| {
         format!("expected a thread count of at least 1 in column Thr, found {thr}")
     })?;
@@ -1018,9 +1023,11 @@ const CSV_COLUMNS: [&str; 7] = [
     "workload",
 ];
 
-/// Columns that `pagelab export` writes and an import ignores: the import's own label, origin
-/// and run replace them, and samples keep their file order.
-const EXPORT_ONLY_COLUMNS: [&str; 4] = ["run_id", "label", "origin", "seq"];
+/// Columns that `pagelab export` writes and an import does not take over: the import's own
+/// label, origin and run replace them, and samples keep their file order. One import is one
+/// run, so a file holding several runs or labels is refused (export one at a time), and a run
+/// exported as incomplete imports as incomplete.
+const EXPORT_ONLY_COLUMNS: [&str; 5] = ["run_id", "label", "origin", "status", "seq"];
 
 fn parse_csv(
     src: &Src<'_>,
@@ -1061,6 +1068,10 @@ fn parse_csv(
         col("workload"),
     );
     let default_mode = opts.mode.clone().unwrap_or_else(|| "threads".to_string());
+    let (run_col, label_col, status_col) = (col("run_id"), col("label"), col("status"));
+    // The first row's run and label, which every other row must repeat.
+    let mut first_run: Option<(String, String, usize)> = None;
+    let mut incomplete = false;
 
     let mut samples = Samples::new();
     let mut workload: Option<(String, usize)> = None;
@@ -1089,6 +1100,33 @@ fn parse_csv(
                     quote(cell(Some(value_col)).unwrap_or(""))
                 ))
             })?;
+        let this_run = (
+            cell(run_col).unwrap_or("").to_string(),
+            cell(label_col).unwrap_or("").to_string(),
+        );
+        match &first_run {
+            None => first_run = Some((this_run.0, this_run.1, n)),
+            Some((r, l, line)) if (r, l) != (&this_run.0, &this_run.1) => {
+                return Err(err(format!(
+                    "run {} label {} differs from run {} label {} on line {line}: one import is one run; export one run or label at a time (pagelab export --id N)",
+                    quote(&this_run.0),
+                    quote(&this_run.1),
+                    quote(r),
+                    quote(l)
+                )));
+            }
+            Some(_) => {}
+        }
+        match cell(status_col) {
+            None | Some("complete") => {}
+            Some("incomplete") | Some("running") => incomplete = true,
+            Some(other) => {
+                return Err(err(format!(
+                    "expected complete, incomplete or running in column `status`, found {}",
+                    quote(other)
+                )));
+            }
+        }
         let mode = cell(mode_col).unwrap_or(&default_mode);
         check_mode(mode).map_err(err)?;
         let metric = cell(metric_col).unwrap_or("faults/sec");
@@ -1103,6 +1141,12 @@ fn parse_csv(
                 )));
             }
         };
+        if hib && value <= 0.0 {
+            return Err(err(format!(
+                "a rate must be positive, found {value} for higher-is-better metric {}",
+                quote(metric)
+            )));
+        }
         match directions.get(metric) {
             Some(&(d, line)) if d != hib => {
                 return Err(err(format!(
@@ -1161,7 +1205,11 @@ fn parse_csv(
         .ok_or_else(|| src.file_err("the CSV has no `workload` column; give --workload".into()))?;
     Ok(RunData {
         meta: meta(Format::Csv.tool(), workload, opts),
-        status: Status::Complete,
+        status: if incomplete {
+            Status::Incomplete
+        } else {
+            Status::Complete
+        },
         samples: into_samples(samples),
     })
 }

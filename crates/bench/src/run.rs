@@ -14,6 +14,7 @@ use crate::results::SampleKey;
 use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
 use pagelab_workloads::host::HostVm;
 use pagelab_workloads::host_proc;
+use pagelab_workloads::netpipe;
 use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
 use pagelab_workloads::pft::{self, PftParams, Repetition};
 use pagelab_workloads::runner::{self, Hooks, SampleSpec};
@@ -93,18 +94,28 @@ pub struct RunRow {
     pub interrupted: bool,
 }
 
-/// Parse an mmtests-style task list: `1,2,4`, `1..8` (inclusive), `2..16:2` (stride).
+/// Parse an mmtests-style task list: `1,2,4` (or space-separated, as shell loops list them),
+/// `1..8` (inclusive), `2..16:2` (stride). A count may appear only once.
 pub fn parse_tasks(s: &str) -> Result<Vec<usize>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let num = |t: &str| -> Result<usize, String> {
-            t.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| format!("`{t}` in task list `{s}` is not a positive number"))
-        };
-        if let Some((range, step)) = part.split_once("..") {
+    const MAX: usize = 4096;
+    let mut out: Vec<usize> = Vec::new();
+    let num = |t: &str| -> Result<usize, String> {
+        let n = t
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| format!("`{t}` in task list `{s}` is not a positive number"))?;
+        if n > MAX {
+            return Err(format!("{n} tasks: the engine models at most {MAX} CPUs"));
+        }
+        Ok(n)
+    };
+    for part in s
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+    {
+        let counts: Vec<usize> = if let Some((range, step)) = part.split_once("..") {
             let (hi, stride) = match step.split_once(':') {
                 Some((h, st)) => (num(h)?, num(st)?),
                 None => (num(step)?, 1),
@@ -113,18 +124,19 @@ pub fn parse_tasks(s: &str) -> Result<Vec<usize>, String> {
             if lo > hi {
                 return Err(format!("empty range `{part}` in task list `{s}`"));
             }
-            out.extend((lo..=hi).step_by(stride));
+            (lo..=hi).step_by(stride).collect()
         } else {
-            out.push(num(part)?);
+            vec![num(part)?]
+        };
+        for n in counts {
+            if out.contains(&n) {
+                return Err(format!("task count {n} appears twice in task list `{s}`"));
+            }
+            out.push(n);
         }
     }
     if out.is_empty() {
         return Err(format!("task list `{s}` names no task count"));
-    }
-    if let Some(&m) = out.iter().max()
-        && m > 4096
-    {
-        return Err(format!("{m} tasks: the engine models at most 4096 CPUs"));
     }
     Ok(out)
 }
@@ -140,6 +152,8 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
         WorkloadKind::Pft | WorkloadKind::PftVmaPerThread | WorkloadKind::Lameter => {
             with_pt(sizes.pft_bytes) + t * (4 << 20)
         }
+        // Per pair: a full ring of order-3 buffers (8 MiB) and two CPUs' pcp lists and slabs.
+        WorkloadKind::Netpipe => t * (16 << 20),
     };
     // Slack for per-CPU lists, LRU batches and the watermarks.
     let total = need + (64 << 20) + t * (2 << 20);
@@ -151,6 +165,7 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
 /// must too. The error is one line that says what to shrink.
 pub fn check(req: &RunRequest) -> Result<(), String> {
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
+    check_netpipe(req)?;
     match &req.target {
         Target::Engine { .. } => {
             let arena = engine_arena(req.workload, max_tasks, req.sizes);
@@ -187,6 +202,67 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
             }
         }
     }
+}
+
+/// What netpipe cannot run: the host (it measures the engine's kmalloc), processes mode (its
+/// tasks share no address space, so there is nothing for the mode to change) and more pairs
+/// than the engine has CPUs for (two each).
+fn check_netpipe(req: &RunRequest) -> Result<(), String> {
+    if req.workload != WorkloadKind::Netpipe {
+        return Ok(());
+    }
+    if matches!(req.target, Target::Kernel) {
+        return Err("netpipe runs on the engine only".into());
+    }
+    if req.modes.contains(&Mode::Processes) {
+        return Err("netpipe has no processes mode (its tasks map no memory); use threads".into());
+    }
+    let max_pairs = req.tasks.iter().copied().max().unwrap_or(1);
+    if 2 * max_pairs > 4096 {
+        return Err(format!(
+            "netpipe with {max_pairs} pairs needs {} virtual CPUs; the engine models at most 4096",
+            2 * max_pairs
+        ));
+    }
+    Ok(())
+}
+
+/// netpipe on the engine: `pairs` sender/receiver pairs at every send size in turn, each size
+/// on a fresh engine with two virtual CPUs per pair of the largest count; one metric per size,
+/// `send-<size>`, in messages per second. The counters hold totals and per-size lock and
+/// allocator counts ([`netpipe::Sweep::counters`]).
+fn run_netpipe(
+    policy: &Policy,
+    pairs: usize,
+    max_pairs: usize,
+    req: &RunRequest,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<Metric>, EngineCounters, bool), WorkloadError> {
+    let arena = engine_arena(WorkloadKind::Netpipe, max_pairs, req.sizes);
+    pagelab_sync::stats::set_enabled(true);
+    let r = netpipe::run_sizes(
+        policy,
+        arena,
+        2 * max_pairs,
+        pairs,
+        &netpipe::SEND_SIZES,
+        req.spec,
+        stop,
+        progress,
+    );
+    pagelab_sync::stats::set_enabled(false);
+    let sweep = r?;
+    let metrics = sweep
+        .sizes
+        .into_iter()
+        .map(|s| Metric {
+            name: format!("send-{}", s.send_size),
+            higher_is_better: true,
+            samples: s.samples,
+        })
+        .collect();
+    Ok((metrics, sweep.counters, sweep.interrupted))
 }
 
 fn run_one<V: Vm + Send>(
@@ -298,6 +374,7 @@ pub fn run(
     let mut rows = Vec::new();
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
     let repeats = req.repeats.max(1);
+    check_netpipe(req)?;
     for &mode in &req.modes {
         for &n in &req.tasks {
             for repeat in 0..repeats {
@@ -314,6 +391,11 @@ pub fn run(
                 let mut prog = |d: usize, t: usize| progress(&label, d, t);
                 let lameter = req.workload == WorkloadKind::Lameter;
                 let (metrics, reps, counters, interrupted) = match &req.target {
+                    Target::Engine { policy, .. } if req.workload == WorkloadKind::Netpipe => {
+                        let (m, c, intr) = run_netpipe(policy, n, max_tasks, req, stop, &mut prog)
+                            .map_err(|e| format!("{label}: {e}"))?;
+                        (m, Vec::new(), Some(c), intr)
+                    }
                     Target::Engine { policy, .. } => {
                         let arena = engine_arena(req.workload, max_tasks, req.sizes);
                         let k =
@@ -343,7 +425,7 @@ pub fn run(
                         (m, reps, None, intr)
                     }
                     Target::Kernel => {
-                        let vms: Vec<HostVm> = (0..n).map(|_| HostVm::new()).collect();
+                        let vms = HostVm::threads(n);
                         let mut start = || {};
                         let (m, reps, intr) =
                             run_one(req.workload, vms, true, req, stop, &mut start, &mut prog)
@@ -596,6 +678,15 @@ mod tests {
         assert!(parse_tasks("").unwrap_err().contains("names no task"));
         assert!(parse_tasks("x").is_err());
         assert!(parse_tasks("5000").unwrap_err().contains("4096"));
+        assert_eq!(parse_tasks("1 2 4").unwrap(), vec![1, 2, 4]);
+        // A huge range is refused before anything is built.
+        assert!(
+            parse_tasks("1..100000000000")
+                .unwrap_err()
+                .contains("at most 4096")
+        );
+        assert!(parse_tasks("1,1").unwrap_err().contains("appears twice"));
+        assert!(parse_tasks("1..4,2").unwrap_err().contains("appears twice"));
     }
 
     #[test]
@@ -623,6 +714,98 @@ mod tests {
         assert!(check(&req).is_ok());
     }
 
+    fn netpipe_request(target: Target) -> RunRequest {
+        RunRequest {
+            workload: WorkloadKind::Netpipe,
+            target,
+            tasks: vec![1],
+            modes: vec![Mode::Threads],
+            spec: SampleSpec {
+                samples: 1,
+                warmup: 1,
+                interval: Duration::from_millis(20),
+            },
+            sizes: Sizes::default(),
+            repeats: 1,
+        }
+    }
+
+    #[test]
+    fn netpipe_yields_one_metric_per_send_size() {
+        let p = crate::profiles::load("hopcpu").unwrap();
+        let req = netpipe_request(Target::Engine {
+            profile: p.name.clone(),
+            policy: p.policy.clone(),
+        });
+        check(&req).unwrap();
+        let stop = AtomicBool::new(false);
+        let mut stored = 0;
+        let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |_| {
+            stored += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((rows.len(), stored), (1, 1));
+        let names: Vec<&str> = rows[0].metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "send-64",
+                "send-128",
+                "send-256",
+                "send-1024",
+                "send-2048",
+                "send-3312",
+                "send-4096",
+                "send-8192",
+                "send-16384"
+            ]
+        );
+        assert!(
+            rows[0]
+                .metrics
+                .iter()
+                .all(|m| m.higher_is_better && m.samples.len() == 1 && m.samples[0] > 0.0)
+        );
+        let keys: Vec<String> = rows[0]
+            .sample_sets()
+            .into_iter()
+            .map(|(k, _)| format!("{}-{}", k.metric, k.tasks))
+            .collect();
+        assert!(keys.contains(&"send-1024-1".to_string()), "{keys:?}");
+        let counters = rows[0].counter_values();
+        assert!(
+            counters
+                .iter()
+                .any(|(n, _)| n == "lock:zone->lock [send-16384]:acquisitions"),
+            "{counters:?}"
+        );
+        // Events count whatever the lock statistics switch (which other tests flip) says.
+        assert!(
+            counters
+                .iter()
+                .any(|(n, v)| n == "event:send-16384/pcp_alloc_hit" && *v > 0.0),
+            "{counters:?}"
+        );
+        let text = render(&req, &rows);
+        assert!(text.contains("send-16384 Hmean"), "{text}");
+    }
+
+    #[test]
+    fn netpipe_refuses_the_host_and_processes_mode() {
+        let req = netpipe_request(Target::Kernel);
+        assert_eq!(check(&req).unwrap_err(), "netpipe runs on the engine only");
+        let stop = AtomicBool::new(false);
+        let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap_err();
+        assert!(e.contains("engine only"), "{e}");
+        let mut req = netpipe_request(Target::Engine {
+            profile: "linux-6.7".into(),
+            policy: Policy::default(),
+        });
+        req.modes = vec![Mode::Processes];
+        assert!(check(&req).unwrap_err().contains("processes"));
+    }
+
     #[test]
     fn arena_covers_the_workload() {
         let s = Sizes::default();
@@ -630,5 +813,6 @@ mod tests {
         assert!(engine_arena(WorkloadKind::PageFault2, 2, s) >= 4 * MEMSIZE);
         assert!(engine_arena(WorkloadKind::Pft, 4, s) >= s.pft_bytes);
         assert_eq!(engine_arena(WorkloadKind::Pft, 4, s) % (4 << 20), 0);
+        assert!(engine_arena(WorkloadKind::Netpipe, 1, s) >= 64 << 20);
     }
 }

@@ -109,7 +109,12 @@ type Summary = fn(&[f64]) -> f64;
 
 /// Is the difference between two samples significant? `harmonic` selects Hmean/HStddev (rates)
 /// or Amean/Stddev (times).
+///
+/// Fewer than two samples on either side give no spread to judge by: never significant.
 pub fn significant(a: &[f64], b: &[f64], harmonic: bool, rule: Significance) -> bool {
+    if a.len() < 2 || b.len() < 2 {
+        return false;
+    }
     let (m, s): (Summary, Summary) = if harmonic {
         (hmean, hstddev)
     } else {

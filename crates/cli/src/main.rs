@@ -132,9 +132,10 @@ pub(crate) struct CompareArgs {
     /// Also use runs that were interrupted.
     #[arg(long)]
     pub(crate) include_incomplete: bool,
-    /// interval (current mmtests rule) or ttest (the 2018-2024 rule).
-    #[arg(long, default_value = "interval")]
-    pub(crate) significance: String,
+    /// interval (current mmtests rule) or ttest (the 2018-2024 rule). Default: the
+    /// experiment's rule with --experiment, else interval.
+    #[arg(long)]
+    pub(crate) significance: Option<String>,
     /// text, markdown, json or csv.
     #[arg(long, default_value = "text")]
     pub(crate) format: String,
@@ -223,9 +224,9 @@ pub(crate) struct RunArgs {
     /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
     #[arg(long, default_value = "engine")]
     pub(crate) target: String,
-    /// Profile for the engine: a shipped name or a path to a .toml file.
-    #[arg(long, default_value = "linux-6.7")]
-    pub(crate) profile: String,
+    /// Profile for the engine (default linux-6.7): a shipped name or a path to a .toml file.
+    #[arg(long)]
+    pub(crate) profile: Option<String>,
     /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
     #[arg(long, default_value = "1,2")]
     pub(crate) tasks: String,
@@ -342,6 +343,8 @@ fn interrupt_flag() -> Arc<AtomicBool> {
     // A second handler cannot be installed; that only happens in tests calling this twice.
     let _ = ctrlc::set_handler(move || {
         if s.swap(true, Ordering::Relaxed) {
+            // Quit now, but leave the run being measured marked incomplete, not running.
+            measure::abandon_current_run();
             std::process::exit(130);
         }
         eprintln!("pagelab: stopping after the current pass (Ctrl-C again to quit now)");

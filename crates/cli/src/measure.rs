@@ -4,7 +4,8 @@
 //! each (mode, task count, repeat) row is written as soon as it is measured, and the run is
 //! marked complete, or incomplete when Ctrl-C or a failure stopped it: what was measured stays.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
@@ -19,6 +20,24 @@ use pagelab_workloads::runner::SampleSpec;
 use pagelab_workloads::{Mode, WorkloadKind};
 
 use crate::{ReproduceArgs, RunArgs, command_line, interrupt_flag, open_store};
+
+/// The run being measured, for a second Ctrl-C: the handler marks it incomplete before it quits.
+static CURRENT_RUN: Mutex<Option<(PathBuf, i64)>> = Mutex::new(None);
+
+/// Called from the Ctrl-C handler on the second press: mark the run being measured incomplete
+/// through a connection of its own (WAL lets it write beside the measuring thread's).
+pub fn abandon_current_run() {
+    let current = CURRENT_RUN.lock().ok().and_then(|g| g.clone());
+    if let Some((path, id)) = current
+        && let Ok(store) = Store::open(&path)
+    {
+        let _ = store.finish_run(id, Status::Incomplete);
+        eprintln!(
+            "pagelab: run {id} in {} keeps what was stored, marked incomplete",
+            path.display()
+        );
+    }
+}
 
 /// A progress bar for the sweep: one message per (target, workload, tasks, mode), its samples.
 fn progress_bar() -> indicatif::ProgressBar {
@@ -58,6 +77,9 @@ fn measure_and_store(
         command: command_line(),
     };
     let id = store.begin_run(&meta).map_err(|e| e.to_string())?;
+    if let Ok(mut g) = CURRENT_RUN.lock() {
+        *g = Some((store.path().to_path_buf(), id));
+    }
     let bar = progress_bar();
     let mut sink = |row: &RunRow| -> Result<(), String> {
         for (key, samples) in row.sample_sets() {
@@ -94,6 +116,9 @@ fn measure_and_store(
         Ok(rows) if !rows.iter().any(|r| r.interrupted) => Status::Complete,
         _ => Status::Incomplete,
     };
+    if let Ok(mut g) = CURRENT_RUN.lock() {
+        *g = None;
+    }
     store.finish_run(id, status).map_err(|e| e.to_string())?;
     match result {
         Ok(rows) => Ok((rows, id)),
@@ -110,7 +135,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
     let modes = parse_modes(&a.mode)?;
     let (target, profile) = match a.target.as_str() {
         "engine" => {
-            let p = profiles::load(&a.profile)?;
+            let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))?;
             (
                 Target::Engine {
                     profile: p.name.clone(),
@@ -118,6 +143,12 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
                 },
                 Some(p),
             )
+        }
+        "kernel" if a.profile.is_some() => {
+            return Err(
+                "--profile applies to the engine; the kernel target runs this machine's kernel"
+                    .into(),
+            );
         }
         "kernel" => (Target::Kernel, None),
         t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
@@ -252,7 +283,7 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
         })
         .map_err(|e| e.to_string())?;
     eprintln!(
-        "pagelab: stored as runs {} in {}; `pagelab compare --experiment {}` shows them again",
+        "pagelab: stored as runs {} in {}; `pagelab compare --experiment {} --latest` shows them again",
         runs.iter()
             .map(|r| r.id.to_string())
             .collect::<Vec<_>>()

@@ -12,6 +12,7 @@ use pagelab_bench::compare::{self, Comparison};
 use pagelab_bench::experiments;
 use pagelab_bench::import::{self, ImportOptions};
 use pagelab_bench::results::{RunFilter, Status, StoredRun};
+use pagelab_bench::stats;
 use pagelab_bench::store::Store;
 
 use crate::measure::check_label;
@@ -85,7 +86,6 @@ fn select_runs(
 
 pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
     let format = parse_format(&a.format)?;
-    let rule = experiments::parse_significance(&a.significance)?;
     let mut a = a;
     let mut labels = a.labels.clone();
     // An experiment given by path is stored under its name.
@@ -93,6 +93,11 @@ pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
     if let Some(e) = &exp {
         a.experiment = Some(e.name.clone());
     }
+    let rule = match (&a.significance, &exp) {
+        (Some(r), _) => experiments::parse_significance(r)?,
+        (None, Some(e)) => e.significance,
+        (None, None) => stats::Significance::Interval,
+    };
     if labels.is_empty() {
         match &exp {
             Some(e) => labels = e.profiles.iter().map(|p| p.name.clone()).collect(),
@@ -147,7 +152,12 @@ fn filter_of(a: &RunsArgs) -> Result<RunFilter, String> {
 pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
     let filter = filter_of(&a)?;
     if a.delete {
+        // Deleting never creates a store: open it for reading first, to fail on a missing one.
+        open_read(db)?;
         let store = open_store(db)?;
+        if !a.all && store.runs(&filter).map_err(|e| e.to_string())?.is_empty() {
+            return Err("no run matches; `pagelab runs` lists what is stored".into());
+        }
         let n = if a.all {
             if filter != RunFilter::default() {
                 return Err("--all deletes every run; give it without filters".into());
@@ -218,6 +228,11 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
     }
     let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
     let samples = store.samples(&ids).map_err(|e| e.to_string())?;
+    let status_of = |id: i64| {
+        runs.iter()
+            .find(|r| r.id == id)
+            .map_or(Status::Complete, |r| r.status)
+    };
     let text = match a.format.as_str() {
         "json" => serde_json::to_string_pretty(&samples).map_err(|e| e.to_string())? + "\n",
         "csv" => {
@@ -227,6 +242,7 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
                 "label",
                 "workload",
                 "origin",
+                "status",
                 "mode",
                 "tasks",
                 "metric",
@@ -242,6 +258,7 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
                     s.label.clone(),
                     s.workload.clone(),
                     s.origin.to_string(),
+                    status_of(s.run_id).to_string(),
                     s.key.mode.clone(),
                     s.key.tasks.to_string(),
                     s.key.metric.clone(),
@@ -294,9 +311,9 @@ pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let id = store.insert_run(&data).map_err(|e| e.to_string())?;
     let n: usize = data.samples.iter().map(|(_, _, v)| v.len()).sum();
     println!(
-        "imported {n} samples of {} ({:?} format) as run {id}, label {label}, into {}",
+        "imported {n} samples of {} ({} format) as run {id}, label {label}, into {}",
         data.meta.workload,
-        format,
+        format.as_str(),
         store.path().display()
     );
     Ok(())

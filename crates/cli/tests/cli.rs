@@ -135,6 +135,25 @@ fn run_store_list_compare_export_and_reimport() {
             assert_eq!(r["cells"][0]["value"], r["cells"][1]["value"], "{r}");
         }
     }
+    // An export of two labels is two runs: importing it as one is refused.
+    let both = d.0.join("both.csv");
+    ok(
+        &db,
+        &[
+            "export",
+            "--label",
+            "base",
+            "--label",
+            "pvl",
+            "--out",
+            both.to_str().unwrap(),
+        ],
+    );
+    fails(
+        &db,
+        &["import", both.to_str().unwrap(), "--label", "mixed"],
+        "one import is one run",
+    );
     // Deletion needs a filter and removes exactly what it names.
     fails(&db, &["runs", "--delete"], "needs a filter");
     assert!(ok(&db, &["runs", "--delete", "--label", "again"]).contains("deleted 1 run"));
@@ -160,16 +179,12 @@ fn reproduce_runs_an_experiment_file_and_prints_its_comparison() {
     );
     assert!(out.contains("Hmean     faults/cpu-1"), "{out}");
     assert!(out.contains("significance: t-test"), "{out}");
+    // The experiment's own rule applies by default.
     let again = ok(
         &d.db(),
-        &[
-            "compare",
-            "--experiment",
-            exp.to_str().unwrap(),
-            "--significance",
-            "ttest",
-        ],
+        &["compare", "--experiment", exp.to_str().unwrap(), "--latest"],
     );
+    assert!(again.contains("significance: t-test"), "{again}");
     assert_eq!(
         again
             .lines()
@@ -240,6 +255,19 @@ fn interrupted_run_is_stored_incomplete() {
     // Interrupted runs are left out of comparisons unless asked for.
     fails(&db, &["compare", "cut"], "no complete run");
     assert!(ok(&db, &["compare", "cut", "--include-incomplete"]).contains("faults/sec-1"));
+    // Exported and imported again, it stays incomplete.
+    let csv = d.0.join("cut.csv");
+    ok(
+        &db,
+        &["export", "--label", "cut", "--out", csv.to_str().unwrap()],
+    );
+    ok(
+        &db,
+        &["import", csv.to_str().unwrap(), "--label", "cut-again"],
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&db, &["runs", "--json", "--label", "cut-again"])).unwrap();
+    assert_eq!(v[0]["status"], "incomplete");
 }
 
 /// The bytes of a file, compared without printing them.
@@ -266,7 +294,23 @@ fn bad_input_is_one_line_and_alters_nothing() {
         "unknown profile",
     );
     fails(&db, &["run", "pft", "--tasks", "0"], "not a positive");
-    fails(&db, &["run", "pft", "--size", "64P"], "");
+    fails(
+        &db,
+        &["run", "pft", "--size", "64P"],
+        "needs an engine arena",
+    );
+    fails(&db, &["run", "pft", "--tasks", "1,1"], "appears twice");
+    fails(
+        &db,
+        &["run", "pft", "--target", "kernel", "--profile", "linux-6.7"],
+        "--profile applies to the engine",
+    );
+    fails(&db, &["compare", "keep", "keep"], "named twice");
+    fails(
+        &db,
+        &["runs", "--delete", "--label", "nosuch"],
+        "no run matches",
+    );
     fails(&db, &["run", "pft", "--bogus"], "--bogus");
     fails(&db, &["run", "pft", "--label", "has space"], "label");
     fails(&db, &["compare", "nope"], "unknown label `nope`");
@@ -284,7 +328,18 @@ fn bad_input_is_one_line_and_alters_nothing() {
     fails(&db, &["profiles", "linux-9"], "unknown profile");
     let junk = d.0.join("junk.txt");
     std::fs::write(&junk, "this is not\nbenchmark output\n").unwrap();
-    fails(&db, &["import", junk.to_str().unwrap(), "--label", "j"], "");
+    fails(
+        &db,
+        &["import", junk.to_str().unwrap(), "--label", "j"],
+        "cannot tell the format",
+    );
+    let neg = d.0.join("neg.csv");
+    std::fs::write(&neg, "tasks,value,workload\n1,-5,pft\n").unwrap();
+    fails(
+        &db,
+        &["import", neg.to_str().unwrap(), "--label", "j"],
+        "neg.csv:2: a rate must be positive",
+    );
     let bad_csv = d.0.join("bad.csv");
     std::fs::write(&bad_csv, "tasks,value,workload\n1,12.5,pft\n2,lots,pft\n").unwrap();
     fails(

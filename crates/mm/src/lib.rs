@@ -23,6 +23,7 @@ pub mod list;
 pub mod lru;
 pub mod page;
 pub mod policy;
+pub mod reclaim;
 pub mod task;
 pub mod vm;
 pub mod vmstat;

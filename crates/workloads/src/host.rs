@@ -1,12 +1,14 @@
 //! The host-kernel target: the same workloads through real system calls, so the engine can be
 //! compared with the kernel it models on the same machine, in the same run.
 //!
-//! This is the workloads crate's only `unsafe` code: mapping and unmapping host memory and
-//! storing into it. Soundness is kept local: a `HostVm` remembers the mappings it made and
-//! refuses a store outside them, so no safe call can write through a dangling address.
+//! Mapping, unmapping and storing into host memory is `unsafe`; soundness is kept local: every
+//! mapping is a reference-counted region that is unmapped only when the last handle goes, and
+//! a store is made only while holding the handle of the region it falls in, so no safe call
+//! can write through a dangling address. Threads of one process share a [`HostSpace`].
 
 use std::cell::RefCell;
 use std::os::fd::OwnedFd;
+use std::sync::{Arc, RwLock};
 
 use rustix::mm::{MapFlags, ProtFlags};
 
@@ -17,20 +19,112 @@ fn host_err(what: &str, e: impl std::fmt::Display) -> WorkloadError {
     WorkloadError::Host(format!("{what}: {e}"))
 }
 
-/// A task on the host: its live mappings.
-#[derive(Default)]
+/// One host mapping. It is unmapped when the last handle to it goes, so a task that can still
+/// reach it (its own list, or another thread's cache of a shared region) never stores into
+/// unmapped memory.
+#[derive(Debug)]
+struct Region {
+    addr: u64,
+    len: u64,
+}
+
+impl Region {
+    fn contains(&self, addr: u64) -> bool {
+        addr >= self.addr && addr + 8 <= self.addr + self.len
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the region is a mapping this module made, and this is its last handle: no
+        // task can reach it any more, so no later store can hit the unmapped range.
+        let _ = unsafe { rustix::mm::munmap(self.addr as *mut _, self.len as usize) };
+    }
+}
+
+/// The mappings of one host process, shared by its threads (the host `mm`): in threads mode a
+/// region one task maps (pft's single VMA) is stored into by every task.
+#[derive(Debug, Default)]
+pub struct HostSpace {
+    regions: RwLock<Vec<Arc<Region>>>,
+}
+
+impl HostSpace {
+    pub fn new() -> Arc<HostSpace> {
+        Arc::new(HostSpace::default())
+    }
+}
+
+/// A task on the host: a thread of a [`HostSpace`], with a private cache of the regions it
+/// stores into so that the store path takes no shared lock (a shared lock there would add
+/// exactly the cache-line bouncing the benchmarks measure in the kernel).
+///
+/// The cache holds handles, so a region another thread unmaps stays mapped until this task
+/// lets go of it: at [`Vm::idle`] (a barrier, where the workloads hand regions over) or when
+/// it unmaps the region itself. Stores outside every region of the space are refused.
 pub struct HostVm {
-    maps: RefCell<Vec<(u64, u64)>>,
+    space: Arc<HostSpace>,
+    cache: RefCell<Vec<Arc<Region>>>,
+}
+
+impl Default for HostVm {
+    fn default() -> Self {
+        HostVm::new()
+    }
 }
 
 impl HostVm {
+    /// A task with an address space of its own (a process).
     pub fn new() -> Self {
-        Self::default()
+        HostVm::in_space(&HostSpace::new())
+    }
+
+    /// A task sharing `space` with other threads.
+    pub fn in_space(space: &Arc<HostSpace>) -> Self {
+        HostVm {
+            space: space.clone(),
+            cache: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// `n` threads of one new address space.
+    pub fn threads(n: usize) -> Vec<HostVm> {
+        let space = HostSpace::new();
+        (0..n).map(|_| HostVm::in_space(&space)).collect()
     }
 
     fn record(&self, addr: u64, len: u64) -> u64 {
-        self.maps.borrow_mut().push((addr, len));
+        let r = Arc::new(Region { addr, len });
+        self.space
+            .regions
+            .write()
+            .expect("no thread panics holding the region list")
+            .push(r.clone());
+        self.cache.borrow_mut().push(r);
         addr
+    }
+
+    /// Make sure the region holding `addr` is in the cache (taking it from the space if another
+    /// thread mapped it); false if no region of the space holds it.
+    fn cache_region_of(&self, addr: u64) -> bool {
+        if self.cache.borrow().iter().any(|r| r.contains(addr)) {
+            return true;
+        }
+        let found = self
+            .space
+            .regions
+            .read()
+            .expect("no thread panics holding the region list")
+            .iter()
+            .find(|r| r.contains(addr))
+            .cloned();
+        match found {
+            Some(r) => {
+                self.cache.borrow_mut().push(r);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -82,48 +176,52 @@ impl Vm for HostVm {
 
     #[inline]
     fn store(&self, addr: u64) -> Result<(), WorkloadError> {
-        let ok = self
-            .maps
-            .borrow()
-            .iter()
-            .any(|&(a, l)| addr >= a && addr + 8 <= a + l);
-        if !ok || !addr.is_multiple_of(8) {
+        if !addr.is_multiple_of(8) || !self.cache_region_of(addr) {
             return Err(WorkloadError::Fault(format!(
                 "store to {addr:#x} outside this task's mappings"
             )));
         }
-        // SAFETY: `addr` is 8-aligned and inside a live writable mapping this task made (checked
-        // above); only atomic-free plain memory is behind it, owned by no Rust object.
+        // The cache is only changed by this task, and not while the borrow lasts, so the
+        // region's handle in it keeps the mapping alive across the write. No reference count
+        // is touched on this path: threads storing into one shared region share no line.
+        let cache = self.cache.borrow();
+        debug_assert!(cache.iter().any(|r| r.contains(addr)));
+        // SAFETY: `addr` is 8-aligned and inside a writable mapping held by the cache (checked
+        // above, and the cache cannot change while borrowed); only plain memory owned by no
+        // Rust object is behind it.
         unsafe { (addr as *mut u64).write_volatile(0) };
+        drop(cache);
         Ok(())
     }
 
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
-        let mut maps = self.maps.borrow_mut();
-        let Some(i) = maps.iter().position(|&(a, l)| a == addr && l == len) else {
-            return Err(WorkloadError::Fault(format!(
-                "munmap of {addr:#x}+{len:#x}, not a mapping of this task"
-            )));
+        let taken = {
+            let mut regions = self
+                .space
+                .regions
+                .write()
+                .expect("no thread panics holding the region list");
+            let Some(i) = regions.iter().position(|r| r.addr == addr && r.len == len) else {
+                return Err(WorkloadError::Fault(format!(
+                    "munmap of {addr:#x}+{len:#x}, not a mapping of this address space"
+                )));
+            };
+            regions.swap_remove(i)
         };
-        maps.swap_remove(i);
-        // SAFETY: the range is exactly one mapping this task made and no longer records, so
-        // no later store can reach it.
-        unsafe { rustix::mm::munmap(addr as *mut _, len as usize) }
-            .map_err(|e| host_err("munmap", e))
+        self.cache.borrow_mut().retain(|r| !Arc::ptr_eq(r, &taken));
+        // The mapping goes here unless another thread still holds it (until its next idle).
+        drop(taken);
+        Ok(())
+    }
+
+    /// A barrier: let go of cached regions, so that one another thread unmaps goes now.
+    fn idle(&self) {
+        self.cache.borrow_mut().clear();
     }
 
     /// The host kernel's system time for this thread: its time in the fault path and syscalls.
     fn fault_ns(&self) -> Option<u64> {
         Some(thread_user_sys_ns().1)
-    }
-}
-
-impl Drop for HostVm {
-    fn drop(&mut self) {
-        for (a, l) in self.maps.get_mut().drain(..) {
-            // SAFETY: as in `munmap`: our own mapping, forgotten before it is unmapped.
-            let _ = unsafe { rustix::mm::munmap(a as *mut _, l as usize) };
-        }
     }
 }
 
@@ -138,4 +236,32 @@ pub fn thread_user_sys_ns() -> (u64, u64) {
     }
     let ns = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
     (ns(ru.ru_utime), ns(ru.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region another thread maps is reachable; once unmapped it stays mapped for a thread
+    /// that still holds it only until that thread's next barrier, and then stores fail.
+    #[test]
+    fn threads_share_regions_and_unmapping_waits_for_holders() {
+        let vms = HostVm::threads(2);
+        let a = vms[0].mmap_anon(1 << 20).unwrap();
+        vms[1].store(a + 4096).unwrap();
+        vms[0].munmap(a, 1 << 20).unwrap();
+        // Thread 1 still holds the region: its store lands in mapped memory.
+        vms[1].store(a + 8192).unwrap();
+        vms[1].idle();
+        assert!(vms[1].store(a + 8192).is_err());
+        assert!(vms[0].store(a).is_err());
+        // Unmapping twice, or a range that is not a mapping, is an error.
+        assert!(vms[0].munmap(a, 1 << 20).is_err());
+        // Separate processes do not see each other's mappings.
+        let p = HostVm::new();
+        let q = HostVm::new();
+        let b = p.mmap_anon(1 << 20).unwrap();
+        assert!(q.store(b).is_err());
+        assert!(p.store(b + 3).is_err(), "unaligned store refused");
+    }
 }

@@ -418,6 +418,46 @@ fn fate_of(status: WaitStatus) -> Fate {
     }
 }
 
+/// SIGINT blocked in the calling thread while alive; the previous mask is restored on drop.
+struct SigintBlocked {
+    old: libc::sigset_t,
+}
+
+impl SigintBlocked {
+    fn sigint() -> libc::sigset_t {
+        // SAFETY: `sigemptyset`/`sigaddset` only write the set we own.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            set
+        }
+    }
+
+    fn new() -> SigintBlocked {
+        let set = Self::sigint();
+        // SAFETY: a zeroed sigset_t is a valid out-parameter.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: both pointers are to sets owned by this frame.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        SigintBlocked { old }
+    }
+
+    /// In a child: SIGINT is ignored by now, unblock it.
+    fn unblock_in_child() {
+        let set = Self::sigint();
+        // SAFETY: the set is owned by this frame; the old mask is not asked for.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+    }
+}
+
+impl Drop for SigintBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`, owned by `self`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
 impl Children {
     /// Fork `n` children; child `i` pins itself, reports ready, waits for go and runs `task(i)`.
     fn fork(
@@ -425,6 +465,11 @@ impl Children {
         task: &dyn Fn(usize) -> Result<(), WorkloadError>,
     ) -> Result<Children, WorkloadError> {
         let parent = rustix::process::getpid();
+        // Read the allowed CPUs here, so every child pins within the parent's mask.
+        let _ = crate::pin::allowed_cpus();
+        // Block SIGINT across the forks: a Ctrl-C landing in a child before it ignores SIGINT
+        // would otherwise run the parent's handler there and count as a second Ctrl-C.
+        let _mask = SigintBlocked::new();
         let mut kids = Children {
             pids: Vec::with_capacity(shared.n),
             fates: Vec::with_capacity(shared.n),
@@ -593,6 +638,9 @@ fn child_main(
         // SAFETY: setting a signal's disposition to "ignore" installs no handler code and
         // touches no memory of ours.
         unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+        // SIGINT was blocked across fork (see `SigintBlocked`); now that it is ignored,
+        // unblock it so the child's mask is the parent's usual one.
+        SigintBlocked::unblock_in_child();
         pin_to_core(i);
         let ctl = shared.control();
         ctl.ready.fetch_add(1, Ordering::AcqRel);

@@ -10,6 +10,9 @@
 //!   threads or one VMA per thread; faults per CPU-second and per wall-second per repetition.
 //! - [`lameter`]: Christoph Lameter's 2005 fault test: N GiB faulted by T threads, repeated R
 //!   times; user, system and wall time per repetition.
+//! - [`netpipe`]: netperf UDP_STREAM reduced to its allocations: sender/receiver pairs on
+//!   different CPUs pass kmalloc'd buffers of the netperf send sizes (64 to 16384 bytes), the
+//!   receiver freeing on its own CPU; messages per second per send size (engine only).
 //!
 //! Tasks run as threads of one address space or as processes with their own (on the engine a
 //! process is a task with its own `Mm`).
@@ -18,6 +21,7 @@ pub mod engine;
 pub mod host;
 pub mod host_proc;
 pub mod lameter;
+pub mod netpipe;
 pub mod page_fault;
 pub mod pft;
 pub mod pin;
@@ -78,16 +82,18 @@ pub enum WorkloadKind {
     Pft,
     PftVmaPerThread,
     Lameter,
+    Netpipe,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 6] = [
+    pub const ALL: [WorkloadKind; 7] = [
         WorkloadKind::PageFault1,
         WorkloadKind::PageFault2,
         WorkloadKind::PageFault3,
         WorkloadKind::Pft,
         WorkloadKind::PftVmaPerThread,
         WorkloadKind::Lameter,
+        WorkloadKind::Netpipe,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +104,7 @@ impl WorkloadKind {
             WorkloadKind::Pft => "pft",
             WorkloadKind::PftVmaPerThread => "pft-vma-per-thread",
             WorkloadKind::Lameter => "lameter",
+            WorkloadKind::Netpipe => "netpipe",
         }
     }
 }

@@ -131,7 +131,7 @@ fn page_fault1_threads_1_and_2() {
     let _s = serial();
     for n in [1, 2] {
         let stop = AtomicBool::new(false);
-        let vms: Vec<HostVm> = (0..n).map(|_| HostVm::new()).collect();
+        let vms = HostVm::threads(n);
         let (r, a, b) = with_hooks(|hooks| {
             run_continuous(vms, spec(), &stop, hooks, |vm, c, halt| {
                 page_fault::task_loop(vm, Variant::Anon, MEMSIZE, c, halt)
@@ -188,6 +188,43 @@ fn pft_processes_1_and_2() {
             reps.iter().map(|r| r.faults_per_cpu()).sum::<f64>() / 3.0,
             reps.iter().map(|r| r.faults_per_sec()).sum::<f64>() / 3.0
         );
+    }
+}
+
+/// pft and Lameter's test in threads mode: with one VMA, every thread stores into the region
+/// the first one mapped; with one VMA per thread, each into its own.
+#[test]
+fn pft_threads_one_vma_and_vma_per_thread_1_and_2() {
+    let _s = serial();
+    for vma_per_task in [false, true] {
+        let params = PftParams {
+            bytes: 64 << 20,
+            repetitions: 3,
+            vma_per_task,
+        };
+        for n in [1usize, 2] {
+            let what = format!("pft threads x{n} vma_per_task={vma_per_task}");
+            let stop = AtomicBool::new(false);
+            let (reps, interrupted) = pagelab_workloads::pft::run(
+                HostVm::threads(n),
+                true,
+                params,
+                &stop,
+                &mut |_, _| {},
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(!interrupted);
+            assert_eq!(reps.len(), 3, "{what}");
+            for r in &reps {
+                assert_eq!(r.faults(), params.bytes / PAGE, "{what}: {r:?}");
+                assert!(
+                    r.tasks
+                        .iter()
+                        .all(|t| t.faults == params.bytes / PAGE / n as u64)
+                );
+                assert!(r.wall_ns > 0 && r.sys_s().is_some(), "{what}: {r:?}");
+            }
+        }
     }
 }
 

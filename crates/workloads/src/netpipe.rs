@@ -1,0 +1,1102 @@
+//! `netpipe`: netperf's UDP_STREAM reduced to what the page allocator sees of it.
+//!
+//! # What is modelled
+//!
+//! netperf UDP_STREAM over loopback sends datagrams of a fixed size from a client to a server
+//! bound to another CPU. Each `sendmsg` allocates an skb whose data buffer comes from `kmalloc`
+//! on the sender's CPU; the server's `recvmsg` copies the data out and frees the skb on the
+//! receiver's CPU. The buffers come from slabs of order 1 to 3 (the kmalloc classes from
+//! 512 bytes up, on a small machine) or, above the largest kmalloc cache, straight from the
+//! page allocator (`kmalloc_large`, orders 2 and 3 for the two largest send sizes). Every
+//! page-allocator free is a *remote* free: it lands on the receiver's per-CPU lists, which
+//! drain to the zone in batches, while the sender's lists refill from the zone. Without high-order per-CPU lists (Linux before 5.14, the
+//! `vanilla-4.9` profile) every order-1..3 allocation and free takes `zone->lock`; with them
+//! (Mel Gorman's series, the `hopcpu` profile) only refills and drains do.
+//!
+//! A workload of `N` *pairs* runs pair `i` as a sender task on virtual CPU `2i` and a receiver
+//! task on virtual CPU `2i + 1`, each a real thread pinned to host core `cpu mod cores`. A
+//! bounded single-producer single-consumer ring of [`RING_DEPTH`] messages (about a socket
+//! buffer's worth of datagrams) connects them and carries `(buffer, size)`.
+//!
+//! - **Sender**: `kmalloc` on its CPU, write the message (below), push. A full ring makes the
+//!   sender wait (spin, then yield) until the receiver makes room: UDP would drop the datagram
+//!   and netperf would count the send anyway, but drops are not modelled; every message sent
+//!   is received, so the rate is the rate of messages delivered.
+//! - **Receiver**: pop, check the message, `kfree` on its own CPU.
+//!
+//! # The buffer
+//!
+//! By default the sender asks `kmalloc` for what `alloc_skb` would ask for a datagram of the
+//! send size on loopback ([`skb_alloc_size`]): the payload plus UDP/IPv4 headers and link-layer
+//! headroom, rounded to a cache line, plus the shared info block at the end of every skb
+//! (380 to 450 bytes in all). That overhead is what moves the 8192-byte send size above the
+//! largest kmalloc cache (8 KiB) and onto order-2 pages, as in the kernel; [`NetpipeParams::skb`]
+//! set to false asks for the send size alone.
+//!
+//! # Touching the data
+//!
+//! A real send copies the whole payload in and the receive copies it out. Copying every cache
+//! line would make the workload measure memory bandwidth rather than the allocator, so each
+//! side touches one word in every [`TOUCH_STRIDE`] (every 512 bytes) plus the first and last
+//! word: enough that part of the buffer moves between the two CPUs' caches as in the kernel,
+//! with a cost that grows with the size, without drowning the allocator's share. The sender
+//! writes the message's sequence number into the first word and into every strided word and
+//! its complement into the last; the receiver checks all of them against the sequence number
+//! it expects next, so a lost, duplicated, reordered or overwritten message is an error.
+//!
+//! # kmalloc and kfree
+//!
+//! [`Kmalloc`] puts the kernel's `kmalloc_large` beside the engine's SLUB: sizes up to
+//! [`KMALLOC_MAX_SIZE`] go to the slab caches, larger ones to `alloc_pages` as a compound block
+//! of the order that holds them, tagged in the head frame so that `kfree` can tell the two
+//! apart from the address alone, as the kernel does with `PageSlab`.
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_utils::CachePadded;
+use pagelab_mm::alloc::slab::{KMALLOC_MAX_SIZE, Obj, SlabAllocator, SlabError};
+use pagelab_mm::alloc::{AllocError, Gfp};
+use pagelab_mm::page::pg;
+use pagelab_mm::policy::PcpTune;
+use pagelab_mm::{Census, CpuId, Kernel, Mem, PAGE_SIZE, Pfn, Policy};
+use pagelab_sync::Backoff;
+
+use crate::WorkloadError;
+use crate::engine::{self, EngineCounters, EngineRun};
+use crate::pin::pin_to_core;
+use crate::runner::{self, Continuous, Counter, Hooks, SampleSpec, bump};
+
+/// The netperf UDP_STREAM send sizes mmtests runs (`send-64` ... `send-16384`).
+pub const SEND_SIZES: [usize; 9] = [64, 128, 256, 1024, 2048, 3312, 4096, 8192, 16384];
+
+/// Messages in flight per pair at most (a socket buffer's worth of datagrams).
+pub const RING_DEPTH: usize = 256;
+
+/// Each side touches one word in this many (every 512 bytes), besides the first and last.
+pub const TOUCH_STRIDE: usize = 64;
+
+/// UDP (8) and IPv4 (20) headers in the skb's linear data.
+const UDP_IPV4_HEADERS: usize = 28;
+/// Link-layer headroom reserved by the send path on loopback (16) and its alignment slack (15).
+const LL_HEADROOM: usize = 31;
+/// `SMP_CACHE_BYTES`: skb data sizes are rounded to a cache line (`SKB_DATA_ALIGN`).
+const SMP_CACHE_BYTES: usize = 64;
+/// `struct skb_shared_info` at the end of every skb data buffer, cache-line aligned, x86-64.
+const SKB_SHARED_INFO: usize = 320;
+
+/// Bytes `alloc_skb` asks `kmalloc` for to send a datagram of `send_size` bytes on loopback
+/// (approximately: the exact headroom depends on the route and the device).
+pub fn skb_alloc_size(send_size: usize) -> usize {
+    (send_size + UDP_IPV4_HEADERS + LL_HEADROOM).next_multiple_of(SMP_CACHE_BYTES) + SKB_SHARED_INFO
+}
+
+/// Smallest order whose block holds `bytes` (`get_order`).
+fn get_order(bytes: usize) -> u32 {
+    bytes
+        .div_ceil(PAGE_SIZE)
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros()
+}
+
+/// Tag in the head frame's `mapping` of a `kmalloc_large` block; the low byte holds the order.
+const KMALLOC_LARGE_TAG: u64 = 0x6b6d_616c_6c6f_6300;
+const KMALLOC_LARGE_MASK: u64 = !0xff;
+
+/// Why a kmalloc failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KmallocError {
+    #[error("kmalloc of 0 bytes")]
+    ZeroSize,
+    #[error(transparent)]
+    Slab(#[from] SlabError),
+    #[error("kmalloc_large: {0}")]
+    Page(#[from] AllocError),
+}
+
+/// `kmalloc`/`kfree` over the engine: the slab caches up to [`KMALLOC_MAX_SIZE`], whole
+/// compound blocks from the page allocator above (`kmalloc_large`).
+pub struct Kmalloc {
+    slab: SlabAllocator,
+}
+
+impl Kmalloc {
+    pub fn new(mem: Arc<Mem>) -> Kmalloc {
+        Kmalloc {
+            slab: SlabAllocator::new(mem),
+        }
+    }
+
+    pub fn slab(&self) -> &SlabAllocator {
+        &self.slab
+    }
+
+    pub fn mem(&self) -> &Arc<Mem> {
+        self.slab.mem()
+    }
+
+    /// The page order a `size`-byte kmalloc allocates at: its slab's order, or the order of
+    /// the `kmalloc_large` block. `None` for 0.
+    pub fn page_order(&self, size: usize) -> Option<u32> {
+        match size {
+            0 => None,
+            1..=KMALLOC_MAX_SIZE => self.slab.cache_for(size).map(|c| c.order()),
+            _ => Some(get_order(size)),
+        }
+    }
+
+    /// Does a `size`-byte kmalloc bypass the slab caches?
+    pub fn is_large(size: usize) -> bool {
+        size > KMALLOC_MAX_SIZE
+    }
+
+    /// `kmalloc(size, GFP_KERNEL)` on `cpu`.
+    pub fn kmalloc(&self, cpu: CpuId, size: usize) -> Result<Obj, KmallocError> {
+        if size == 0 {
+            return Err(KmallocError::ZeroSize);
+        }
+        if !Self::is_large(size) {
+            return Ok(self.slab.kmalloc(cpu, size)?);
+        }
+        // kmalloc_large: a compound block, its order recorded in the head frame.
+        let order = get_order(size);
+        let mem = self.mem();
+        let pfn = mem.alloc_pages(cpu, order, Gfp::KERNEL.with_comp())?;
+        mem.pages()[pfn]
+            .mapping
+            .store(KMALLOC_LARGE_TAG | u64::from(order), Relaxed);
+        Ok(Obj { pfn, offset: 0 })
+    }
+
+    /// `kfree` on `cpu`, any CPU. Panics on an address that is neither a slab object of this
+    /// allocator nor the start of a live `kmalloc_large` block.
+    pub fn kfree(&self, cpu: CpuId, obj: Obj) {
+        let mem = self.mem();
+        let pages = mem.pages();
+        assert!(
+            obj.pfn.idx() < pages.len(),
+            "kfree of {obj:?}: outside the arena"
+        );
+        let head = mem.compound_head(obj.pfn);
+        let page = &pages[head];
+        if page.test(pg::SLAB) {
+            self.slab.kfree(cpu, obj);
+            return;
+        }
+        let tag = page.mapping.load(Relaxed);
+        assert!(
+            obj.pfn == head && obj.offset == 0 && tag & KMALLOC_LARGE_MASK == KMALLOC_LARGE_TAG,
+            "kfree of {obj:?}: neither a slab object nor a kmalloc_large block"
+        );
+        // The last reference: free_frozen_pages clears the tag with the rest of the owner's state.
+        let freed = mem.free_pages(cpu, head, (tag & 0xff) as u32);
+        debug_assert!(freed, "kmalloc_large block {head:?} had another reference");
+    }
+}
+
+/// One message: a kmalloc'd buffer and the bytes of it in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Msg {
+    pub obj: Obj,
+    pub size: usize,
+}
+
+struct Slot {
+    obj: AtomicU64,
+    size: AtomicU64,
+}
+
+/// A bounded single-producer single-consumer ring.
+///
+/// Positions count up forever; the slot of position `p` is `p mod capacity`. The producer
+/// alone writes `tail`, the consumer alone writes `head`; a slot is written only while the
+/// producer owns it (`tail - head < capacity`) and read only while the consumer does
+/// (`head < tail`), with a release store of the position handing it over and an acquire load
+/// taking it. Each side keeps its last view of the other's position ([`Producer`],
+/// [`Consumer`]) and rereads it only when that view says full or empty, so in steady state the
+/// two sides share only the slots. One producer and one consumer at a time: that is the
+/// caller's contract (a second producer would lose messages; everything stays memory-safe).
+/// (A ring of its own rather than crossbeam's `ArrayQueue`, which is multi-producer and not a
+/// dependency of this crate; this one is safe code over atomics.)
+pub struct Ring {
+    slots: Box<[Slot]>,
+    mask: usize,
+    head: CachePadded<AtomicUsize>,
+    tail: CachePadded<AtomicUsize>,
+}
+
+impl Ring {
+    /// A ring holding `depth` messages, rounded up to a power of two.
+    pub fn new(depth: usize) -> Ring {
+        let cap = depth.max(1).next_power_of_two();
+        Ring {
+            slots: (0..cap)
+                .map(|_| Slot {
+                    obj: AtomicU64::new(0),
+                    size: AtomicU64::new(0),
+                })
+                .collect(),
+            mask: cap - 1,
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Messages in the ring (a snapshot).
+    pub fn len(&self) -> usize {
+        let head = self.head.load(Acquire);
+        self.tail.load(Acquire).wrapping_sub(head)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The producing end. Only one may be in use at a time.
+    pub fn producer(&self) -> Producer<'_> {
+        Producer {
+            ring: self,
+            head: self.head.load(Acquire),
+        }
+    }
+
+    /// The consuming end. Only one may be in use at a time.
+    pub fn consumer(&self) -> Consumer<'_> {
+        Consumer {
+            ring: self,
+            tail: self.tail.load(Acquire),
+        }
+    }
+}
+
+/// The producing end of a [`Ring`], with its cached view of the consumer's position.
+pub struct Producer<'a> {
+    ring: &'a Ring,
+    head: usize,
+}
+
+impl Producer<'_> {
+    /// Append `msg`; false when the ring is full.
+    #[inline]
+    pub fn push(&mut self, msg: Msg) -> bool {
+        let r = self.ring;
+        let tail = r.tail.load(Relaxed);
+        if tail.wrapping_sub(self.head) >= r.slots.len() {
+            self.head = r.head.load(Acquire);
+            if tail.wrapping_sub(self.head) >= r.slots.len() {
+                return false;
+            }
+        }
+        let slot = &r.slots[tail & r.mask];
+        slot.obj.store(
+            u64::from(msg.obj.pfn.0) << 32 | u64::from(msg.obj.offset),
+            Relaxed,
+        );
+        slot.size.store(msg.size as u64, Relaxed);
+        r.tail.store(tail.wrapping_add(1), Release);
+        true
+    }
+}
+
+/// The consuming end of a [`Ring`], with its cached view of the producer's position.
+pub struct Consumer<'a> {
+    ring: &'a Ring,
+    tail: usize,
+}
+
+impl Consumer<'_> {
+    /// Take the oldest message; `None` when the ring is empty.
+    #[inline]
+    pub fn pop(&mut self) -> Option<Msg> {
+        let r = self.ring;
+        let head = r.head.load(Relaxed);
+        if head == self.tail {
+            self.tail = r.tail.load(Acquire);
+            if head == self.tail {
+                return None;
+            }
+        }
+        let slot = &r.slots[head & r.mask];
+        let packed = slot.obj.load(Relaxed);
+        let size = slot.size.load(Relaxed) as usize;
+        r.head.store(head.wrapping_add(1), Release);
+        Some(Msg {
+            obj: Obj {
+                pfn: Pfn((packed >> 32) as u32),
+                offset: packed as u32,
+            },
+            size,
+        })
+    }
+}
+
+/// Word indices a message of `bytes` touches: the first, every [`TOUCH_STRIDE`]th and the
+/// last. The last carries the complement of the sequence number, the others the number.
+fn touched_words(bytes: usize) -> impl Iterator<Item = (usize, bool)> {
+    let n = (bytes / 8).max(1);
+    (0..n)
+        .step_by(TOUCH_STRIDE)
+        .filter(move |&i| i + 1 < n)
+        .map(|i| (i, false))
+        .chain(std::iter::once((n - 1, n > 1)))
+}
+
+/// Write message `seq` into `obj` (as the sender's copy would).
+pub fn write_message(mem: &Mem, obj: Obj, bytes: usize, seq: u64) {
+    for (i, complement) in touched_words(bytes) {
+        let v = if complement { !seq } else { seq };
+        obj.word(mem, i).store(v, Relaxed);
+    }
+}
+
+/// Check that `obj` holds message `seq` (as the receiver's copy would read it).
+pub fn check_message(mem: &Mem, obj: Obj, bytes: usize, seq: u64) -> Result<(), String> {
+    for (i, complement) in touched_words(bytes) {
+        let want = if complement { !seq } else { seq };
+        let got = obj.word(mem, i).load(Relaxed);
+        if got != want {
+            let got_seq = if complement { !got } else { got };
+            return Err(format!(
+                "message {seq} at {obj:?}: word {i} says message {got_seq} (lost, duplicated, reordered or overwritten)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One sender/receiver pair.
+pub struct Pair {
+    pub tx: CpuId,
+    pub rx: CpuId,
+    ring: Ring,
+    /// Messages sent so far (the next sequence number); written by the sender only.
+    sent: CachePadded<AtomicU64>,
+    /// Messages received so far (the next sequence number expected); written by the receiver.
+    received: CachePadded<AtomicU64>,
+    /// The sender has stopped and pushes nothing more.
+    sender_done: AtomicBool,
+    /// The receiver found a bad message or died: the sender stops.
+    failed: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+impl Pair {
+    fn new(i: usize, depth: usize) -> Pair {
+        Pair {
+            tx: CpuId((2 * i) as u16),
+            rx: CpuId((2 * i + 1) as u16),
+            ring: Ring::new(depth),
+            sent: CachePadded::new(AtomicU64::new(0)),
+            received: CachePadded::new(AtomicU64::new(0)),
+            sender_done: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+
+    fn fail(&self, e: String) {
+        self.error.lock().unwrap().get_or_insert(e);
+        self.failed.store(true, Relaxed);
+    }
+}
+
+/// Marks a pair failed if its receiver unwinds, so that the sender does not wait on a ring
+/// nobody empties.
+struct ReceiverGuard<'a>(&'a Pair);
+
+impl Drop for ReceiverGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.failed.store(true, Relaxed);
+        }
+    }
+}
+
+/// A pair's messages so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairTotals {
+    pub sent: u64,
+    pub received: u64,
+}
+
+/// What to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetpipeParams {
+    pub pairs: usize,
+    /// The datagram size (netperf's send size).
+    pub send_size: usize,
+    pub ring_depth: usize,
+    /// kmalloc what `alloc_skb` would ([`skb_alloc_size`]) rather than the send size alone.
+    pub skb: bool,
+}
+
+impl NetpipeParams {
+    pub fn new(pairs: usize, send_size: usize) -> NetpipeParams {
+        NetpipeParams {
+            pairs,
+            send_size,
+            ring_depth: RING_DEPTH,
+            skb: true,
+        }
+    }
+
+    /// Bytes kmalloc'd per message.
+    pub fn alloc_size(&self) -> usize {
+        if self.skb {
+            skb_alloc_size(self.send_size)
+        } else {
+            self.send_size
+        }
+    }
+}
+
+/// The workload on one booted engine, one send size.
+pub struct Netpipe {
+    kernel: Arc<Kernel>,
+    kmalloc: Kmalloc,
+    pairs: Vec<Arc<Pair>>,
+    params: NetpipeParams,
+}
+
+impl Netpipe {
+    /// Set up `p.pairs` pairs on `kernel`, which needs two virtual CPUs per pair.
+    pub fn new(kernel: &Arc<Kernel>, p: &NetpipeParams) -> Result<Netpipe, WorkloadError> {
+        if p.pairs == 0 || p.send_size == 0 {
+            return Err(WorkloadError::Config(
+                "netpipe needs at least one pair and a send size of at least one byte".into(),
+            ));
+        }
+        if kernel.nr_cpus() < 2 * p.pairs {
+            return Err(WorkloadError::Config(format!(
+                "netpipe with {} pairs needs {} virtual CPUs; the engine has {}",
+                p.pairs,
+                2 * p.pairs,
+                kernel.nr_cpus()
+            )));
+        }
+        Ok(Netpipe {
+            kernel: kernel.clone(),
+            kmalloc: Kmalloc::new(kernel.mem().clone()),
+            pairs: (0..p.pairs)
+                .map(|i| Arc::new(Pair::new(i, p.ring_depth)))
+                .collect(),
+            params: *p,
+        })
+    }
+
+    pub fn kernel(&self) -> &Arc<Kernel> {
+        &self.kernel
+    }
+
+    pub fn kmalloc(&self) -> &Kmalloc {
+        &self.kmalloc
+    }
+
+    pub fn params(&self) -> &NetpipeParams {
+        &self.params
+    }
+
+    pub fn pairs(&self) -> &[Arc<Pair>] {
+        &self.pairs
+    }
+
+    /// Messages sent and received per pair so far.
+    pub fn totals(&self) -> Vec<PairTotals> {
+        self.pairs
+            .iter()
+            .map(|p| PairTotals {
+                sent: p.sent.load(Acquire),
+                received: p.received.load(Acquire),
+            })
+            .collect()
+    }
+
+    fn oom(&self, e: KmallocError) -> WorkloadError {
+        WorkloadError::OutOfMemory(format!(
+            "the engine's arena is exhausted ({e}) sending {}-byte messages",
+            self.params.send_size
+        ))
+    }
+
+    /// The sender: until `halt`, the receiver fails or `limit` more messages are sent.
+    fn send_loop(
+        &self,
+        pair: &Pair,
+        counter: &AtomicU64,
+        halt: &AtomicBool,
+        limit: Option<u64>,
+    ) -> Result<(), WorkloadError> {
+        let mem = self.kmalloc.mem();
+        let bytes = self.params.alloc_size();
+        let mut ring = pair.ring.producer();
+        let mut seq = pair.sent.load(Relaxed);
+        let end = limit.map(|n| seq + n);
+        while !halt.load(Relaxed) && !pair.failed.load(Relaxed) && end != Some(seq) {
+            let obj = self
+                .kmalloc
+                .kmalloc(pair.tx, bytes)
+                .map_err(|e| self.oom(e))?;
+            write_message(mem, obj, bytes, seq);
+            let msg = Msg { obj, size: bytes };
+            let mut backoff = Backoff::new();
+            // A full socket buffer: wait for the receiver (UDP drops are not modelled).
+            while !ring.push(msg) {
+                if pair.failed.load(Relaxed) {
+                    self.kmalloc.kfree(pair.tx, obj);
+                    return Ok(());
+                }
+                backoff.snooze();
+            }
+            seq += 1;
+            pair.sent.store(seq, Release);
+            bump(counter);
+        }
+        Ok(())
+    }
+
+    /// The receiver: until the sender is done and the ring is empty.
+    fn recv_loop(&self, pair: &Pair) {
+        let _guard = ReceiverGuard(pair);
+        let mem = self.kmalloc.mem();
+        let mut ring = pair.ring.consumer();
+        let mut expect = pair.received.load(Relaxed);
+        let mut backoff = Backoff::new();
+        loop {
+            let msg = match ring.pop() {
+                Some(m) => m,
+                None if pair.sender_done.load(Acquire) => {
+                    // Everything pushed before `done` is visible now: one last look.
+                    match ring.pop() {
+                        Some(m) => m,
+                        None => return,
+                    }
+                }
+                None => {
+                    backoff.snooze();
+                    continue;
+                }
+            };
+            backoff.reset();
+            if msg.size != self.params.alloc_size() {
+                pair.fail(format!(
+                    "message {expect} has size {} instead of {}",
+                    msg.size,
+                    self.params.alloc_size()
+                ));
+            } else if let Err(e) = check_message(mem, msg.obj, msg.size, expect) {
+                pair.fail(e);
+            }
+            self.kmalloc.kfree(pair.rx, msg.obj);
+            expect += 1;
+            pair.received.store(expect, Release);
+        }
+    }
+
+    /// Run one pair: the receiver on a thread of its own, the sender on the calling thread.
+    fn run_pair(
+        &self,
+        pair: &Pair,
+        counter: &AtomicU64,
+        halt: &AtomicBool,
+        limit: Option<u64>,
+    ) -> Result<(), WorkloadError> {
+        pair.sender_done.store(false, Relaxed);
+        let r = std::thread::scope(|s| {
+            let rx = std::thread::Builder::new()
+                .name(format!("netpipe-rx{}", pair.rx.0))
+                .spawn_scoped(s, || {
+                    pin_to_core(pair.rx.idx());
+                    self.recv_loop(pair);
+                })
+                .map_err(|e| WorkloadError::Config(format!("cannot start a receiver: {e}")))?;
+            pin_to_core(pair.tx.idx());
+            let r = self.send_loop(pair, counter, halt, limit);
+            pair.sender_done.store(true, Release);
+            if rx.join().is_err() {
+                return Err(WorkloadError::Fault(format!(
+                    "the receiver on CPU {} panicked",
+                    pair.rx.0
+                )));
+            }
+            r
+        });
+        if let Some(e) = pair.error.lock().unwrap().clone() {
+            return Err(WorkloadError::Fault(e));
+        }
+        r
+    }
+
+    /// Run until `spec` is sampled (will-it-scale style, [`runner::run_continuous`]): one
+    /// context per pair; each sample is messages per second summed over senders. Every message
+    /// sent has been received and freed when this returns.
+    pub fn run(
+        &self,
+        spec: SampleSpec,
+        stop: &AtomicBool,
+        hooks: Hooks<'_>,
+    ) -> Result<Continuous, WorkloadError> {
+        runner::run_continuous(
+            self.pairs.clone(),
+            spec,
+            stop,
+            hooks,
+            |pair, counter, halt| self.run_pair(pair, counter, halt, None),
+        )
+    }
+
+    /// Send exactly `per_pair` messages on every pair and wait until all are received: a run
+    /// whose counts do not depend on timing, for tests.
+    pub fn run_messages(&self, per_pair: u64) -> Result<(), WorkloadError> {
+        let halt = AtomicBool::new(false);
+        let counters: Vec<Counter> = (0..self.pairs.len())
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect();
+        let results: Vec<Result<(), WorkloadError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .pairs
+                .iter()
+                .zip(&counters)
+                .map(|(pair, c)| s.spawn(|| self.run_pair(pair, c, &halt, Some(per_pair))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(WorkloadError::Fault("a netpipe sender panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    /// After a run: give empty slabs back, drain every per-CPU list and check the slab and page
+    /// allocators. Errors when a kmalloc'd object is still live or an invariant is broken;
+    /// otherwise returns the page allocator's census, or `None` when the policy runs background
+    /// threads (the prezeroer, the pcp decay worker) that keep the allocator from being quiescent.
+    pub fn quiesce(&self) -> Result<Option<Census>, String> {
+        let slab = self.kmalloc.slab();
+        slab.shrink_on(CpuId(0));
+        let c = slab.check()?.total();
+        if c.objects_in_use != 0 || c.pages != 0 {
+            return Err(format!(
+                "{} kmalloc'd objects in {} slab frames are still live after the run",
+                c.objects_in_use, c.pages
+            ));
+        }
+        let mem = self.kernel.mem();
+        mem.drain_all_pages();
+        if has_background_threads(mem.policy()) {
+            return Ok(None);
+        }
+        mem.check().map(Some)
+    }
+}
+
+/// Does the allocator of `policy` run threads of its own?
+fn has_background_threads(policy: &Policy) -> bool {
+    policy.alloc.prezero || policy.pcp.tune == PcpTune::Adaptive
+}
+
+/// One send size's measurement.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SizeRun {
+    pub send_size: usize,
+    /// Messages per second summed over pairs, one entry per kept sample.
+    pub samples: Vec<f64>,
+    /// Messages sent over the measured window, summed over pairs.
+    pub messages: u64,
+    /// The engine's counters over the measured window.
+    pub counters: EngineCounters,
+    pub interrupted: bool,
+}
+
+/// A sweep over send sizes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sweep {
+    pub sizes: Vec<SizeRun>,
+    /// Totals over the sizes, then per size: lock classes `zone->lock [send-N]` and
+    /// `pcp->lock [send-N]`, events `send-N/<event>` for the allocator's events and
+    /// `send-N/messages`.
+    pub counters: EngineCounters,
+    pub interrupted: bool,
+}
+
+/// Events reported per send size in [`Sweep::counters`].
+const PER_SIZE_EVENTS: [&str; 7] = [
+    "pcp_alloc_hit",
+    "pcp_refill",
+    "pcp_drain",
+    "zone_alloc",
+    "zone_free",
+    "slab_new",
+    "slab_free",
+];
+
+/// Lock classes reported per send size in [`Sweep::counters`].
+const PER_SIZE_LOCKS: [&str; 2] = ["zone->lock", "pcp->lock"];
+
+/// The engine's counters plus the slab allocator's: slabs taken from and given back to the
+/// page allocator (events `slab_new`, `slab_free`) and the slab locks.
+fn counters(erun: &EngineRun, slab: &SlabAllocator) -> EngineCounters {
+    let mut c = erun.counters();
+    let s = slab.stats();
+    for (name, v) in [("slab_new", s.alloc_slab), ("slab_free", s.free_slab)] {
+        if v > 0 {
+            c.events.push((name.into(), v));
+        }
+    }
+    let l = slab.lock_stats();
+    for (name, s) in [("list_lock", l.list_lock), ("slab_lock", l.slab_lock)] {
+        c.locks
+            .push((name.into(), s.acquisitions, s.contended, s.wait_ns));
+    }
+    c
+}
+
+fn add_event(to: &mut Vec<(String, u64)>, name: &str, v: u64) {
+    match to.iter_mut().find(|(n, _)| n == name) {
+        Some((_, x)) => *x += v,
+        None => to.push((name.to_string(), v)),
+    }
+}
+
+/// Fold one size's counters into a sweep's: into the totals, and per size.
+fn merge(total: &mut EngineCounters, per_size: &mut EngineCounters, r: &SizeRun) {
+    let tag = format!("send-{}", r.send_size);
+    for (n, v) in &r.counters.events {
+        add_event(&mut total.events, n, *v);
+        if PER_SIZE_EVENTS.contains(&n.as_str()) {
+            per_size.events.push((format!("{tag}/{n}"), *v));
+        }
+    }
+    per_size
+        .events
+        .push((format!("{tag}/messages"), r.messages));
+    for l in &r.counters.locks {
+        match total.locks.iter_mut().find(|t| t.0 == l.0) {
+            Some(t) => {
+                t.1 += l.1;
+                t.2 += l.2;
+                t.3 += l.3;
+            }
+            None => total.locks.push(l.clone()),
+        }
+        if PER_SIZE_LOCKS.contains(&l.0.as_str()) {
+            per_size
+                .locks
+                .push((format!("{} [{tag}]", l.0), l.1, l.2, l.3));
+        }
+    }
+}
+
+/// Measure `pairs` pairs at each of `sizes` (normally [`SEND_SIZES`]), each size on a freshly
+/// booted engine of `arena` bytes and `nr_cpus` virtual CPUs (at least two per pair), with
+/// `spec`'s warm-up and samples. `progress(done, total)` counts samples over the whole sweep.
+/// After each size, every message sent must have been received and every buffer freed (the
+/// page allocator is checked too when the policy has no background threads). A stop request
+/// ends the sweep after the current size's sample, marked interrupted.
+#[allow(clippy::too_many_arguments)]
+pub fn run_sizes(
+    policy: &Policy,
+    arena: u64,
+    nr_cpus: usize,
+    pairs: usize,
+    sizes: &[usize],
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Sweep, WorkloadError> {
+    let per = spec.warmup + spec.samples;
+    let total = per * sizes.len();
+    let mut out = Sweep::default();
+    let mut per_size = EngineCounters::default();
+    for (i, &size) in sizes.iter().enumerate() {
+        let k = engine::boot(policy, arena, nr_cpus)?;
+        let np = Netpipe::new(&k, &NetpipeParams::new(pairs, size))?;
+        let erun = EngineRun {
+            kernel: k.clone(),
+            mms: Vec::new(),
+        };
+        let mut start = || {
+            erun.reset();
+            np.kmalloc().slab().reset_stats();
+        };
+        let mut sample = |d: usize, _t: usize| progress(i * per + d, total);
+        let c = np.run(
+            spec,
+            stop,
+            Hooks {
+                measure_start: &mut start,
+                sample: &mut sample,
+            },
+        )?;
+        let counters = counters(&erun, np.kmalloc().slab());
+        for (p, t) in np.totals().iter().enumerate() {
+            if t.sent != t.received {
+                return Err(WorkloadError::Fault(format!(
+                    "send-{size}: pair {p} sent {} messages but received {}",
+                    t.sent, t.received
+                )));
+            }
+        }
+        np.quiesce()
+            .map_err(|e| WorkloadError::Fault(format!("send-{size}: {e}")))?;
+        let r = SizeRun {
+            send_size: size,
+            messages: c.per_task.iter().sum(),
+            samples: c.samples,
+            counters,
+            interrupted: c.interrupted,
+        };
+        merge(&mut out.counters, &mut per_size, &r);
+        out.sizes.push(r);
+        if c.interrupted {
+            out.interrupted = true;
+            break;
+        }
+    }
+    out.counters.events.append(&mut per_size.events);
+    out.counters.locks.append(&mut per_size.locks);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagelab_mm::MemConfig;
+    use pagelab_mm::vmstat::VmEvent;
+
+    fn policy(lists: &str) -> Policy {
+        Policy::from_toml_str(&format!(
+            "[pcp]\nlists = \"{lists}\"\nbatch = 31\nhigh = 186\ntune = \"fixed\"\n"
+        ))
+        .unwrap()
+    }
+
+    fn kernel(lists: &str, cpus: usize) -> Arc<Kernel> {
+        Kernel::new(&MemConfig::new(32 << 20, cpus), &policy(lists)).unwrap()
+    }
+
+    #[test]
+    fn skb_sizes_put_the_largest_sends_on_the_page_allocator() {
+        assert_eq!(skb_alloc_size(64), 448);
+        assert_eq!(skb_alloc_size(4096), 4480);
+        assert_eq!(skb_alloc_size(8192), 8576);
+        assert_eq!(skb_alloc_size(16384), 16768);
+        let k = kernel("order0", 2);
+        let km = Kmalloc::new(k.mem().clone());
+        for size in SEND_SIZES {
+            let bytes = skb_alloc_size(size);
+            assert_eq!(Kmalloc::is_large(bytes), size >= 8192, "send-{size}");
+            // Everything above a page is served at order 1 to 3.
+            let order = km.page_order(bytes).unwrap();
+            if bytes > PAGE_SIZE {
+                assert!((1..=3).contains(&order), "send-{size}: order {order}");
+            }
+        }
+        assert_eq!(km.page_order(skb_alloc_size(8192)), Some(2));
+        assert_eq!(km.page_order(skb_alloc_size(16384)), Some(3));
+        assert_eq!(km.page_order(0), None);
+    }
+
+    #[test]
+    fn touched_words_cover_first_stride_and_last() {
+        let w: Vec<_> = touched_words(8 * 200).collect();
+        assert_eq!(
+            w,
+            vec![
+                (0, false),
+                (64, false),
+                (128, false),
+                (192, false),
+                (199, true)
+            ]
+        );
+        assert_eq!(touched_words(8).collect::<Vec<_>>(), vec![(0, false)]);
+        assert_eq!(
+            touched_words(8 * 65).collect::<Vec<_>>(),
+            vec![(0, false), (64, true)]
+        );
+    }
+
+    #[test]
+    fn ring_is_fifo_and_bounded() {
+        let r = Ring::new(3);
+        assert_eq!(r.capacity(), 4);
+        let (mut p, mut c) = (r.producer(), r.consumer());
+        let msg = |i: u32| Msg {
+            obj: Obj {
+                pfn: Pfn(i),
+                offset: 8 * i,
+            },
+            size: i as usize,
+        };
+        assert_eq!(c.pop(), None);
+        for round in 0..5u32 {
+            for i in 0..4 {
+                assert!(p.push(msg(round * 10 + i)));
+            }
+            assert!(!p.push(msg(99)), "a full ring refuses");
+            assert_eq!(r.len(), 4);
+            for i in 0..4 {
+                assert_eq!(c.pop(), Some(msg(round * 10 + i)));
+            }
+            assert_eq!(c.pop(), None);
+            assert!(r.is_empty());
+        }
+    }
+
+    #[test]
+    fn ring_hands_messages_across_threads_in_order() {
+        let r = Ring::new(8);
+        const N: u32 = 200_000;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut p = r.producer();
+                for i in 0..N {
+                    let m = Msg {
+                        obj: Obj {
+                            pfn: Pfn(i),
+                            offset: i % 4096,
+                        },
+                        size: i as usize,
+                    };
+                    while !p.push(m) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+            let mut c = r.consumer();
+            let mut next = 0;
+            while next < N {
+                if let Some(m) = c.pop() {
+                    assert_eq!(
+                        (m.obj.pfn.0, m.obj.offset, m.size),
+                        (next, next % 4096, next as usize)
+                    );
+                    next += 1;
+                }
+            }
+        });
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn kmalloc_large_is_a_tagged_compound_block_and_kfree_returns_it() {
+        let k = kernel("high-order", 2);
+        let km = Kmalloc::new(k.mem().clone());
+        let mem = k.mem();
+        let before = mem.check().unwrap();
+        let big = km.kmalloc(CpuId(0), 16768).unwrap();
+        assert_eq!(big.offset, 0);
+        assert!(mem.pages()[big.pfn].test(pg::HEAD));
+        assert_eq!(mem.compound_head(big.pfn.offset(7)), big.pfn);
+        let small = km.kmalloc(CpuId(0), 4480).unwrap();
+        write_message(mem, big, 16768, 7);
+        check_message(mem, big, 16768, 7).unwrap();
+        assert!(check_message(mem, big, 16768, 8).is_err());
+        // Freed on the other CPU, as the receiver does.
+        km.kfree(CpuId(1), big);
+        km.kfree(CpuId(1), small);
+        assert_eq!(mem.pages()[big.pfn].mapping.load(Relaxed), 0);
+        km.slab().shrink();
+        mem.drain_all_pages();
+        assert_eq!(mem.check().unwrap().allocated, before.allocated);
+        assert_eq!(km.kmalloc(CpuId(0), 0), Err(KmallocError::ZeroSize));
+    }
+
+    #[test]
+    #[should_panic(expected = "neither a slab object nor a kmalloc_large block")]
+    fn kfree_of_a_plain_page_panics() {
+        let k = kernel("order0", 2);
+        let km = Kmalloc::new(k.mem().clone());
+        let pfn = k.mem().alloc_pages(CpuId(0), 2, Gfp::KERNEL).unwrap();
+        km.kfree(CpuId(0), Obj { pfn, offset: 0 });
+    }
+
+    #[test]
+    fn counted_run_delivers_every_message_and_frees_every_buffer() {
+        for lists in ["order0", "high-order"] {
+            let k = kernel(lists, 4);
+            let base = k.mem().check().unwrap();
+            let np = Netpipe::new(&k, &NetpipeParams::new(2, 16384)).unwrap();
+            np.run_messages(1000).unwrap();
+            np.run_messages(500).unwrap();
+            for t in np.totals() {
+                assert_eq!(
+                    t,
+                    PairTotals {
+                        sent: 1500,
+                        received: 1500
+                    }
+                );
+            }
+            let ev = k.mem().events();
+            // Order-3 blocks: through the zone on order-0 lists, through the pcp otherwise.
+            if lists == "order0" {
+                assert_eq!(ev.sum(VmEvent::ZoneAlloc), 3000);
+                assert_eq!(ev.sum(VmEvent::ZoneFree), 3000);
+            } else {
+                assert_eq!(ev.sum(VmEvent::PcpAllocHit), 3000);
+                assert_eq!(ev.sum(VmEvent::ZoneAlloc) + ev.sum(VmEvent::ZoneFree), 0);
+            }
+            let census = np.quiesce().unwrap().unwrap();
+            assert_eq!(census.allocated, base.allocated, "{lists}");
+        }
+    }
+
+    #[test]
+    fn too_few_cpus_is_a_config_error() {
+        let k = kernel("order0", 3);
+        assert!(matches!(
+            Netpipe::new(&k, &NetpipeParams::new(2, 64)),
+            Err(WorkloadError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn sweep_reports_every_size_with_per_size_counters() {
+        let spec = SampleSpec {
+            samples: 1,
+            warmup: 1,
+            interval: std::time::Duration::from_millis(20),
+        };
+        let stop = AtomicBool::new(false);
+        let mut last = (0, 0);
+        let s = run_sizes(
+            &policy("high-order"),
+            32 << 20,
+            2,
+            1,
+            &[256, 16384],
+            spec,
+            &stop,
+            &mut |d, t| last = (d, t),
+        )
+        .unwrap();
+        assert_eq!(last, (4, 4));
+        assert!(!s.interrupted);
+        let sizes: Vec<_> = s.sizes.iter().map(|r| r.send_size).collect();
+        assert_eq!(sizes, [256, 16384]);
+        assert!(
+            s.sizes
+                .iter()
+                .all(|r| r.samples.len() == 1 && r.messages > 0)
+        );
+        let names: Vec<&str> = s.counters.locks.iter().map(|l| l.0.as_str()).collect();
+        assert!(names.contains(&"zone->lock [send-16384]"), "{names:?}");
+        assert!(
+            s.counters
+                .events
+                .iter()
+                .any(|(n, v)| n == "send-16384/messages" && *v > 0)
+        );
+    }
+}

@@ -1,0 +1,204 @@
+//! netpipe on small engines with the two profiles of its experiment: every send size delivers
+//! every message once and in order, leaves no page allocated, and reaches the page allocator
+//! the way each profile says (order-1..3 blocks through zone->lock on vanilla-4.9, through the
+//! per-CPU lists on hopcpu). The counting assertions use runs of a fixed number of messages,
+//! whose allocator events do not depend on timing.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use pagelab_mm::vmstat::VmEvent;
+use pagelab_mm::{Kernel, Policy};
+use pagelab_workloads::engine;
+use pagelab_workloads::netpipe::{Kmalloc, Netpipe, NetpipeParams, PairTotals, SEND_SIZES};
+use pagelab_workloads::runner::{Hooks, SampleSpec};
+
+const ARENA: u64 = 64 << 20;
+const MESSAGES: u64 = 3000;
+
+fn profile(name: &str) -> Policy {
+    let text = match name {
+        "vanilla-4.9" => include_str!("../../../profiles/vanilla-4.9.toml"),
+        "hopcpu" => include_str!("../../../profiles/hopcpu.toml"),
+        _ => unreachable!(),
+    };
+    Policy::from_toml_str(text).unwrap()
+}
+
+const PROFILES: [&str; 2] = ["vanilla-4.9", "hopcpu"];
+
+fn boot(name: &str) -> Arc<Kernel> {
+    engine::boot(&profile(name), ARENA, 2).unwrap()
+}
+
+/// zone->lock holds as the allocator's events count them.
+fn zone_lock_holds(k: &Kernel) -> u64 {
+    let ev = k.mem().events();
+    [
+        VmEvent::ZoneAlloc,
+        VmEvent::ZoneFree,
+        VmEvent::PcpRefill,
+        VmEvent::PcpDrain,
+        VmEvent::PcpDrainAll,
+    ]
+    .iter()
+    .map(|&e| ev.sum(e))
+    .sum()
+}
+
+#[test]
+fn every_size_delivers_every_message_in_order_and_leaks_nothing() {
+    for name in PROFILES {
+        let vanilla = name == "vanilla-4.9";
+        for size in SEND_SIZES {
+            let ctx = format!("{name} send-{size}");
+            let k = boot(name);
+            let mem = k.mem();
+            let base = mem.check().unwrap();
+            let np = Netpipe::new(&k, &NetpipeParams::new(1, size)).unwrap();
+            let bytes = np.params().alloc_size();
+            let order = np.kmalloc().page_order(bytes).unwrap();
+            assert!(
+                order >= 1,
+                "{ctx}: every buffer class sits on high-order pages"
+            );
+
+            // A counted run: the events are exact.
+            mem.reset_stats();
+            np.run_messages(MESSAGES).unwrap();
+            assert_eq!(
+                np.totals(),
+                [PairTotals {
+                    sent: MESSAGES,
+                    received: MESSAGES
+                }],
+                "{ctx}"
+            );
+            let slab = np.kmalloc().slab().stats();
+            assert_eq!((slab.allocs(), slab.frees()), {
+                let n = if Kmalloc::is_large(bytes) {
+                    0
+                } else {
+                    MESSAGES
+                };
+                (n, n)
+            });
+            // Page-allocator calls: one per message each way above the largest kmalloc cache,
+            // one per slab allocated or discarded below it.
+            let (allocs, frees) = if Kmalloc::is_large(bytes) {
+                (MESSAGES, MESSAGES)
+            } else {
+                (slab.alloc_slab, slab.free_slab)
+            };
+            let ev = mem.events();
+            assert_eq!(ev.sum(VmEvent::PgAlloc), allocs << order, "{ctx}");
+            assert_eq!(ev.sum(VmEvent::PgFree), frees << order, "{ctx}");
+            if vanilla {
+                // Order-0 lists only: every high-order call takes zone->lock.
+                assert_eq!(ev.sum(VmEvent::PcpAllocHit), 0, "{ctx}");
+                assert_eq!(ev.sum(VmEvent::ZoneAlloc), allocs, "{ctx}");
+                assert_eq!(ev.sum(VmEvent::ZoneFree), frees, "{ctx}");
+            } else {
+                // High-order lists: every call is served per CPU; the zone sees batches.
+                assert_eq!(ev.sum(VmEvent::PcpAllocHit), allocs, "{ctx}");
+                assert_eq!(ev.sum(VmEvent::ZoneAlloc), 0, "{ctx}");
+                assert_eq!(ev.sum(VmEvent::ZoneFree), 0, "{ctx}");
+                assert!(zone_lock_holds(&k) <= (allocs + frees).div_ceil(2), "{ctx}");
+            }
+
+            // A short sampled run continues the same sequence numbers.
+            let stop = AtomicBool::new(false);
+            let spec = SampleSpec {
+                samples: 1,
+                warmup: 1,
+                interval: Duration::from_millis(20),
+            };
+            let c = np
+                .run(
+                    spec,
+                    &stop,
+                    Hooks {
+                        measure_start: &mut || {},
+                        sample: &mut |_, _| {},
+                    },
+                )
+                .unwrap();
+            assert_eq!(c.samples.len(), 1, "{ctx}");
+            assert!(c.samples[0] > 0.0 && c.per_task[0] > 0, "{ctx}");
+            let t = np.totals()[0];
+            assert_eq!(t.sent, t.received, "{ctx}");
+            assert!(t.sent >= MESSAGES + c.per_task[0], "{ctx}");
+
+            // Nothing leaked: every slab given back, every frame free once the pcps drain.
+            let census = np
+                .quiesce()
+                .unwrap()
+                .expect("fixed pcp profiles run no kthreads");
+            assert_eq!(census.allocated, base.allocated, "{ctx}: {census:?}");
+            assert_eq!(census.pcp, 0, "{ctx}");
+        }
+    }
+}
+
+#[test]
+fn hopcpu_takes_zone_lock_less_often_per_message() {
+    // Lock statistics are process-wide; nothing in this test binary turns them off.
+    pagelab_sync::stats::set_enabled(true);
+    let mut per_1000 = Vec::new();
+    for name in PROFILES {
+        let k = boot(name);
+        let np = Netpipe::new(&k, &NetpipeParams::new(1, 8192)).unwrap();
+        // Warm the pcps, then count a fixed number of messages.
+        np.run_messages(500).unwrap();
+        k.mem().reset_stats();
+        np.run_messages(4000).unwrap();
+        let acq = k.mem().lock_stats().zone_lock.acquisitions;
+        assert_eq!(
+            acq,
+            zone_lock_holds(&k),
+            "{name}: lock count and events agree"
+        );
+        per_1000.push(acq as f64 * 1000.0 / 4000.0);
+        np.quiesce().unwrap();
+    }
+    let (vanilla, hopcpu) = (per_1000[0], per_1000[1]);
+    eprintln!("zone->lock per 1000 messages, send-8192: vanilla-4.9 {vanilla}, hopcpu {hopcpu}");
+    // vanilla: an order-2 block per message, taken and given back under zone->lock.
+    assert_eq!(vanilla, 2000.0);
+    // hopcpu: one refill per few allocations, one drain per batch of frees.
+    assert!(
+        hopcpu * 4.0 < vanilla,
+        "hopcpu {hopcpu} vs vanilla {vanilla}"
+    );
+    assert!(hopcpu > 0.0);
+}
+
+#[test]
+fn several_pairs_run_side_by_side() {
+    let k = engine::boot(&profile("hopcpu"), ARENA, 6).unwrap();
+    let base = k.mem().check().unwrap();
+    let np = Netpipe::new(&k, &NetpipeParams::new(3, 16384)).unwrap();
+    np.run_messages(1000).unwrap();
+    let stop = AtomicBool::new(false);
+    let c = np
+        .run(
+            SampleSpec {
+                samples: 2,
+                warmup: 1,
+                interval: Duration::from_millis(20),
+            },
+            &stop,
+            Hooks {
+                measure_start: &mut || {},
+                sample: &mut |_, _| {},
+            },
+        )
+        .unwrap();
+    assert_eq!(c.per_task.len(), 3);
+    for t in np.totals() {
+        assert_eq!(t.sent, t.received);
+        assert!(t.sent > 1000);
+    }
+    assert_eq!(np.quiesce().unwrap().unwrap().allocated, base.allocated);
+}
