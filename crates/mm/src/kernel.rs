@@ -5,8 +5,8 @@
 //! ([`Mm`]) and tasks ([`Task`]) are created from it; every mechanism dispatches on the policy
 //! it was built with, so two `Kernel`s side by side are two kernels of a comparison.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, RwLock, Weak};
 
 use pagelab_sync::{LockStatsSnapshot, RcuDomain};
 
@@ -14,7 +14,6 @@ use crate::alloc::{Mem, MemConfig, MemError, PageAllocator};
 use crate::cpu::CpuId;
 use crate::lru::Lru;
 use crate::policy::{Policy, Ptl, VmaLock as VmaLockPolicy};
-use crate::reclaim::swap::{SwapConfig, SwapDevice, SwapError};
 use crate::task::Task;
 use crate::vm::filemap::File;
 use crate::vm::mm::Mm;
@@ -42,44 +41,11 @@ pub struct Kernel {
     split_ptl: Option<Arc<SplitPtl>>,
     policy: Policy,
     next_id: AtomicU32,
-    /// The swap device, if the machine has one: without it anonymous memory cannot be
-    /// reclaimed and running out of memory is out of memory.
-    swap: Option<SwapDevice>,
-    /// Live address spaces by id: the reverse map's way from an anonymous page (whose
-    /// `mapping` is its mm's id) to its page table.
-    mms: RwLock<Vec<(u32, Weak<Mm>)>>,
-    /// The (single) lruvec's `nonresident_age`, which shadow entries are stamped with.
-    nonresident: crate::reclaim::workingset::NonresidentAge,
-    /// `bucket_order` for this machine's size.
-    shadow_bucket_order: u32,
-}
-
-/// Why a kernel could not boot.
-#[derive(Debug, thiserror::Error)]
-pub enum BootError {
-    #[error(transparent)]
-    Mem(#[from] MemError),
-    #[error(transparent)]
-    Swap(#[from] SwapError),
 }
 
 impl Kernel {
     /// Boot a kernel with `policy` on memory configured by `cfg`.
     pub fn new(cfg: &MemConfig, policy: &Policy) -> Result<Arc<Kernel>, MemError> {
-        match Kernel::with_swap(cfg, policy, None) {
-            Ok(k) => Ok(k),
-            Err(BootError::Mem(e)) => Err(e),
-            Err(BootError::Swap(_)) => unreachable!("no swap device was asked for"),
-        }
-    }
-
-    /// Boot a kernel with a swap device (`swapon` at boot).
-    pub fn with_swap(
-        cfg: &MemConfig,
-        policy: &Policy,
-        swap: Option<SwapConfig>,
-    ) -> Result<Arc<Kernel>, BootError> {
-        let swap = swap.map(SwapDevice::new).transpose()?;
         let alloc = PageAllocator::new(cfg, policy)?;
         let mem = alloc.mem().clone();
         let lru = Lru::new(mem.clone(), &policy.lru, policy.locks.spinlock, 1);
@@ -93,10 +59,6 @@ impl Kernel {
             split_ptl,
             policy: policy.clone(),
             next_id: AtomicU32::new(1),
-            swap,
-            mms: RwLock::new(Vec::new()),
-            nonresident: crate::reclaim::workingset::NonresidentAge::new(),
-            shadow_bucket_order: crate::reclaim::workingset::bucket_order(mem.pages().len() as u64),
         }))
     }
 
@@ -138,41 +100,7 @@ impl Kernel {
 
     /// A new, empty address space (`mm_alloc`), set up from `cpu`.
     pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::alloc::AllocError> {
-        let mm = Arc::new(Mm::new(self.clone(), cpu)?);
-        self.mms
-            .write()
-            .expect("the mm registry is never poisoned")
-            .push((mm.id, Arc::downgrade(&mm)));
-        Ok(mm)
-    }
-
-    /// The swap device, if any.
-    pub fn swap(&self) -> Option<&SwapDevice> {
-        self.swap.as_ref()
-    }
-
-    pub(crate) fn nonresident_age(&self) -> &crate::reclaim::workingset::NonresidentAge {
-        &self.nonresident
-    }
-
-    pub(crate) fn shadow_bucket_order(&self) -> u32 {
-        self.shadow_bucket_order
-    }
-
-    /// The live address space `id` (the reverse map of an anonymous page).
-    pub(crate) fn mm_by_id(&self, id: u32) -> Option<Arc<Mm>> {
-        self.mms
-            .read()
-            .expect("the mm registry is never poisoned")
-            .iter()
-            .find(|(i, _)| *i == id)
-            .and_then(|(_, w)| w.upgrade())
-    }
-
-    pub(crate) fn unregister_mm(&self, id: u32) {
-        if let Ok(mut v) = self.mms.write() {
-            v.retain(|(i, _)| *i != id);
-        }
+        Mm::new(self.clone(), cpu).map(Arc::new)
     }
 
     /// A task running `mm` on virtual CPU `cpu`.

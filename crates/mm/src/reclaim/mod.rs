@@ -13,5 +13,4 @@
 
 pub mod swap;
 pub mod swap_cache;
-pub mod vmscan;
 pub mod workingset;

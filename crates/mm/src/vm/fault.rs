@@ -22,11 +22,7 @@ use pagelab_sync::RcuGuard;
 use crate::alloc::{AllocError, Gfp};
 use crate::cpu::CpuId;
 use crate::kernel::Kernel;
-use crate::lru::LruList;
 use crate::page::{Pfn, pg};
-use crate::reclaim::swap::SwapEntry;
-use crate::reclaim::vmscan;
-use crate::reclaim::workingset::{LruSizes, workingset_size};
 use crate::vm::mm::Mm;
 use crate::vm::pgtable::{PTRS_PER_TABLE, Pte, PteSlot};
 use crate::vm::rss::{RssType, TaskRss};
@@ -77,57 +73,6 @@ impl FaultCtx<'_> {
 
     fn oom(&self, addr: u64) -> impl Fn(AllocError) -> FaultError {
         move |_| FaultError::Oom { addr }
-    }
-
-    /// `walk_alloc`, reclaiming when a page-table page cannot be had.
-    fn walk_alloc_reclaim(&self, addr: u64) -> Result<PteSlot, FaultError> {
-        loop {
-            match self.mm.pgtable.walk_alloc(self.cpu, addr) {
-                Ok(slot) => return Ok(slot),
-                Err(_) => {
-                    let s = vmscan::try_to_free_pages(
-                        self.k,
-                        self.cpu,
-                        vmscan::SWAP_CLUSTER_MAX as u64,
-                    );
-                    if s.reclaimed == 0 {
-                        self.count(VmEvent::Oom);
-                        return Err(FaultError::Oom { addr });
-                    }
-                }
-            }
-        }
-    }
-
-    /// Allocate a page for user memory, reclaiming when the allocator is out of pages
-    /// (`__alloc_pages_slowpath` → `__alloc_pages_direct_reclaim`). Out of memory is the
-    /// outcome once reclaim frees nothing more.
-    fn alloc_user_page(&self, gfp: Gfp, addr: u64) -> Result<Pfn, FaultError> {
-        const MAX_RECLAIM_RETRIES: usize = 16;
-        let mem = self.k.mem();
-        let mut retries = 0;
-        loop {
-            match mem.alloc_page(self.cpu, gfp) {
-                Ok(p) => return Ok(p),
-                Err(_) if retries < MAX_RECLAIM_RETRIES => {
-                    retries += 1;
-                    let s = vmscan::try_to_free_pages(
-                        self.k,
-                        self.cpu,
-                        vmscan::SWAP_CLUSTER_MAX as u64,
-                    );
-                    // A whole sweep down to priority 0 found nothing to free.
-                    if s.reclaimed == 0 {
-                        self.count(VmEvent::Oom);
-                        return Err(FaultError::Oom { addr });
-                    }
-                }
-                Err(_) => {
-                    self.count(VmEvent::Oom);
-                    return Err(FaultError::Oom { addr });
-                }
-            }
-        }
     }
 
     /// `do_user_addr_fault`.
@@ -206,7 +151,7 @@ impl FaultCtx<'_> {
             }
         }
         let pt = &self.mm.pgtable;
-        let slot = self.walk_alloc_reclaim(addr)?;
+        let slot = pt.walk_alloc(self.cpu, addr).map_err(self.oom(addr))?;
         let pte = pt.load(slot);
         if pte.is_none() {
             match &vma.backing {
@@ -221,140 +166,10 @@ impl FaultCtx<'_> {
             } else {
                 self.count(VmEvent::FaultSpurious);
             }
-        } else if let Some(entry) = SwapEntry::from_pte(pte).filter(|_| self.k.swap().is_some()) {
-            self.do_swap_page(vma, slot, addr, write, pte, entry)?;
         } else {
             return Err(FaultError::Sigbus { addr, entry: pte.0 });
         }
         Ok(Outcome::Done)
-    }
-
-    /// `do_swap_page`: bring a swapped-out anonymous page back, from the swap cache if it is
-    /// still there (reclaim may be writing it, or not have freed it yet), else read from the
-    /// device into a new page that enters the swap cache while it is read (so that a
-    /// concurrent fault on the same entry waits for it instead of reading it twice). The
-    /// slot is freed once no PTE and no cache reference it.
-    fn do_swap_page(
-        &self,
-        vma: &Vma,
-        slot: PteSlot,
-        addr: u64,
-        write: bool,
-        orig: Pte,
-        entry: SwapEntry,
-    ) -> Result<(), FaultError> {
-        let swap = self.k.swap().expect("checked by the caller");
-        let mem = self.k.mem();
-        let pages = mem.pages();
-        let pt = &self.mm.pgtable;
-        let mut backoff = pagelab_sync::Backoff::new();
-        let pfn = loop {
-            if pt.load(slot) != orig {
-                // Another fault (or an unmap) got there first.
-                return Ok(());
-            }
-            if let Some(p) = swap.swap_cache().lookup(entry) {
-                if !self.k.lru().try_get_page(p) {
-                    backoff.snooze();
-                    continue;
-                }
-                pages[p].lock();
-                if swap.swap_cache().lookup(entry) != Some(p) {
-                    pages[p].unlock();
-                    self.k.lru().put_page(self.cpu, p);
-                    continue;
-                }
-                self.count(VmEvent::SwapInCacheHit);
-                break p;
-            }
-            match swap.swapcache_prepare(entry) {
-                Ok(()) => {}
-                // Someone else is reading it in, or it just left the cache: look again.
-                Err(_) => {
-                    backoff.snooze();
-                    continue;
-                }
-            }
-            // We own the slot's cache reservation: read the page in.
-            let q = match self.alloc_user_page(Gfp::USER, addr) {
-                Ok(q) => q,
-                Err(e) => {
-                    let _ = swap.put_swap_folio(self.cpu, entry);
-                    return Err(e);
-                }
-            };
-            let page = &pages[q];
-            page.set_nonatomic(pg::ANON | pg::SWAPBACKED | pg::LOCKED | pg::SWAPCACHE);
-            page.mapping.store(u64::from(self.mm.id), Ordering::Relaxed);
-            page.index.store(addr >> 12, Ordering::Relaxed);
-            page.private.store(entry.offset() as u32, Ordering::Relaxed);
-            swap.swap_in_frame(self.cpu, entry, mem.arena(), q)
-                .expect("a referenced slot of the device can be read");
-            // The cache's reference, on top of the one the mapping will own.
-            mem.get_page(q);
-            let shadow = swap
-                .swap_cache()
-                .add_to_swap_cache(entry, q)
-                .expect("the reservation keeps the cache slot empty of pages");
-            if let Some(shadow) = shadow {
-                self.count(VmEvent::WorkingsetRefault);
-                let lists = self.k.lru().with_lruvec(0, 0, |v| LruSizes {
-                    inactive_anon: v.len(LruList::InactiveAnon),
-                    active_anon: v.len(LruList::ActiveAnon),
-                    inactive_file: v.len(LruList::InactiveFile),
-                    active_file: v.len(LruList::ActiveFile),
-                });
-                let size = workingset_size(false, lists, swap.nr_free() > 0);
-                let v =
-                    self.k
-                        .nonresident_age()
-                        .refault(shadow, size, 1, self.k.shadow_bucket_order());
-                if v.activate {
-                    page.set(pg::ACTIVE);
-                    self.count(VmEvent::WorkingsetActivate);
-                }
-            }
-            self.k.lru().add(self.cpu, q);
-            break q;
-        };
-        // The page is locked, in the swap cache, and holds our reference (a fresh page's
-        // allocation reference, or the lookup's): map it.
-        let page = &pages[pfn];
-        let ptl = pt.pte_lock(slot);
-        if pt.load(slot) != orig {
-            drop(ptl);
-            // Unmapped or swapped in meanwhile. Leave the page in the swap cache for whoever
-            // still references the slot, or drop it if nobody does.
-            self.release_swapcache_page(pfn, entry);
-            page.unlock();
-            self.k.lru().put_page(self.cpu, pfn);
-            return Ok(());
-        }
-        let mut pte = Pte::new(pfn, vma.writable).with_accessed(true);
-        if write {
-            pte = pte.with_dirty(true);
-        }
-        page.mapcount.fetch_add(1, Ordering::Relaxed);
-        pt.set(slot, pte);
-        let _ = swap.swap_free(self.cpu, entry);
-        drop(ptl);
-        self.mm.rss.add(self.rss, self.cpu, RssType::Anon, 1);
-        // folio_free_swap: the only mapping is back, so the slot and the cache can go.
-        self.release_swapcache_page(pfn, entry);
-        page.unlock();
-        self.count(VmEvent::FaultSwap);
-        Ok(())
-    }
-
-    /// With the page locked: if no PTE references `entry` any more, take the page out of the
-    /// swap cache and free the slot (`folio_free_swap`).
-    fn release_swapcache_page(&self, pfn: Pfn, entry: SwapEntry) {
-        let swap = self.k.swap().expect("swap-cache pages imply a device");
-        if swap.swap_cache().lookup(entry) == Some(pfn)
-            && matches!(swap.swap_count(entry), Ok((0, true)))
-        {
-            vmscan::drop_from_swap_cache(self.k, self.cpu, pfn, entry, None);
-        }
     }
 
     /// Make a freshly allocated page an anonymous page of this mm at `addr`.
@@ -381,7 +196,10 @@ impl FaultCtx<'_> {
         addr: u64,
         write: bool,
     ) -> Result<(), FaultError> {
-        let pfn = self.alloc_user_page(Gfp::USER_ZERO, addr)?;
+        let mem = self.k.mem();
+        let pfn = mem
+            .alloc_page(self.cpu, Gfp::USER_ZERO)
+            .map_err(self.oom(addr))?;
         self.prep_anon(pfn, addr);
         let pt = &self.mm.pgtable;
         let ptl = pt.pte_lock(slot);
@@ -482,11 +300,11 @@ impl FaultCtx<'_> {
         let src = file
             .get_page(self.k, self.cpu, vma.pgoff(addr))
             .map_err(self.oom(addr))?;
-        let new = match self.alloc_user_page(Gfp::USER, addr) {
+        let new = match mem.alloc_page(self.cpu, Gfp::USER) {
             Ok(p) => p,
-            Err(e) => {
+            Err(_) => {
                 self.k.lru().put_page(self.cpu, src);
-                return Err(e);
+                return Err(FaultError::Oom { addr });
             }
         };
         mem.arena().copy_page(new, src);

@@ -38,16 +38,10 @@ struct Mailbox {
 pub struct TlbState {
     cpus: Box<[CachePadded<Mailbox>]>,
     enabled: bool,
-    /// Whether CPUs' user/kernel state is tracked at all: always when IPIs are modelled, and
-    /// also when reclaim may unmap pages behind a task's back (a swap device is configured):
-    /// reclaim must wait for in-flight stores whatever the policy says about munmap.
-    tracking: bool,
 }
 
 impl TlbState {
-    /// `enabled`: munmap shoots down other CPUs (the policy); `track`: keep the per-CPU
-    /// state reclaim's [`TlbState::flush_for_reclaim`] needs.
-    pub fn new(nr_cpus: usize, enabled: bool, track: bool) -> Self {
+    pub fn new(nr_cpus: usize, enabled: bool) -> Self {
         TlbState {
             cpus: (0..nr_cpus)
                 .map(|_| {
@@ -59,14 +53,13 @@ impl TlbState {
                 })
                 .collect(),
             enabled,
-            tracking: enabled || track,
         }
     }
 
     /// Acknowledge pending flushes (a TLB flush on this CPU). Called at every access.
     #[inline]
     pub fn ack(&self, cpu: CpuId) {
-        if !self.tracking {
+        if !self.enabled {
             return;
         }
         let m = &self.cpus[cpu.idx()];
@@ -79,7 +72,7 @@ impl TlbState {
     /// The task on `cpu` enters the engine (kernel mode).
     #[inline]
     pub fn enter_kernel(&self, cpu: CpuId) {
-        if self.tracking {
+        if self.enabled {
             self.cpus[cpu.idx()].in_user.store(false, Ordering::SeqCst);
             self.ack(cpu);
         }
@@ -88,7 +81,7 @@ impl TlbState {
     /// The task on `cpu` returns to the workload (user mode).
     #[inline]
     pub fn return_to_user(&self, cpu: CpuId) {
-        if self.tracking {
+        if self.enabled {
             self.cpus[cpu.idx()].in_user.store(true, Ordering::SeqCst);
             self.ack(cpu);
         }
@@ -105,21 +98,6 @@ impl TlbState {
         if !self.enabled {
             return 0;
         }
-        self.flush_others(cpu, events)
-    }
-
-    /// The flush reclaim does after unmapping a page (`try_to_unmap_flush`), before it reads
-    /// or frees the page: every other CPU in user mode may be in the middle of a store through
-    /// the old translation. Done whenever the state is tracked, whatever the munmap policy.
-    pub fn flush_for_reclaim(&self, cpu: CpuId, events: &crate::vmstat::VmEvents) -> u64 {
-        assert!(
-            self.tracking,
-            "reclaim unmapping from an mm whose CPUs are not tracked"
-        );
-        self.flush_others(cpu, events)
-    }
-
-    fn flush_others(&self, cpu: CpuId, events: &crate::vmstat::VmEvents) -> u64 {
         let mut sent: Vec<(usize, u64)> = Vec::new();
         for (i, m) in self.cpus.iter().enumerate() {
             if i != cpu.idx() && m.in_user.load(Ordering::SeqCst) {
