@@ -141,8 +141,9 @@ pub(crate) struct CompareArgs {
     pub(crate) format: String,
 }
 
+/// Which stored runs a command works on; every filter narrows the selection.
 #[derive(Args)]
-pub(crate) struct RunsArgs {
+pub(crate) struct RunSelect {
     /// Only this run id (repeatable).
     #[arg(long = "id", value_name = "ID")]
     pub(crate) ids: Vec<i64>,
@@ -159,6 +160,12 @@ pub(crate) struct RunsArgs {
     pub(crate) status: Option<String>,
     #[arg(long)]
     pub(crate) experiment: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct RunsArgs {
+    #[command(flatten)]
+    pub(crate) select: RunSelect,
     /// Print as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -172,16 +179,8 @@ pub(crate) struct RunsArgs {
 
 #[derive(Args)]
 pub(crate) struct ExportArgs {
-    /// Only this run id (repeatable).
-    #[arg(long = "id", value_name = "ID")]
-    pub(crate) ids: Vec<i64>,
-    /// Only this label (repeatable).
-    #[arg(long)]
-    pub(crate) label: Vec<String>,
-    #[arg(long)]
-    pub(crate) workload: Option<String>,
-    #[arg(long)]
-    pub(crate) experiment: Option<String>,
+    #[command(flatten)]
+    pub(crate) select: RunSelect,
     /// csv or json.
     #[arg(long, default_value = "csv")]
     pub(crate) format: String,

@@ -16,7 +16,9 @@ use pagelab_bench::stats;
 use pagelab_bench::store::Store;
 
 use crate::measure::check_label;
-use crate::{CompareArgs, ExportArgs, ImportArgs, RunsArgs, command_line, open_store, store_path};
+use crate::{
+    CompareArgs, ExportArgs, ImportArgs, RunSelect, RunsArgs, command_line, open_store, store_path,
+};
 
 /// Output formats of `compare`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +140,7 @@ pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
     Ok(())
 }
 
-fn filter_of(a: &RunsArgs) -> Result<RunFilter, String> {
+fn filter_of(a: &RunSelect) -> Result<RunFilter, String> {
     Ok(RunFilter {
         ids: a.ids.clone(),
         labels: a.label.clone(),
@@ -150,7 +152,7 @@ fn filter_of(a: &RunsArgs) -> Result<RunFilter, String> {
 }
 
 pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
-    let filter = filter_of(&a)?;
+    let filter = filter_of(&a.select)?;
     if a.delete {
         // Deleting never creates a store: open it for reading first, to fail on a missing one.
         open_read(db)?;
@@ -215,13 +217,7 @@ pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
 
 pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
     let store = open_read(db)?;
-    let filter = RunFilter {
-        ids: a.ids.clone(),
-        labels: a.label.clone(),
-        workload: a.workload.clone(),
-        experiment: a.experiment.clone(),
-        ..RunFilter::default()
-    };
+    let filter = filter_of(&a.select)?;
     let runs = store.runs(&filter).map_err(|e| e.to_string())?;
     if runs.is_empty() {
         return Err("no run matches; `pagelab runs` lists what is stored".into());
