@@ -1063,10 +1063,11 @@ mod tests {
 
     #[test]
     fn sweep_reports_every_size_with_per_size_counters() {
+        // Long enough that the pair runs within the window even on a loaded machine.
         let spec = SampleSpec {
             samples: 1,
             warmup: 1,
-            interval: std::time::Duration::from_millis(20),
+            interval: std::time::Duration::from_millis(250),
         };
         let stop = AtomicBool::new(false);
         let mut last = (0, 0);

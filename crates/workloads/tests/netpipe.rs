@@ -109,10 +109,11 @@ fn every_size_delivers_every_message_in_order_and_leaks_nothing() {
 
             // A short sampled run continues the same sequence numbers.
             let stop = AtomicBool::new(false);
+            // Long enough that the pair runs within the window even on a loaded machine.
             let spec = SampleSpec {
                 samples: 1,
                 warmup: 1,
-                interval: Duration::from_millis(20),
+                interval: Duration::from_millis(150),
             };
             let c = np
                 .run(
@@ -198,7 +199,7 @@ fn several_pairs_run_side_by_side() {
     assert_eq!(c.per_task.len(), 3);
     for t in np.totals() {
         assert_eq!(t.sent, t.received);
-        assert!(t.sent > 1000);
+        assert!(t.sent >= 1000);
     }
     assert_eq!(np.quiesce().unwrap().unwrap().allocated, base.allocated);
 }
