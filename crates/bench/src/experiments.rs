@@ -222,19 +222,7 @@ mod tests {
 
     #[test]
     fn shipped_list_matches_the_directory() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments");
-        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| {
-                let p = e.unwrap().path();
-                (p.extension()? == "toml")
-                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
-            })
-            .collect();
-        on_disk.sort();
-        let mut shipped: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
-        shipped.sort();
-        assert_eq!(on_disk, shipped);
+        crate::profiles::assert_embedded_match_dir("experiments", BUILTIN);
     }
 
     #[test]

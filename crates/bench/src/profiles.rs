@@ -107,6 +107,25 @@ pub fn load(name_or_path: &str) -> Result<Profile, String> {
     })
 }
 
+/// Test helper: the files embedded as `builtin` are exactly the `*.toml` files of the
+/// repository's `dir` (so a file added without embedding it, or the reverse, fails a test).
+#[cfg(test)]
+pub(crate) fn assert_embedded_match_dir(dir: &str, builtin: &[(&str, &str)]) {
+    let path = format!("{}/../../{dir}", env!("CARGO_MANIFEST_DIR"));
+    let mut on_disk: Vec<String> = std::fs::read_dir(&path)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            (p.extension()? == "toml")
+                .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    on_disk.sort();
+    let mut shipped: Vec<String> = builtin.iter().map(|(n, _)| n.to_string()).collect();
+    shipped.sort();
+    assert_eq!(on_disk, shipped, "{dir}/ and the embedded list differ");
+}
+
 /// Every key of a profile with its value, dotted (`pcp.batch = 31`), defaults filled in.
 pub fn flatten(p: &Policy) -> Vec<(String, String)> {
     fn walk(prefix: &str, v: &toml::Value, out: &mut Vec<(String, String)>) {
@@ -162,19 +181,7 @@ mod tests {
 
     #[test]
     fn shipped_list_matches_the_directory() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles");
-        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| {
-                let p = e.unwrap().path();
-                (p.extension()? == "toml")
-                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
-            })
-            .collect();
-        on_disk.sort();
-        let mut shipped: Vec<String> = BUILTIN.iter().map(|(n, _)| n.to_string()).collect();
-        shipped.sort();
-        assert_eq!(on_disk, shipped);
+        assert_embedded_match_dir("profiles", BUILTIN);
     }
 
     #[test]

@@ -176,22 +176,32 @@ impl Vm for HostVm {
 
     #[inline]
     fn store(&self, addr: u64) -> Result<(), WorkloadError> {
-        if !addr.is_multiple_of(8) || !self.cache_region_of(addr) {
+        if !addr.is_multiple_of(8) {
             return Err(WorkloadError::Fault(format!(
-                "store to {addr:#x} outside this task's mappings"
+                "unaligned store to {addr:#x}"
             )));
         }
-        // The cache is only changed by this task, and not while the borrow lasts, so the
-        // region's handle in it keeps the mapping alive across the write. No reference count
-        // is touched on this path: threads storing into one shared region share no line.
-        let cache = self.cache.borrow();
-        debug_assert!(cache.iter().any(|r| r.contains(addr)));
-        // SAFETY: `addr` is 8-aligned and inside a writable mapping held by the cache (checked
-        // above, and the cache cannot change while borrowed); only plain memory owned by no
-        // Rust object is behind it.
-        unsafe { (addr as *mut u64).write_volatile(0) };
-        drop(cache);
-        Ok(())
+        loop {
+            // The cache is only changed by this task, and not while the borrow lasts, so the
+            // region's handle in it keeps the mapping alive across the write. No reference
+            // count is touched on this path: threads storing into one shared region share no
+            // line.
+            let cache = self.cache.borrow();
+            if cache.iter().any(|r| r.contains(addr)) {
+                // SAFETY: `addr` is 8-aligned and inside a writable mapping held by the
+                // borrowed cache, which cannot change while borrowed; only plain memory owned
+                // by no Rust object is behind it.
+                unsafe { (addr as *mut u64).write_volatile(0) };
+                return Ok(());
+            }
+            drop(cache);
+            // Slow path: a region another thread of the space mapped.
+            if !self.cache_region_of(addr) {
+                return Err(WorkloadError::Fault(format!(
+                    "store to {addr:#x} outside this task's mappings"
+                )));
+            }
+        }
     }
 
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
