@@ -205,3 +205,33 @@ fn alloc_check(alloc: &PageAllocator, name: &str, total: u64) {
     assert_eq!(c.allocated, 0, "{name}: {} frames leaked", c.allocated);
     assert_eq!(c.free(), total, "{name}");
 }
+
+/// The zeroer keeps refilling its pool in the background; an invariant check that lands in the
+/// middle of a fill must wait for the batch in flight rather than report its pages as lost.
+#[test]
+fn check_waits_for_the_zeroer() {
+    let mut policy = Policy::default();
+    policy.alloc.prezero = true;
+    policy.alloc.prezero_pool = 256;
+    let alloc = PageAllocator::new(&MemConfig::new(32 << 20, 1), &policy).unwrap();
+    let total = alloc.managed_pages();
+    let cpu = CpuId(0);
+    for round in 0..300u32 {
+        // Empty the pool so the zeroer has a fill to do, then check while it may be filling.
+        let pages: Vec<Pfn> = (0..300)
+            .filter_map(|_| alloc.alloc_pages(cpu, 0, Gfp::USER_ZERO).ok())
+            .collect();
+        for p in pages {
+            alloc.free_pages(cpu, p, 0);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(u64::from(round % 7) * 700));
+        let c = alloc
+            .check()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(c.free() + c.allocated, total);
+        assert_eq!(c.allocated, 0, "round {round}");
+    }
+    let mut alloc = alloc;
+    alloc.stop_kthreads();
+    alloc_check(&alloc, "prezero", total);
+}

@@ -666,6 +666,8 @@ impl Mem {
     /// thread uses the allocator. Returns a description of the first violation found.
     pub fn check(&self) -> Result<Census, String> {
         use std::sync::atomic::Ordering::Relaxed;
+        // The zeroer thread keeps running between workloads; wait out its batch in flight.
+        let _zeroer = self.prezero.as_ref().map(|p| p.quiesce());
         let n = self.pages.len();
         let mut seen = vec![false; n];
         let mut census = Census::default();

@@ -28,6 +28,10 @@ pub struct PrezeroPool {
     list: SpinLock<PageList>,
     len: AtomicUsize,
     target: usize,
+    /// Held by the zeroer across a fill: the batch it is zeroing is on no list (like pages
+    /// between `rmqueue_bulk` and the pcp list in the kernel), so an invariant check must not
+    /// run in the middle of it. Only the zeroer and `quiesce` take it; the fault path never does.
+    filling: std::sync::Mutex<()>,
 }
 
 impl PrezeroPool {
@@ -36,6 +40,7 @@ impl PrezeroPool {
             list: SpinLock::new(kind, PageList::new()),
             len: AtomicUsize::new(0),
             target,
+            filling: std::sync::Mutex::new(()),
         }
     }
 
@@ -65,6 +70,7 @@ impl PrezeroPool {
 
     /// The zeroer's body: fill the pool up to its target from `zones`. Returns pages zeroed.
     pub fn fill(&self, zones: &[Zone], pages: &PageArray, arena: &Arena) -> u64 {
+        let _filling = self.quiesce();
         let mut zeroed = 0;
         'zones: for zone in zones {
             while self.len() < self.target {
@@ -100,6 +106,13 @@ impl PrezeroPool {
             }
         }
         zeroed
+    }
+
+    /// Wait for a fill in progress and keep the zeroer out until the guard drops, so that every
+    /// page it took is back on a list (invariant checks).
+    pub fn quiesce(&self) -> std::sync::MutexGuard<'_, ()> {
+        // A zeroer that panicked mid-fill leaves pages on no list; the check reports them.
+        self.filling.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Return every pooled page to its zone.
