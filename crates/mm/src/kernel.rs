@@ -5,8 +5,8 @@
 //! ([`Mm`]) and tasks ([`Task`]) are created from it; every mechanism dispatches on the policy
 //! it was built with, so two `Kernel`s side by side are two kernels of a comparison.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 
 use pagelab_sync::{LockStatsSnapshot, RcuDomain};
 
@@ -14,6 +14,7 @@ use crate::alloc::{Mem, MemConfig, MemError, PageAllocator};
 use crate::cpu::CpuId;
 use crate::lru::Lru;
 use crate::policy::{Policy, Ptl, VmaLock as VmaLockPolicy};
+use crate::reclaim::swap::{SwapConfig, SwapDevice, SwapError};
 use crate::task::Task;
 use crate::vm::filemap::File;
 use crate::vm::mm::Mm;
@@ -41,17 +42,98 @@ pub struct Kernel {
     split_ptl: Option<Arc<SplitPtl>>,
     policy: Policy,
     next_id: AtomicU32,
+    /// The swap device, if the machine has one: without it anonymous memory cannot be
+    /// reclaimed and running out of memory is out of memory.
+    swap: Option<SwapDevice>,
+    /// Live address spaces by id: the reverse map's way from an anonymous page (whose
+    /// `mapping` is its mm's id) to its page table.
+    mms: RwLock<Vec<(u32, Weak<Mm>)>>,
+    /// The (single) lruvec's `nonresident_age`, which shadow entries are stamped with.
+    nonresident: crate::reclaim::workingset::NonresidentAge,
+    /// `bucket_order` for this machine's size.
+    shadow_bucket_order: u32,
+    /// Address spaces whose last reference was dropped by reclaim (see [`MmRef`]), waiting
+    /// for [`Kernel::drain_deferred_mms`] to tear them down.
+    deferred_mms: std::sync::Mutex<Vec<Mm>>,
+    nr_deferred_mms: AtomicUsize,
+    /// The per-node kswapd threads, started with a swap device.
+    kswapd: std::sync::Mutex<Option<crate::reclaim::kswapd::Kswapd>>,
+}
+
+/// An address space found through the reverse map (an anonymous page's `mapping`).
+///
+/// Reclaim runs inside a fault, in an RCU read section, and the last reference to an `Mm`
+/// tears it down with `exit_mmap` and waits for a grace period: dropping it there would wait
+/// for its own read section. As the kernel's `mmput_async` hands the teardown to a worker,
+/// a last reference dropped through an `MmRef` is queued for [`Kernel::drain_deferred_mms`],
+/// which tasks call outside their read sections.
+pub(crate) struct MmRef<'k> {
+    k: &'k Kernel,
+    mm: Option<Arc<Mm>>,
+}
+
+impl std::ops::Deref for MmRef<'_> {
+    type Target = Mm;
+    fn deref(&self) -> &Mm {
+        self.mm.as_ref().expect("set until drop")
+    }
+}
+
+impl Drop for MmRef<'_> {
+    fn drop(&mut self) {
+        // `into_inner` returns the value to exactly the one holder whose drop was the last.
+        if let Some(mm) = self.mm.take().and_then(Arc::into_inner) {
+            self.k
+                .deferred_mms
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(mm);
+            self.k.nr_deferred_mms.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// Why a kernel could not boot.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error(transparent)]
+    Mem(#[from] MemError),
+    #[error(transparent)]
+    Swap(#[from] SwapError),
+    #[error("could not start kswapd: {0}")]
+    Kswapd(std::io::Error),
 }
 
 impl Kernel {
     /// Boot a kernel with `policy` on memory configured by `cfg`.
     pub fn new(cfg: &MemConfig, policy: &Policy) -> Result<Arc<Kernel>, MemError> {
+        match Kernel::with_swap(cfg, policy, None) {
+            Ok(k) => Ok(k),
+            Err(BootError::Mem(e)) => Err(e),
+            Err(BootError::Swap(_) | BootError::Kswapd(_)) => {
+                unreachable!("no swap device was asked for")
+            }
+        }
+    }
+
+    /// Boot a kernel with a swap device (`swapon` at boot).
+    pub fn with_swap(
+        cfg: &MemConfig,
+        policy: &Policy,
+        swap: Option<SwapConfig>,
+    ) -> Result<Arc<Kernel>, BootError> {
+        let swap = swap.map(SwapDevice::new).transpose()?;
         let alloc = PageAllocator::new(cfg, policy)?;
         let mem = alloc.mem().clone();
-        let lru = Lru::new(mem.clone(), &policy.lru, policy.locks.spinlock, 1);
+        let lru = Lru::new(
+            mem.clone(),
+            &policy.lru,
+            policy.locks.spinlock,
+            cfg.nr_memcgs,
+        );
         let split_ptl = (policy.mm.ptl == Ptl::Split)
             .then(|| Arc::new(SplitPtl::new(mem.pages().len(), policy.locks.spinlock)));
-        Ok(Arc::new(Kernel {
+        let k = Arc::new(Kernel {
             alloc,
             lru,
             // One reader slot per virtual CPU and a few for helpers (teardown, checks).
@@ -59,7 +141,32 @@ impl Kernel {
             split_ptl,
             policy: policy.clone(),
             next_id: AtomicU32::new(1),
-        }))
+            swap,
+            mms: RwLock::new(Vec::new()),
+            nonresident: crate::reclaim::workingset::NonresidentAge::new(),
+            shadow_bucket_order: crate::reclaim::workingset::bucket_order(mem.pages().len() as u64),
+            deferred_mms: std::sync::Mutex::new(Vec::new()),
+            nr_deferred_mms: AtomicUsize::new(0),
+            kswapd: std::sync::Mutex::new(None),
+        });
+        if k.swap.is_some() {
+            let threads = crate::reclaim::kswapd::Kswapd::start(&k).map_err(BootError::Kswapd)?;
+            *k.kswapd.lock().unwrap_or_else(|e| e.into_inner()) = Some(threads);
+        }
+        Ok(k)
+    }
+
+    /// Stop and join the kswapd threads (before invariant checks, which need every page back
+    /// on a list; allocations then go straight to direct reclaim).
+    pub fn stop_kswapd(&self) {
+        let k = self.kswapd.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(k);
+    }
+
+    /// The first virtual CPU of `node` (kswapd's per-CPU structures are that CPU's).
+    pub fn node_first_cpu(&self, node: usize) -> CpuId {
+        let (cpus, nodes) = (self.nr_cpus(), self.lru.nr_nodes());
+        CpuId((node * cpus).div_ceil(nodes) as u16)
     }
 
     pub fn mem(&self) -> &Arc<Mem> {
@@ -100,7 +207,77 @@ impl Kernel {
 
     /// A new, empty address space (`mm_alloc`), set up from `cpu`.
     pub fn new_mm(self: &Arc<Self>, cpu: CpuId) -> Result<Arc<Mm>, crate::alloc::AllocError> {
-        Mm::new(self.clone(), cpu).map(Arc::new)
+        // pgd_alloc may find memory full; like any GFP_KERNEL allocation, it reclaims.
+        let mut no_progress = 0;
+        let mm = loop {
+            match Mm::new(self.clone(), cpu) {
+                Ok(mm) => break Arc::new(mm),
+                Err(e) => {
+                    let s = crate::reclaim::vmscan::try_to_free_pages(
+                        self,
+                        cpu,
+                        crate::reclaim::vmscan::SWAP_CLUSTER_MAX as u64,
+                    );
+                    no_progress = if s.reclaimed > 0 { 0 } else { no_progress + 1 };
+                    if no_progress >= 16 || self.swap.is_none() {
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        self.mms
+            .write()
+            .expect("the mm registry is never poisoned")
+            .push((mm.id, Arc::downgrade(&mm)));
+        Ok(mm)
+    }
+
+    /// The swap device, if any.
+    pub fn swap(&self) -> Option<&SwapDevice> {
+        self.swap.as_ref()
+    }
+
+    pub(crate) fn nonresident_age(&self) -> &crate::reclaim::workingset::NonresidentAge {
+        &self.nonresident
+    }
+
+    pub(crate) fn shadow_bucket_order(&self) -> u32 {
+        self.shadow_bucket_order
+    }
+
+    /// The live address space `id` (the reverse map of an anonymous page).
+    pub(crate) fn mm_by_id(&self, id: u32) -> Option<MmRef<'_>> {
+        let mm = self
+            .mms
+            .read()
+            .expect("the mm registry is never poisoned")
+            .iter()
+            .find(|(i, _)| *i == id)
+            .and_then(|(_, w)| w.upgrade())?;
+        Some(MmRef {
+            k: self,
+            mm: Some(mm),
+        })
+    }
+
+    /// Tear down the address spaces whose last reference reclaim dropped. Call outside any
+    /// RCU read section (tasks do after each fault and when they exit).
+    pub fn drain_deferred_mms(&self) {
+        if self.nr_deferred_mms.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mms = {
+            let mut v = self.deferred_mms.lock().unwrap_or_else(|e| e.into_inner());
+            self.nr_deferred_mms.store(0, Ordering::Release);
+            std::mem::take(&mut *v)
+        };
+        drop(mms);
+    }
+
+    pub(crate) fn unregister_mm(&self, id: u32) {
+        if let Ok(mut v) = self.mms.write() {
+            v.retain(|(i, _)| *i != id);
+        }
     }
 
     /// A task running `mm` on virtual CPU `cpu`.

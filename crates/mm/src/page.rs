@@ -80,7 +80,9 @@ pub mod pg {
     pub const PCP: u64 = 1 << 4;
     /// Frame sits in the prezeroed pool and is known to be zero.
     pub const ZEROED: u64 = 1 << 5;
-    /// Slab lock bit (`slab_lock`: a bit spinlock on the slab's head frame).
+    /// `PG_locked`: the slab lock on a slab's head frame (`slab_lock`), the page lock on an
+    /// LRU page (`folio_lock`: held by reclaim while it swaps the page out, and by a swap-in
+    /// while it maps the page from the swap cache).
     pub const LOCKED: u64 = 1 << 6;
     /// On an LRU list (`PG_lru`). Cleared by test-and-clear to isolate: only the winner may
     /// move the page between lists.
@@ -99,8 +101,11 @@ pub mod pg {
     pub const UPTODATE: u64 = 1 << 13;
     /// A page-table page.
     pub const TABLE: u64 = 1 << 14;
+    /// In the swap cache (`PG_swapcache`); `private` holds the swap entry's offset.
+    pub const SWAPCACHE: u64 = 1 << 15;
     /// What an owner sets on an allocated page; cleared when the page is freed.
-    pub const OWNER_STATE: u64 = ACTIVE | REFERENCED | ANON | SWAPBACKED | DIRTY | UPTODATE | TABLE;
+    pub const OWNER_STATE: u64 =
+        ACTIVE | REFERENCED | ANON | SWAPBACKED | DIRTY | UPTODATE | TABLE | SWAPCACHE;
     /// Bits that must be clear on a freshly allocated frame.
     pub const ALLOC_CLEAR: u64 =
         BUDDY | PCP | ZEROED | HEAD | TAIL | SLAB | LOCKED | LRU | ACTIVE | TABLE;
@@ -176,6 +181,33 @@ impl Page {
     pub fn clear_nonatomic(&self, bits: u64) {
         let f = self.flags.load(Ordering::Relaxed);
         self.flags.store(f & !bits, Ordering::Relaxed);
+    }
+
+    /// `folio_trylock`.
+    #[inline]
+    pub fn trylock(&self) -> bool {
+        self.flags.fetch_or(pg::LOCKED, Ordering::Acquire) & pg::LOCKED == 0
+    }
+
+    /// `folio_lock`: spin (with backoff) until the page lock is ours. Holders keep it for a
+    /// page's worth of work at most.
+    pub fn lock(&self) {
+        let mut spins = 0u32;
+        while !self.trylock() {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// `folio_unlock`.
+    #[inline]
+    pub fn unlock(&self) {
+        let old = self.flags.fetch_and(!pg::LOCKED, Ordering::Release);
+        debug_assert!(old & pg::LOCKED != 0, "unlock of an unlocked page");
     }
 
     #[inline]

@@ -126,6 +126,7 @@ impl Task {
         let g = self.rcu.lock();
         let r = self.ctx().fault(&g, addr, write);
         drop(g);
+        self.k.drain_deferred_mms();
         self.mm.tlb.return_to_user(self.cpu);
         r
     }
@@ -192,5 +193,6 @@ impl Drop for Task {
         self.sync_rss();
         self.mm.tlb.leave(self.cpu);
         self.k.lru().drain(self.cpu);
+        self.k.drain_deferred_mms();
     }
 }

@@ -102,6 +102,33 @@ vm_events! {
     SwapSlotTrylockFail => "swap_slot_trylock_fail",
     /// Swap slot allocations that found the device full.
     SwapAllocFail => "swap_alloc_fail",
+    /// Direct reclaim entered by an allocation that failed (`allocstall`).
+    DirectReclaim => "allocstall",
+    /// Reclaim passes on behalf of a memory cgroup at its limit (`try_to_free_mem_cgroup_pages`).
+    MemcgReclaim => "memcg_reclaim",
+    /// kswapd wake-ups by an allocation that left a zone under its low watermark
+    /// (`kswapd_wakeup`... counted as `pageoutrun` when kswapd runs a pass).
+    KswapdWake => "pageoutrun",
+    /// Pages reclaimed by kswapd (`pgsteal_kswapd`).
+    PgStealKswapd => "pgsteal_kswapd",
+    /// Pages taken off an inactive list to be reclaimed (`pgscan`).
+    PgScan => "pgscan",
+    /// Pages reclaimed (`pgsteal`).
+    PgSteal => "pgsteal",
+    /// Pages moved to an active list by reclaim (`pgactivate`).
+    PgActivate => "pgactivate",
+    /// Pages moved to an inactive list by reclaim (`pgdeactivate`).
+    PgDeactivate => "pgdeactivate",
+    /// Faults on a swap PTE (`do_swap_page`).
+    FaultSwap => "fault_swap",
+    /// Swap-in faults that found the page still in the swap cache.
+    SwapInCacheHit => "swapin_cache_hit",
+    /// Swap-ins of pages with a shadow entry (`workingset_refault_anon`).
+    WorkingsetRefault => "workingset_refault_anon",
+    /// Refaults close enough to be activated at once (`workingset_activate_anon`).
+    WorkingsetActivate => "workingset_activate_anon",
+    /// Allocations that failed after reclaim found nothing more to free.
+    Oom => "oom_kill",
 }
 
 const NR_EVENTS: usize = VmEvent::ALL.len();

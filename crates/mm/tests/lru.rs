@@ -48,17 +48,18 @@ fn every_policy(batch: u32) -> Vec<LruPolicy> {
 }
 
 /// Memory of `mib` MiB on two nodes and `cpus` CPUs (the first half of the CPUs on node 0).
-fn mem(cpus: usize, mib: u64) -> Arc<Mem> {
+fn mem(cpus: usize, mib: u64, memcgs: usize) -> Arc<Mem> {
     let cfg = MemConfig {
         arena: ArenaConfig::new(mib << 20),
         nr_cpus: cpus,
         nr_nodes: 2,
+        nr_memcgs: memcgs,
     };
     Arc::new(Mem::new(&cfg, &Policy::default()).unwrap())
 }
 
 fn setup(p: &LruPolicy, cpus: usize, memcgs: usize) -> (Arc<Mem>, Lru) {
-    let m = mem(cpus, 8);
+    let m = mem(cpus, 8, memcgs);
     let kind = if p.add == LruAdd::Splice {
         LockKind::Ticket
     } else {
@@ -77,6 +78,7 @@ fn fault(m: &Mem, cpu: CpuId, anon: bool, memcg: u32) -> Pfn {
     } else {
         page.set(pg::UPTODATE);
     }
+    assert!(m.memcgs().try_charge(memcg, 1));
     page.memcg.store(memcg, Relaxed);
     pfn
 }
@@ -863,7 +865,7 @@ fn stress_every_policy() {
     for p in every_policy(15) {
         combo += 1;
         let cpus = WORKERS + 1;
-        let m = mem(cpus, 16);
+        let m = mem(cpus, 16, 3);
         let kind = LockKind::ALL[combo as usize % 2];
         let lru = Lru::new(m.clone(), &p, kind, 3);
         let recent: Vec<AtomicU32> = (0..256).map(|_| AtomicU32::new(0)).collect();

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pagelab_mm::policy::{LruAdd, LruRelease, Ptl, RssCounter, TlbShootdown, VmaLock};
+use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
 use pagelab_mm::vm::filemap::File;
 use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
 use proptest::prelude::*;
@@ -164,8 +165,24 @@ impl Model {
     }
 }
 
-fn run(policy: &Policy, threads: bool, ops: &[Op]) -> Result<(), TestCaseError> {
-    let k = Kernel::new(&MemConfig::new(32 << 20, TASKS), policy).unwrap();
+/// Pages a memory cgroup holding every task may charge, in the runs under pressure: a few
+/// mappings' worth, so that its reclaim swaps anonymous pages out and faults bring them back
+/// all the time.
+const PRESSURE_MAX_PAGES: u64 = 24;
+
+fn run(policy: &Policy, threads: bool, pressure: bool, ops: &[Op]) -> Result<(), TestCaseError> {
+    let k = if pressure {
+        let cfg = MemConfig::new(32 << 20, TASKS).with_memcgs(2);
+        let swap = SwapConfig::new(4096, Backing::Memory { compress: false }, TASKS);
+        let k = Kernel::with_swap(&cfg, policy, Some(swap)).unwrap();
+        // Only the group is short of memory; kswapd would never be woken, and the checks
+        // after each step need no background reclaimer.
+        k.stop_kswapd();
+        k.mem().memcgs().set_max(1, PRESSURE_MAX_PAGES).unwrap();
+        k
+    } else {
+        Kernel::new(&MemConfig::new(32 << 20, TASKS), policy).unwrap()
+    };
     let files: Vec<Arc<File>> = (0..2).map(|_| k.create_file(FILE_PAGES)).collect();
     let tasks: Vec<Task> = {
         let mut mms = Vec::new();
@@ -175,6 +192,9 @@ fn run(policy: &Policy, threads: bool, ops: &[Op]) -> Result<(), TestCaseError> 
                     Arc::clone(&mms[0])
                 } else {
                     let mm = k.new_mm(CpuId(i as u16)).unwrap();
+                    if pressure {
+                        mm.set_memcg(1).unwrap();
+                    }
                     mms.push(mm.clone());
                     mm
                 };
@@ -279,6 +299,10 @@ fn run(policy: &Policy, threads: bool, ops: &[Op]) -> Result<(), TestCaseError> 
                 for g in gone {
                     model.private.remove(&g);
                 }
+                // The private copies go with the range: a later mapping there starts over.
+                model
+                    .copied
+                    .retain(|&(mm, page)| mm != mmi || page < start || page >= end);
             }
             Op::Store {
                 task,
@@ -363,6 +387,10 @@ fn run(policy: &Policy, threads: bool, ops: &[Op]) -> Result<(), TestCaseError> 
             t.mm().check(true).map_err(TestCaseError::fail)?;
         }
         k.mem().check().map_err(TestCaseError::fail)?;
+        if pressure {
+            let s = k.mem().memcgs().stat(1).unwrap();
+            prop_assert!(s.usage <= s.max, "memcg over its limit: {:?}", s);
+        }
     }
     // Tear down: unmap all, then the address spaces must hold only their top-level tables.
     for m in std::mem::take(&mut model.maps) {
@@ -386,11 +414,18 @@ fn run(policy: &Policy, threads: bool, ops: &[Op]) -> Result<(), TestCaseError> 
     for f in &files {
         f.truncate(&k, CpuId(0));
     }
+    k.drain_deferred_mms();
     k.lru().drain_all();
     k.mem().drain_all_pages();
     let c = k.mem().check().map_err(TestCaseError::fail)?;
     prop_assert_eq!(c.allocated, 0, "frames leaked");
     k.lru().check().map_err(TestCaseError::fail)?;
+    if let Some(swap) = k.swap() {
+        swap.drain_slot_caches();
+        swap.check().map_err(TestCaseError::fail)?;
+        prop_assert_eq!(swap.nr_free(), swap.size(), "swap slots leaked");
+        prop_assert_eq!(k.mem().memcgs().stat(1).unwrap().usage, 0, "charges left");
+    }
     Ok(())
 }
 
@@ -399,6 +434,13 @@ proptest! {
 
     #[test]
     fn address_spaces_match_model(policy in policy(), threads in any::<bool>(), ops in prop::collection::vec(op(), 1..80)) {
-        run(&policy, threads, &ops)?;
+        run(&policy, threads, false, &ops)?;
+    }
+
+    /// The same, with every task in a memory cgroup far smaller than what they map: anonymous
+    /// pages go to swap and come back all the time, and every value must survive.
+    #[test]
+    fn address_spaces_match_model_under_memcg_pressure(policy in policy(), threads in any::<bool>(), ops in prop::collection::vec(op(), 1..80)) {
+        run(&policy, threads, true, &ops)?;
     }
 }

@@ -8,8 +8,9 @@
 //! The allocation path mirrors `__alloc_pages`: a fast pass over the CPU's zonelist at the low
 //! watermark (`get_page_from_freelist`), where each zone is served by the CPU's pcp when the
 //! order is cached there and by the buddy lists otherwise; then a slow pass that drains every
-//! pcp and the prezero pool and retries at the min watermark. Reclaim joins the slow path when
-//! the engine grows it.
+//! pcp and the prezero pool and retries at the min watermark, after waking kswapd
+//! ([`crate::reclaim::kswapd`]) for every zone under its low watermark. Direct reclaim is the
+//! fault path's next step when that fails ([`crate::reclaim::vmscan`]).
 
 pub mod buddy;
 pub mod pcp;
@@ -27,6 +28,7 @@ use crate::cpu::CpuId;
 use crate::kthread::Kthread;
 use crate::page::{PageArray, Pfn, pg};
 use crate::policy::Policy;
+use crate::reclaim::memcg::MemCgroups;
 use crate::vmstat::{VmEvent, VmEvents};
 use buddy::{MAX_ORDER, MigrateType, Wmark, ZONE_BELOW_HIGH, Zone};
 use pcp::{PcpParams, PcpState};
@@ -100,6 +102,9 @@ pub struct MemConfig {
     pub nr_cpus: usize,
     /// NUMA nodes; the arena is split evenly, one zone each.
     pub nr_nodes: usize,
+    /// Memory cgroups: the root (id 0) and `nr_memcgs - 1` children
+    /// ([`crate::reclaim::memcg`]). The LRU keeps one lruvec per (memcg, node).
+    pub nr_memcgs: usize,
 }
 
 impl MemConfig {
@@ -108,7 +113,14 @@ impl MemConfig {
             arena: ArenaConfig::new(bytes),
             nr_cpus,
             nr_nodes: 1,
+            nr_memcgs: 1,
         }
+    }
+
+    /// The same machine with `n` memory cgroups, the root included.
+    pub fn with_memcgs(mut self, n: usize) -> Self {
+        self.nr_memcgs = n;
+        self
     }
 }
 
@@ -167,6 +179,11 @@ pub struct Mem {
     zonelists: Box<[Box<[usize]>]>,
     events: VmEvents,
     prezero: Option<PrezeroPool>,
+    /// The memory cgroups' page counters: a page's charge is dropped where it is freed.
+    memcgs: MemCgroups,
+    /// Wakes a node's kswapd (`wakeup_kswapd`); unset when no kernel runs kswapd.
+    #[allow(clippy::type_complexity)]
+    kswapd_waker: std::sync::OnceLock<Box<dyn Fn(usize) + Send + Sync>>,
     policy: Policy,
 }
 
@@ -313,12 +330,19 @@ impl Mem {
             // One extra slot for background threads.
             events: VmEvents::new(cfg.nr_cpus + 1),
             prezero,
+            memcgs: MemCgroups::new(cfg.nr_memcgs),
+            kswapd_waker: std::sync::OnceLock::new(),
             policy: policy.clone(),
         })
     }
 
     pub fn arena(&self) -> &Arena {
         &self.arena
+    }
+
+    /// The memory cgroups' page counters.
+    pub fn memcgs(&self) -> &MemCgroups {
+        &self.memcgs
     }
 
     pub fn pages(&self) -> &PageArray {
@@ -396,10 +420,12 @@ impl Mem {
         self.alloc_pages(cpu, 0, gfp)
     }
 
-    /// `__alloc_pages_slowpath`, without reclaim yet: give back what the pcps and the pool
-    /// hold, then try again down to the min watermark.
+    /// `__alloc_pages_slowpath`, up to direct reclaim (which the fault path does when this
+    /// fails): wake kswapd for every zone under its low watermark, give back what the pcps
+    /// and the pool hold, then try again down to the min watermark.
     #[cold]
     fn alloc_slowpath(&self, cpu: CpuId, order: u32, gfp: Gfp) -> Result<Pfn, AllocError> {
+        self.wake_all_kswapds(cpu, order);
         self.drain_all_pages();
         if let Some(pool) = &self.prezero {
             pool.drain(|p| self.zone_of(p), &self.zones, &self.pages);
@@ -409,6 +435,31 @@ impl Mem {
                 self.events.count(cpu, VmEvent::AllocFail, 1);
                 AllocError::OutOfMemory { order }
             })
+    }
+
+    /// `wake_all_kswapds`: every zone of the zonelist that is under its low watermark wakes
+    /// its node's kswapd, if the kernel started one ([`Mem::set_kswapd_waker`]).
+    fn wake_all_kswapds(&self, cpu: CpuId, order: u32) {
+        let Some(wake) = self.kswapd_waker.get() else {
+            return;
+        };
+        for &z in self.zonelists[cpu.idx()].iter() {
+            if !self.zones[z].watermark_ok(order, Wmark::Low) {
+                self.events.count(cpu, VmEvent::KswapdWake, 1);
+                wake(z);
+            }
+        }
+    }
+
+    /// Install the function that wakes node `n`'s kswapd (zone `n` is node `n`'s only zone).
+    /// Set once, by the kernel that owns the kswapd threads.
+    pub fn set_kswapd_waker(&self, wake: Box<dyn Fn(usize) + Send + Sync>) {
+        let _ = self.kswapd_waker.set(wake);
+    }
+
+    /// Whether node `node`'s zone is at or above `mark` (kswapd's `pgdat_balanced`).
+    pub fn node_watermark_ok(&self, node: usize, mark: Wmark) -> bool {
+        self.zones[node].watermark_ok(0, mark)
     }
 
     /// `get_page_from_freelist`: the first zone of the CPU's zonelist above `mark` that has a
@@ -553,7 +604,12 @@ impl Mem {
         // The owner's state goes with the last reference (`free_pages_prepare`).
         page.clear_nonatomic(pg::OWNER_STATE);
         page.mapping.store(0, std::sync::atomic::Ordering::Relaxed);
-        page.memcg.store(0, std::sync::atomic::Ordering::Relaxed);
+        // `mem_cgroup_uncharge`: a charged page carries its group's id (slab pages clear
+        // their use of the field before they come back).
+        let memcg = page.memcg.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if memcg != 0 {
+            self.memcgs.uncharge(memcg, u64::from(nr));
+        }
         if page.test(pg::HEAD) {
             page.clear_nonatomic(pg::HEAD);
             for i in 1..nr {

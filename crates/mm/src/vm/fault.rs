@@ -22,7 +22,11 @@ use pagelab_sync::RcuGuard;
 use crate::alloc::{AllocError, Gfp};
 use crate::cpu::CpuId;
 use crate::kernel::Kernel;
+use crate::lru::LruList;
 use crate::page::{Pfn, pg};
+use crate::reclaim::swap::SwapEntry;
+use crate::reclaim::vmscan;
+use crate::reclaim::workingset::{LruSizes, workingset_size};
 use crate::vm::mm::Mm;
 use crate::vm::pgtable::{PTRS_PER_TABLE, Pte, PteSlot};
 use crate::vm::rss::{RssType, TaskRss};
@@ -65,6 +69,55 @@ enum Held {
     MmapRead,
 }
 
+/// The slow path's retry loop (`should_reclaim_retry`, and `try_charge_memcg`'s for a
+/// group at its limit): a failed allocation or charge reclaims and tries again; out of memory
+/// is declared only after `MAX_RECLAIM_RETRIES` rounds in a row in which reclaim freed
+/// nothing. One empty round is not enough: with several reclaimers, the pages this one would
+/// have freed may be isolated by another, or freed into another CPU's per-CPU list (which is
+/// drained before giving up, as `drain_all_pages` is).
+#[derive(Default)]
+struct ReclaimRetry {
+    no_progress: u32,
+}
+
+impl ReclaimRetry {
+    /// `MAX_RECLAIM_RETRIES`.
+    const MAX: u32 = 16;
+
+    /// One round of reclaim: from the whole machine (`memcg == None`, direct reclaim) or from
+    /// one group (`try_to_free_mem_cgroup_pages`).
+    fn reclaim(
+        &mut self,
+        f: &FaultCtx<'_>,
+        addr: u64,
+        memcg: Option<u32>,
+    ) -> Result<(), FaultError> {
+        let nr = vmscan::SWAP_CLUSTER_MAX as u64;
+        let s = match memcg {
+            None => vmscan::try_to_free_pages(f.k, f.cpu, nr),
+            Some(id) => vmscan::try_to_free_mem_cgroup_pages(f.k, f.cpu, id, nr),
+        };
+        if s.reclaimed > 0 {
+            self.no_progress = 0;
+            return Ok(());
+        }
+        self.no_progress += 1;
+        if self.no_progress == 1 {
+            f.k.mem().drain_all_pages();
+        }
+        if self.no_progress >= Self::MAX || (f.k.swap().is_none() && self.no_progress > 1) {
+            f.count(VmEvent::Oom);
+            if let Some(id) = memcg {
+                f.k.mem().memcgs().note_oom(id);
+            }
+            return Err(FaultError::Oom { addr });
+        }
+        // Let the other reclaimers finish what they isolated.
+        std::thread::yield_now();
+        Ok(())
+    }
+}
+
 impl FaultCtx<'_> {
     #[inline]
     fn count(&self, e: VmEvent) {
@@ -73,6 +126,50 @@ impl FaultCtx<'_> {
 
     fn oom(&self, addr: u64) -> impl Fn(AllocError) -> FaultError {
         move |_| FaultError::Oom { addr }
+    }
+
+    /// `walk_alloc`, reclaiming when a page-table page cannot be had.
+    fn walk_alloc_reclaim(&self, addr: u64) -> Result<PteSlot, FaultError> {
+        let mut retry = ReclaimRetry::default();
+        loop {
+            match self.mm.pgtable.walk_alloc(self.cpu, addr) {
+                Ok(slot) => return Ok(slot),
+                Err(_) => retry.reclaim(self, addr, None)?,
+            }
+        }
+    }
+
+    /// Allocate a page for user memory, reclaiming when the allocator is out of pages
+    /// (`__alloc_pages_slowpath` → `__alloc_pages_direct_reclaim`).
+    fn alloc_user_page(&self, gfp: Gfp, addr: u64) -> Result<Pfn, FaultError> {
+        let mut retry = ReclaimRetry::default();
+        loop {
+            match self.k.mem().alloc_page(self.cpu, gfp) {
+                Ok(p) => return Ok(p),
+                Err(_) => retry.reclaim(self, addr, None)?,
+            }
+        }
+    }
+
+    /// Allocate an anonymous page and charge it to the mm's memory cgroup
+    /// (`vma_alloc_folio` + `mem_cgroup_charge`), reclaiming from the group while it is at
+    /// its limit. The page leaves with `page.memcg` set, so the LRU files it in the group's
+    /// lruvec and the free path uncharges it.
+    fn alloc_charged_page(&self, gfp: Gfp, addr: u64) -> Result<Pfn, FaultError> {
+        let pfn = self.alloc_user_page(gfp, addr)?;
+        let memcg = self.mm.memcg();
+        let memcgs = self.k.mem().memcgs();
+        let mut retry = ReclaimRetry::default();
+        while !memcgs.try_charge(memcg, 1) {
+            if let Err(e) = retry.reclaim(self, addr, Some(memcg)) {
+                self.k.mem().free_pages(self.cpu, pfn, 0);
+                return Err(e);
+            }
+        }
+        self.k.mem().pages()[pfn]
+            .memcg
+            .store(memcg, Ordering::Relaxed);
+        Ok(pfn)
     }
 
     /// `do_user_addr_fault`.
@@ -151,7 +248,7 @@ impl FaultCtx<'_> {
             }
         }
         let pt = &self.mm.pgtable;
-        let slot = pt.walk_alloc(self.cpu, addr).map_err(self.oom(addr))?;
+        let slot = self.walk_alloc_reclaim(addr)?;
         let pte = pt.load(slot);
         if pte.is_none() {
             match &vma.backing {
@@ -166,10 +263,140 @@ impl FaultCtx<'_> {
             } else {
                 self.count(VmEvent::FaultSpurious);
             }
+        } else if let Some(entry) = SwapEntry::from_pte(pte).filter(|_| self.k.swap().is_some()) {
+            self.do_swap_page(vma, slot, addr, write, pte, entry)?;
         } else {
             return Err(FaultError::Sigbus { addr, entry: pte.0 });
         }
         Ok(Outcome::Done)
+    }
+
+    /// `do_swap_page`: bring a swapped-out anonymous page back, from the swap cache if it is
+    /// still there (reclaim may be writing it, or not have freed it yet), else read from the
+    /// device into a new page that enters the swap cache while it is read (so that a
+    /// concurrent fault on the same entry waits for it instead of reading it twice). The
+    /// slot is freed once no PTE and no cache reference it.
+    fn do_swap_page(
+        &self,
+        vma: &Vma,
+        slot: PteSlot,
+        addr: u64,
+        write: bool,
+        orig: Pte,
+        entry: SwapEntry,
+    ) -> Result<(), FaultError> {
+        let swap = self.k.swap().expect("checked by the caller");
+        let mem = self.k.mem();
+        let pages = mem.pages();
+        let pt = &self.mm.pgtable;
+        let mut backoff = pagelab_sync::Backoff::new();
+        let pfn = loop {
+            if pt.load(slot) != orig {
+                // Another fault (or an unmap) got there first.
+                return Ok(());
+            }
+            if let Some(p) = swap.swap_cache().lookup(entry) {
+                if !self.k.lru().try_get_page(p) {
+                    backoff.snooze();
+                    continue;
+                }
+                pages[p].lock();
+                if swap.swap_cache().lookup(entry) != Some(p) {
+                    pages[p].unlock();
+                    self.k.lru().put_page(self.cpu, p);
+                    continue;
+                }
+                self.count(VmEvent::SwapInCacheHit);
+                break p;
+            }
+            match swap.swapcache_prepare(entry) {
+                Ok(()) => {}
+                // Someone else is reading it in, or it just left the cache: look again.
+                Err(_) => {
+                    backoff.snooze();
+                    continue;
+                }
+            }
+            // We own the slot's cache reservation: read the page in.
+            let q = match self.alloc_charged_page(Gfp::USER, addr) {
+                Ok(q) => q,
+                Err(e) => {
+                    let _ = swap.put_swap_folio(self.cpu, entry);
+                    return Err(e);
+                }
+            };
+            let page = &pages[q];
+            page.set_nonatomic(pg::ANON | pg::SWAPBACKED | pg::LOCKED | pg::SWAPCACHE);
+            page.mapping.store(u64::from(self.mm.id), Ordering::Relaxed);
+            page.index.store(addr >> 12, Ordering::Relaxed);
+            page.private.store(entry.offset() as u32, Ordering::Relaxed);
+            swap.swap_in_frame(self.cpu, entry, mem.arena(), q)
+                .expect("a referenced slot of the device can be read");
+            // The cache's reference, on top of the one the mapping will own.
+            mem.get_page(q);
+            let shadow = swap
+                .swap_cache()
+                .add_to_swap_cache(entry, q)
+                .expect("the reservation keeps the cache slot empty of pages");
+            if let Some(shadow) = shadow {
+                self.count(VmEvent::WorkingsetRefault);
+                let lists = self.k.lru().with_lruvec(0, 0, |v| LruSizes {
+                    inactive_anon: v.len(LruList::InactiveAnon),
+                    active_anon: v.len(LruList::ActiveAnon),
+                    inactive_file: v.len(LruList::InactiveFile),
+                    active_file: v.len(LruList::ActiveFile),
+                });
+                let size = workingset_size(false, lists, swap.nr_free() > 0);
+                let v =
+                    self.k
+                        .nonresident_age()
+                        .refault(shadow, size, 1, self.k.shadow_bucket_order());
+                if v.activate {
+                    page.set(pg::ACTIVE);
+                    self.count(VmEvent::WorkingsetActivate);
+                }
+            }
+            self.k.lru().add(self.cpu, q);
+            break q;
+        };
+        // The page is locked, in the swap cache, and holds our reference (a fresh page's
+        // allocation reference, or the lookup's): map it.
+        let page = &pages[pfn];
+        let ptl = pt.pte_lock(slot);
+        if pt.load(slot) != orig {
+            drop(ptl);
+            // Unmapped or swapped in meanwhile. Leave the page in the swap cache for whoever
+            // still references the slot, or drop it if nobody does.
+            self.release_swapcache_page(pfn, entry);
+            page.unlock();
+            self.k.lru().put_page(self.cpu, pfn);
+            return Ok(());
+        }
+        let mut pte = Pte::new(pfn, vma.writable).with_accessed(true);
+        if write {
+            pte = pte.with_dirty(true);
+        }
+        page.mapcount.fetch_add(1, Ordering::Relaxed);
+        pt.set(slot, pte);
+        let _ = swap.swap_free(self.cpu, entry);
+        drop(ptl);
+        self.mm.rss.add(self.rss, self.cpu, RssType::Anon, 1);
+        // folio_free_swap: the only mapping is back, so the slot and the cache can go.
+        self.release_swapcache_page(pfn, entry);
+        page.unlock();
+        self.count(VmEvent::FaultSwap);
+        Ok(())
+    }
+
+    /// With the page locked: if no PTE references `entry` any more, take the page out of the
+    /// swap cache and free the slot (`folio_free_swap`).
+    fn release_swapcache_page(&self, pfn: Pfn, entry: SwapEntry) {
+        let swap = self.k.swap().expect("swap-cache pages imply a device");
+        if swap.swap_cache().lookup(entry) == Some(pfn)
+            && matches!(swap.swap_count(entry), Ok((0, true)))
+        {
+            vmscan::drop_from_swap_cache(self.k, self.cpu, pfn, entry, None);
+        }
     }
 
     /// Make a freshly allocated page an anonymous page of this mm at `addr`.
@@ -196,10 +423,7 @@ impl FaultCtx<'_> {
         addr: u64,
         write: bool,
     ) -> Result<(), FaultError> {
-        let mem = self.k.mem();
-        let pfn = mem
-            .alloc_page(self.cpu, Gfp::USER_ZERO)
-            .map_err(self.oom(addr))?;
+        let pfn = self.alloc_charged_page(Gfp::USER_ZERO, addr)?;
         self.prep_anon(pfn, addr);
         let pt = &self.mm.pgtable;
         let ptl = pt.pte_lock(slot);
@@ -300,11 +524,11 @@ impl FaultCtx<'_> {
         let src = file
             .get_page(self.k, self.cpu, vma.pgoff(addr))
             .map_err(self.oom(addr))?;
-        let new = match mem.alloc_page(self.cpu, Gfp::USER) {
+        let new = match self.alloc_charged_page(Gfp::USER, addr) {
             Ok(p) => p,
-            Err(_) => {
+            Err(e) => {
                 self.k.lru().put_page(self.cpu, src);
-                return Err(FaultError::Oom { addr });
+                return Err(e);
             }
         };
         mem.arena().copy_page(new, src);

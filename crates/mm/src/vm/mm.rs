@@ -20,7 +20,7 @@
 //! VMA is unmapped only the top-level page-table page remains.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use pagelab_sync::{LockStatsSnapshot, RcuCell, RcuGuard, RwSem, RwSemWriteGuard, SpinLock};
 
@@ -29,6 +29,7 @@ use crate::cpu::CpuId;
 use crate::kernel::Kernel;
 use crate::page::{PAGE_SIZE, Pfn, pg};
 use crate::policy::TlbShootdown;
+use crate::reclaim::swap::SwapEntry;
 use crate::vm::filemap::File;
 use crate::vm::pgtable::{PMD_SIZE, PageTable, Pte, TASK_SIZE};
 use crate::vm::rss::{Rss, RssType};
@@ -79,6 +80,13 @@ pub struct Mm {
     pub rss: Rss,
     pub tlb: TlbState,
     vma_lock_kind: VmaLockKind,
+    /// What the kernel's `anon_vma` lock does for rmap walks: reclaim holds it for read while
+    /// it walks this mm's page table to a page; `free_pgtables` holds it for write, so no
+    /// page-table page is freed under a walk. Reclaim never needs `mmap_lock`, so a fault
+    /// that reclaims cannot deadlock with a munmap waiting for that fault's VMA lock.
+    pub(crate) rmap_lock: RwSem<()>,
+    /// The memory cgroup new anonymous pages are charged to (the cgroup of `mm->owner`).
+    memcg: AtomicU32,
     /// Lock statistics of VMAs already detached.
     retired_vma_stats: SpinLock<LockStatsSnapshot>,
 }
@@ -112,9 +120,15 @@ impl Mm {
             mmap_lock: RwSem::new(()),
             mm_lock_seq: MmLockSeq::new(),
             vmas: RcuCell::new(k.rcu(), VmaTree::new()),
+            rmap_lock: RwSem::new(()),
+            memcg: AtomicU32::new(crate::reclaim::memcg::ROOT_MEMCG),
             pgtable,
             rss: Rss::new(p.mm.rss, k.nr_cpus()),
-            tlb: TlbState::new(k.nr_cpus(), p.mm.tlb_shootdown == TlbShootdown::Ipi),
+            tlb: TlbState::new(
+                k.nr_cpus(),
+                p.mm.tlb_shootdown == TlbShootdown::Ipi,
+                k.swap().is_some(),
+            ),
             vma_lock_kind: k.vma_lock_kind().unwrap_or(VmaLockKind::Refcount),
             retired_vma_stats: SpinLock::new(p.locks.spinlock, LockStatsSnapshot::default()),
             k,
@@ -123,6 +137,20 @@ impl Mm {
 
     pub fn kernel(&self) -> &Arc<Kernel> {
         &self.k
+    }
+
+    /// Move the address space into memory cgroup `id` (writing the owner's pid to
+    /// `cgroup.procs`): pages faulted from now on are charged there; pages already charged
+    /// stay with their group, as in cgroup v2.
+    pub fn set_memcg(&self, id: u32) -> Result<(), crate::reclaim::memcg::MemcgError> {
+        self.k.mem().memcgs().validate(id)?;
+        self.memcg.store(id, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The memory cgroup new pages are charged to.
+    pub fn memcg(&self) -> u32 {
+        self.memcg.load(Ordering::Relaxed)
     }
 
     /// The VMA tree as published, valid for the read section.
@@ -281,6 +309,7 @@ impl Mm {
             }
             a = chunk_end;
         }
+        let _rmap = self.rmap_lock.write();
         self.pgtable.free_pgtables(cpu, start, end, floor, ceiling);
     }
 
@@ -289,8 +318,12 @@ impl Mm {
     fn zap_range(&self, cpu: CpuId, start: u64, end: u64, gather: &mut MmuGather) {
         let mem = self.k.mem();
         let (mut anon, mut file) = (0i64, 0i64);
+        let mut swapped = Vec::new();
         self.pgtable.zap_range(start, end, |_, pte: Pte| {
             if !pte.present() {
+                if let Some(e) = SwapEntry::from_pte(pte) {
+                    swapped.push(e);
+                }
                 return;
             }
             let pfn = pte.pfn();
@@ -306,12 +339,47 @@ impl Mm {
             page.mapcount.fetch_sub(1, Ordering::Relaxed);
             gather.push(pfn);
         });
+        for e in swapped {
+            self.free_swap_and_cache(cpu, e);
+        }
         if anon != 0 {
             self.rss.add_direct(cpu, RssType::Anon, -anon);
         }
         if file != 0 {
             self.rss.add_direct(cpu, RssType::File, -file);
         }
+    }
+
+    /// `free_swap_and_cache`: a swap PTE went away. Drop its slot reference; if the page is
+    /// still in the swap cache and nothing references the slot any more, free the page too
+    /// (unless it is locked: then reclaim or a swap-in holds it and frees it when done).
+    fn free_swap_and_cache(&self, cpu: CpuId, e: SwapEntry) {
+        let Some(swap) = self.k.swap() else {
+            return;
+        };
+        if swap.swap_free(cpu, e).unwrap_or(true) {
+            return;
+        }
+        if !matches!(swap.swap_count(e), Ok((0, true))) {
+            return;
+        }
+        let Some(p) = swap.swap_cache().lookup(e) else {
+            return;
+        };
+        if !self.k.lru().try_get_page(p) {
+            return;
+        }
+        let page = &self.k.mem().pages()[p];
+        if page.trylock() {
+            if swap.swap_cache().lookup(e) == Some(p)
+                && matches!(swap.swap_count(e), Ok((0, true)))
+                && page.mapcount.load(Ordering::Relaxed) == 0
+            {
+                crate::reclaim::vmscan::drop_from_swap_cache(&self.k, cpu, p, e, None);
+            }
+            page.unlock();
+        }
+        self.k.lru().put_page(cpu, p);
     }
 
     /// `tlb_flush_mmu`: shoot down the other CPUs' TLBs, then free the gathered pages.
@@ -407,6 +475,7 @@ impl Mm {
 
 impl Drop for Mm {
     fn drop(&mut self) {
+        self.k.unregister_mm(self.id);
         // exit_mmap from a helper context: the tasks are gone, so any CPU's pcp will do.
         if let Ok(reader) = pagelab_sync::RcuDomain::register(self.k.rcu()) {
             let g = reader.lock();

@@ -38,10 +38,16 @@ struct Mailbox {
 pub struct TlbState {
     cpus: Box<[CachePadded<Mailbox>]>,
     enabled: bool,
+    /// Whether CPUs' user/kernel state is tracked at all: always when IPIs are modelled, and
+    /// also when reclaim may unmap pages behind a task's back (a swap device is configured):
+    /// reclaim must wait for in-flight stores whatever the policy says about munmap.
+    tracking: bool,
 }
 
 impl TlbState {
-    pub fn new(nr_cpus: usize, enabled: bool) -> Self {
+    /// `enabled`: munmap shoots down other CPUs (the policy); `track`: keep the per-CPU
+    /// state reclaim's [`TlbState::flush_for_reclaim`] needs.
+    pub fn new(nr_cpus: usize, enabled: bool, track: bool) -> Self {
         TlbState {
             cpus: (0..nr_cpus)
                 .map(|_| {
@@ -53,13 +59,14 @@ impl TlbState {
                 })
                 .collect(),
             enabled,
+            tracking: enabled || track,
         }
     }
 
     /// Acknowledge pending flushes (a TLB flush on this CPU). Called at every access.
     #[inline]
     pub fn ack(&self, cpu: CpuId) {
-        if !self.enabled {
+        if !self.tracking {
             return;
         }
         let m = &self.cpus[cpu.idx()];
@@ -72,7 +79,7 @@ impl TlbState {
     /// The task on `cpu` enters the engine (kernel mode).
     #[inline]
     pub fn enter_kernel(&self, cpu: CpuId) {
-        if self.enabled {
+        if self.tracking {
             self.cpus[cpu.idx()].in_user.store(false, Ordering::SeqCst);
             self.ack(cpu);
         }
@@ -81,7 +88,7 @@ impl TlbState {
     /// The task on `cpu` returns to the workload (user mode).
     #[inline]
     pub fn return_to_user(&self, cpu: CpuId) {
-        if self.enabled {
+        if self.tracking {
             self.cpus[cpu.idx()].in_user.store(true, Ordering::SeqCst);
             self.ack(cpu);
         }
@@ -98,9 +105,32 @@ impl TlbState {
         if !self.enabled {
             return 0;
         }
+        self.flush_others(cpu, events)
+    }
+
+    /// The flush reclaim does after unmapping a page (`try_to_unmap_flush`), before it reads
+    /// or frees the page: every other CPU in user mode may be in the middle of a store through
+    /// the old translation. Done whenever the state is tracked, whatever the munmap policy.
+    pub fn flush_for_reclaim(&self, cpu: CpuId, events: &crate::vmstat::VmEvents) -> u64 {
+        assert!(
+            self.tracking,
+            "reclaim unmapping from an mm whose CPUs are not tracked"
+        );
+        // No CPU is skipped: a reclaiming task's own CPU is in kernel mode (not waited for),
+        // while kswapd borrows a CPU id whose task may well be in user mode.
+        self.flush_cpus(cpu, None, events)
+    }
+
+    fn flush_others(&self, cpu: CpuId, events: &crate::vmstat::VmEvents) -> u64 {
+        self.flush_cpus(cpu, Some(cpu), events)
+    }
+
+    /// Ask every CPU in user mode except `skip` to flush, and wait for each to acknowledge
+    /// (or leave user mode). Counted on `cpu`.
+    fn flush_cpus(&self, cpu: CpuId, skip: Option<CpuId>, events: &crate::vmstat::VmEvents) -> u64 {
         let mut sent: Vec<(usize, u64)> = Vec::new();
         for (i, m) in self.cpus.iter().enumerate() {
-            if i != cpu.idx() && m.in_user.load(Ordering::SeqCst) {
+            if Some(i) != skip.map(CpuId::idx) && m.in_user.load(Ordering::SeqCst) {
                 let req = m.requested.fetch_add(1, Ordering::AcqRel) + 1;
                 sent.push((i, req));
             }
