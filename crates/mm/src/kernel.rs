@@ -260,6 +260,21 @@ impl Kernel {
         })
     }
 
+    /// Every live address space (`lru_gen_mm_list`), for MGLRU's page-table walk. Taken from
+    /// the registry under its lock, walked after it.
+    pub(crate) fn live_mms(&self) -> Vec<MmRef<'_>> {
+        self.mms
+            .read()
+            .expect("the mm registry is never poisoned")
+            .iter()
+            .filter_map(|(_, w)| w.upgrade())
+            .map(|mm| MmRef {
+                k: self,
+                mm: Some(mm),
+            })
+            .collect()
+    }
+
     /// Tear down the address spaces whose last reference reclaim dropped. Call outside any
     /// RCU read section (tasks do after each fault and when they exit).
     pub fn drain_deferred_mms(&self) {

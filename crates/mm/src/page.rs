@@ -103,12 +103,49 @@ pub mod pg {
     pub const TABLE: u64 = 1 << 14;
     /// In the swap cache (`PG_swapcache`); `private` holds the swap entry's offset.
     pub const SWAPCACHE: u64 = 1 << 15;
+    /// MGLRU's generation of the page plus one (`LRU_GEN_MASK`; 0: not in a generation), as
+    /// aging last judged it. The page-table walk updates it without the lru_lock, so it may
+    /// be newer than the list the page is on ([`LIST_GEN_MASK`]) until eviction sorts it.
+    pub const GEN_SHIFT: u32 = 16;
+    pub const GEN_MASK: u64 = 0b111 << GEN_SHIFT;
+    /// The generation list the page is linked on, plus one (0: a classic list, or none).
+    /// Written only under the lru_lock, with the link: the kernel finds the list from the
+    /// folio's `LRU_GEN_MASK` alone and keeps its sizes by it; the engine keeps the two apart
+    /// so that its list operations and sizes never depend on a lockless update.
+    pub const LIST_GEN_SHIFT: u32 = 19;
+    pub const LIST_GEN_MASK: u64 = 0b111 << LIST_GEN_SHIFT;
+    /// MGLRU's access count through file descriptors (`LRU_REFS_MASK`), which with
+    /// [`WORKINGSET`] gives the page's tier.
+    pub const REFS_SHIFT: u32 = 22;
+    pub const REFS_MASK: u64 = 0b11 << REFS_SHIFT;
+    /// `PG_workingset`: the page refaulted while it was part of the workingset.
+    pub const WORKINGSET: u64 = 1 << 24;
     /// What an owner sets on an allocated page; cleared when the page is freed.
-    pub const OWNER_STATE: u64 =
-        ACTIVE | REFERENCED | ANON | SWAPBACKED | DIRTY | UPTODATE | TABLE | SWAPCACHE;
+    pub const OWNER_STATE: u64 = ACTIVE
+        | REFERENCED
+        | ANON
+        | SWAPBACKED
+        | DIRTY
+        | UPTODATE
+        | TABLE
+        | SWAPCACHE
+        | GEN_MASK
+        | LIST_GEN_MASK
+        | REFS_MASK
+        | WORKINGSET;
     /// Bits that must be clear on a freshly allocated frame.
-    pub const ALLOC_CLEAR: u64 =
-        BUDDY | PCP | ZEROED | HEAD | TAIL | SLAB | LOCKED | LRU | ACTIVE | TABLE;
+    pub const ALLOC_CLEAR: u64 = BUDDY
+        | PCP
+        | ZEROED
+        | HEAD
+        | TAIL
+        | SLAB
+        | LOCKED
+        | LRU
+        | ACTIVE
+        | TABLE
+        | GEN_MASK
+        | LIST_GEN_MASK;
 }
 
 /// One frame's metadata. 48 bytes: well under the 64 bytes the kernel's `struct page` takes.

@@ -342,6 +342,21 @@ pub enum LruAdd {
     Splice,
 }
 
+/// How MGLRU moves folios between generations when it sorts them: aging's `inc_min_seq`
+/// (what is left in the oldest generation moves up one) and eviction's `sort_folio` (folios
+/// the page-table walk found young, or whose tier is protected, move to a newer generation).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MglruMove {
+    /// One `list_move` and one size update per folio (6.1 to 6.7). Walking the oldest list
+    /// from its tail and moving each folio to the head of its new list reverses their order.
+    #[default]
+    PerFolio,
+    /// Kairui Song 2023 ("move pages in bulk when aging"): chain runs of folios bound for the
+    /// same generation and splice each run once, with one size update; the run keeps its order.
+    Bulk,
+}
+
 /// How freed pages leave the LRU lists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -367,6 +382,13 @@ pub struct LruPolicy {
     pub batch: u32,
     #[serde(default = "LruPolicy::default_release")]
     pub release: LruRelease,
+    /// The multi-generational LRU (`CONFIG_LRU_GEN`, 6.1+) instead of the active and inactive
+    /// lists.
+    #[serde(default)]
+    pub mglru: bool,
+    /// How MGLRU moves folios between generations.
+    #[serde(default)]
+    pub mglru_move: MglruMove,
 }
 
 impl LruPolicy {
@@ -391,6 +413,8 @@ impl Default for LruPolicy {
             add: Self::default_add(),
             batch: Self::default_batch(),
             release: Self::default_release(),
+            mglru: false,
+            mglru_move: MglruMove::PerFolio,
         }
     }
 }
@@ -446,6 +470,16 @@ impl Policy {
         if self.lru.add == LruAdd::PerPage && self.lru.batch != LruPolicy::default_batch() {
             return Err(PolicyError(
                 "lru.batch has no effect with lru.add = \"per-page\"; remove it or choose \"batch\" or \"splice\"".into(),
+            ));
+        }
+        if self.lru.mglru && self.lru.add == LruAdd::Splice {
+            return Err(PolicyError(
+                "lru.mglru needs lru.add = \"batch\" or \"per-page\": the 2018 splice was never combined with MGLRU".into(),
+            ));
+        }
+        if !self.lru.mglru && self.lru.mglru_move != MglruMove::PerFolio {
+            return Err(PolicyError(
+                "lru.mglru_move has no effect without lru.mglru = true".into(),
             ));
         }
         if self.mm.fault_around > 512 {

@@ -106,9 +106,18 @@ vm_events! {
     DirectReclaim => "allocstall",
     /// Reclaim passes on behalf of a memory cgroup at its limit (`try_to_free_mem_cgroup_pages`).
     MemcgReclaim => "memcg_reclaim",
-    /// kswapd wake-ups by an allocation that left a zone under its low watermark
-    /// (`kswapd_wakeup`... counted as `pageoutrun` when kswapd runs a pass).
-    KswapdWake => "pageoutrun",
+    /// kswapd wake-ups by an allocation that found a zone under its low watermark.
+    KswapdWake => "kswapd_wake",
+    /// MGLRU generations opened by aging (`inc_max_seq`).
+    MglruAging => "mglru_aging",
+    /// Address spaces MGLRU's walk skipped because their `mmap_lock` was contended.
+    MglruWalkSkip => "mglru_walk_skip",
+    /// MGLRU moves between generation lists: one per folio, or one per spliced run (bulk).
+    MglruGenMoved => "mglru_gen_moves",
+    /// Folios eviction moved to the generation the walk found them young in.
+    MglruPromoted => "mglru_promoted",
+    /// Folios eviction kept because their tier is protected.
+    MglruProtected => "mglru_protected",
     /// Pages reclaimed by kswapd (`pgsteal_kswapd`).
     PgStealKswapd => "pgsteal_kswapd",
     /// Pages taken off an inactive list to be reclaimed (`pgscan`).

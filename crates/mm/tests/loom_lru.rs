@@ -60,6 +60,7 @@ fn setup(cpus: usize, add: LruAdd, release: LruRelease, batch: u32) -> (Arc<Mem>
         add,
         batch,
         release,
+        ..LruPolicy::default()
     };
     let lru = Arc::new(Lru::new(m.clone(), &lp, LockKind::Ticket, 1));
     (m, lru)

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use pagelab_mm::policy::MglruMove;
 use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
 use pagelab_mm::vmstat::VmEvent;
 use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
@@ -51,9 +52,105 @@ fn events(k: &Kernel, e: VmEvent) -> u64 {
 
 #[test]
 fn one_task_writes_and_reads_back_twice_its_memory() {
-    let policy = Policy::default();
+    one_task(&Policy::default());
+}
+
+/// MGLRU with either move policy.
+fn mglru(bulk: bool) -> Policy {
+    let mut p = Policy::default();
+    p.lru.mglru = true;
+    p.lru.mglru_move = if bulk {
+        MglruMove::Bulk
+    } else {
+        MglruMove::PerFolio
+    };
+    p
+}
+
+#[test]
+fn mglru_one_task_writes_and_reads_back_twice_its_memory() {
+    for bulk in [false, true] {
+        let k = one_task(&mglru(bulk));
+        assert!(events(&k, VmEvent::MglruAging) > 0, "MGLRU never aged");
+    }
+}
+
+/// A hot region touched between every stretch of a cold stream twice the size of memory: the
+/// hot pages must stay resident (the walk finds them young, eviction moves them out of the
+/// oldest generation), so a last pass over them swaps almost nothing in.
+fn hot_pages_survive_a_cold_stream(policy: &Policy) -> Arc<Kernel> {
+    let k = kernel(32 << 20, Some(96 << 8), 1, policy);
+    let mm = k.new_mm(CpuId(0)).unwrap();
+    let t = k.new_task(mm.clone(), CpuId(0));
+    let (hot_len, cold_len) = (4u64 << 20, 64u64 << 20);
+    let hot = t.mmap(hot_len, true, MapKind::Anon).unwrap();
+    let cold = t.mmap(cold_len, true, MapKind::Anon).unwrap();
+    let touch_hot = |r: u64| {
+        for i in 0..hot_len / PAGE {
+            t.store(hot + i * PAGE, value(0, i, r)).unwrap();
+        }
+    };
+    for r in 0..2 {
+        for chunk in 0..cold_len / (1 << 20) {
+            touch_hot(r);
+            for i in 0..(1 << 20) / PAGE {
+                let p = chunk * ((1 << 20) / PAGE) + i;
+                t.store(cold + p * PAGE, value(1, p, r)).unwrap();
+            }
+        }
+    }
+    assert!(events(&k, VmEvent::PSwpOut) > cold_len / PAGE / 2);
+    let before = events(&k, VmEvent::FaultSwap);
+    for i in 0..hot_len / PAGE {
+        assert_eq!(t.load(hot + i * PAGE).unwrap(), value(0, i, 1));
+    }
+    let swapped_in = events(&k, VmEvent::FaultSwap) - before;
+    assert!(
+        swapped_in * 10 < hot_len / PAGE,
+        "{swapped_in} of {} hot pages had been swapped out",
+        hot_len / PAGE
+    );
+    for i in 0..cold_len / PAGE {
+        assert_eq!(t.load(cold + i * PAGE).unwrap(), value(1, i, 1), "cold {i}");
+    }
+    t.munmap(hot, hot_len).unwrap();
+    t.munmap(cold, cold_len).unwrap();
+    drop(t);
+    drop(mm);
+    check_empty(&k, "hot and cold");
+    k
+}
+
+#[test]
+fn hot_pages_survive_a_cold_stream_classic() {
+    hot_pages_survive_a_cold_stream(&Policy::default());
+}
+
+#[test]
+fn hot_pages_survive_a_cold_stream_mglru() {
+    for bulk in [false, true] {
+        let k = hot_pages_survive_a_cold_stream(&mglru(bulk));
+        assert!(
+            events(&k, VmEvent::MglruPromoted) > 0,
+            "the walk found no young page in the oldest generation"
+        );
+        assert!(events(&k, VmEvent::MglruGenMoved) > 0);
+    }
+}
+
+#[test]
+fn mglru_more_tasks_than_cores_threads_bulk() {
+    many_tasks(true, &mglru(true));
+}
+
+#[test]
+fn mglru_more_tasks_than_cores_processes_per_folio() {
+    many_tasks(false, &mglru(false));
+}
+
+fn one_task(policy: &Policy) -> Arc<Kernel> {
     // 32 MiB of memory, 96 MiB of swap, a 64 MiB working set.
-    let k = kernel(32 << 20, Some(96 << 8), 1, &policy);
+    let k = kernel(32 << 20, Some(96 << 8), 1, policy);
     let mm = k.new_mm(CpuId(0)).unwrap();
     let t = k.new_task(mm.clone(), CpuId(0));
     let len = 64 << 20;
@@ -80,6 +177,7 @@ fn one_task_writes_and_reads_back_twice_its_memory() {
     drop(t);
     drop(mm);
     check_empty(&k, "one task");
+    k
 }
 
 /// A barrier that a panicking task breaks instead of leaving the others waiting forever.
@@ -254,17 +352,31 @@ fn a_full_swap_device_is_out_of_memory_then_recovers() {
     check_empty(&k, "full swap");
 }
 
-fn memcg_kernel(arena: u64, swap_pages: Option<u64>, memcgs: usize) -> Arc<Kernel> {
+fn memcg_kernel(
+    arena: u64,
+    swap_pages: Option<u64>,
+    memcgs: usize,
+    policy: &Policy,
+) -> Arc<Kernel> {
     let swap = swap_pages.map(|p| SwapConfig::new(p, Backing::Memory { compress: false }, 2));
     let cfg = MemConfig::new(arena, 2).with_memcgs(memcgs);
-    Kernel::with_swap(&cfg, &Policy::default(), swap).unwrap()
+    Kernel::with_swap(&cfg, policy, swap).unwrap()
 }
 
 /// A group limited to 8 MiB writes 24 MiB and reads it back: its charge never passes the
 /// limit, its own pages are swapped, and a task of the root group beside it keeps every page.
 #[test]
 fn a_memcg_at_its_limit_reclaims_only_from_itself() {
-    let k = memcg_kernel(96 << 20, Some(64 << 8), 3);
+    memcg_at_limit(&Policy::default());
+}
+
+#[test]
+fn mglru_memcg_at_its_limit_reclaims_only_from_itself() {
+    memcg_at_limit(&mglru(true));
+}
+
+fn memcg_at_limit(policy: &Policy) {
+    let k = memcg_kernel(96 << 20, Some(64 << 8), 3, policy);
     let max_pages = (8 << 20) / PAGE;
     k.mem().memcgs().set_max(1, max_pages).unwrap();
     let limited = k.new_mm(CpuId(0)).unwrap();
@@ -321,7 +433,7 @@ fn a_memcg_at_its_limit_reclaims_only_from_itself() {
 /// fails the fault with out of memory, counted as the group's OOM, and nothing is lost.
 #[test]
 fn a_memcg_too_small_without_swap_is_out_of_memory() {
-    let k = memcg_kernel(32 << 20, None, 2);
+    let k = memcg_kernel(32 << 20, None, 2, &Policy::default());
     k.mem().memcgs().set_max(1, 256).unwrap();
     let mm = k.new_mm(CpuId(0)).unwrap();
     mm.set_memcg(1).unwrap();

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use pagelab_mm::policy::{LruAdd, LruRelease, Ptl, RssCounter, TlbShootdown, VmaLock};
+use pagelab_mm::policy::{LruAdd, LruRelease, MglruMove, Ptl, RssCounter, TlbShootdown, VmaLock};
 use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
 use pagelab_mm::vm::filemap::File;
 use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
@@ -74,8 +74,9 @@ fn policy() -> impl Strategy<Value = Policy> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        0..3u8,
     )
-        .prop_map(|(vl, ptl, rss, add, rel, tlb, around)| {
+        .prop_map(|(vl, ptl, rss, add, rel, tlb, around, lru_gen)| {
             let mut p = Policy::default();
             p.mm.vma_lock = [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount][vl as usize];
             p.mm.ptl = if ptl { Ptl::Split } else { Ptl::Mm };
@@ -96,6 +97,19 @@ fn policy() -> impl Strategy<Value = Policy> {
                 TlbShootdown::None
             };
             p.mm.fault_around = if around { 16 } else { 0 };
+            // Classic lists, or MGLRU moving folios one by one or in bulk (MGLRU never ran
+            // with the 2018 splice).
+            if lru_gen > 0 {
+                p.lru.mglru = true;
+                p.lru.mglru_move = if lru_gen == 2 {
+                    MglruMove::Bulk
+                } else {
+                    MglruMove::PerFolio
+                };
+                if p.lru.add == LruAdd::Splice {
+                    p.lru.add = LruAdd::Batch;
+                }
+            }
             p
         })
 }
@@ -168,7 +182,7 @@ impl Model {
 /// Pages a memory cgroup holding every task may charge, in the runs under pressure: a few
 /// mappings' worth, so that its reclaim swaps anonymous pages out and faults bring them back
 /// all the time.
-const PRESSURE_MAX_PAGES: u64 = 24;
+const PRESSURE_MAX_PAGES: u64 = 4;
 
 fn run(policy: &Policy, threads: bool, pressure: bool, ops: &[Op]) -> Result<(), TestCaseError> {
     let k = if pressure {
@@ -390,6 +404,8 @@ fn run(policy: &Policy, threads: bool, pressure: bool, ops: &[Op]) -> Result<(),
         if pressure {
             let s = k.mem().memcgs().stat(1).unwrap();
             prop_assert!(s.usage <= s.max, "memcg over its limit: {:?}", s);
+            // Reclaim ran in the step: every page it isolated is back on a list (or freed).
+            k.lru().check().map_err(TestCaseError::fail)?;
         }
     }
     // Tear down: unmap all, then the address spaces must hold only their top-level tables.

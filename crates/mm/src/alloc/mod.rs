@@ -606,8 +606,11 @@ impl Mem {
         page.mapping.store(0, std::sync::atomic::Ordering::Relaxed);
         // `mem_cgroup_uncharge`: a charged page carries its group's id (slab pages clear
         // their use of the field before they come back).
-        let memcg = page.memcg.swap(0, std::sync::atomic::Ordering::Relaxed);
+        // The page is ours alone here, so a plain load and store will do (no locked RMW on the
+        // free path).
+        let memcg = page.memcg.load(std::sync::atomic::Ordering::Relaxed);
         if memcg != 0 {
+            page.memcg.store(0, std::sync::atomic::Ordering::Relaxed);
             self.memcgs.uncharge(memcg, u64::from(nr));
         }
         if page.test(pg::HEAD) {

@@ -176,6 +176,9 @@ impl Lru {
                 unreachable!("locked above")
             };
             let page = &pages[pfn];
+            if self.mglru.is_some() {
+                self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
+            }
             guard[slot].add_front(pages, LruList::of(page.flags()), pfn);
             // Under the lock: an isolator that wins the flag waits for this hold to end.
             page.flags.fetch_or(pg::LRU, Release);
@@ -193,6 +196,10 @@ impl Lru {
             lru: LruList::InactiveAnon,
             chain: LocalChain::new(),
         };
+        debug_assert!(
+            self.mglru.is_none(),
+            "policy validation refuses splice with MGLRU"
+        );
         let mut runs = [empty; MAX_BATCH];
         let mut nr = 0;
         for &pfn in pfns {

@@ -69,6 +69,9 @@ impl Lru {
         let Loc { lock, slot } = self.locate(pfn);
         let mut guard = self.locks[lock].lock();
         guard[slot].del(pages, LruList::of(page.flags()), pfn);
+        if self.mglru.is_some() {
+            self.lrugens[self.lruvec_index(lock, slot)].unlinked(page, false);
+        }
         drop(guard);
         self.events.count_unbound(LruEvent::Isolate, 1);
         true
@@ -83,9 +86,12 @@ impl Lru {
             "putback of {pfn:?}, which is on an LRU"
         );
         let Loc { lock, slot } = self.locate(pfn);
-        let lru = LruList::of(page.flags());
         let freed = {
             let mut guard = self.locks[lock].lock();
+            if self.mglru.is_some() {
+                self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
+            }
+            let lru = LruList::of(page.flags());
             guard[slot].add_front(pages, lru, pfn);
             page.flags.fetch_or(pg::LRU, Release);
             if self.put_testzero(pfn) {

@@ -108,6 +108,13 @@ impl Lruvec {
         self.add_len(lru, i64::from(chain.len()));
     }
 
+    /// Splice a local chain onto the cold end of `lru` in O(1).
+    #[inline]
+    pub fn splice_back(&mut self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+        self.list(pages, lru).splice_back(chain);
+        self.add_len(lru, i64::from(chain.len()));
+    }
+
     /// `smp_del_page_from_lru_list`: unlink `pfn` from `lru` while other removers may run; the
     /// caller holds the lock shared. Returns the removal's wait count.
     #[inline]

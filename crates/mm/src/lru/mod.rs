@@ -49,6 +49,7 @@
 pub mod batch;
 pub mod isolate;
 pub mod lruvec;
+pub mod mglru;
 pub mod release;
 pub mod smp_list;
 pub mod stats;
@@ -67,33 +68,76 @@ use lruvec::{LruLock, Lruvec};
 use stats::LruEvents;
 pub use stats::{LruEvent, LruStats};
 
-/// The LRU lists of an lruvec (`enum lru_list`, without the unevictable list).
+/// The LRU lists of an lruvec: the classic four (`enum lru_list`, without the unevictable
+/// list) and, when MGLRU is on, `lrugen->folios[gen][type]` for the four generations (one zone
+/// per node here, so no zone index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LruList {
     InactiveAnon = 0,
     ActiveAnon = 1,
     InactiveFile = 2,
     ActiveFile = 3,
+    Gen0Anon = 4,
+    Gen0File = 5,
+    Gen1Anon = 6,
+    Gen1File = 7,
+    Gen2Anon = 8,
+    Gen2File = 9,
+    Gen3Anon = 10,
+    Gen3File = 11,
 }
 
 impl LruList {
-    pub const COUNT: usize = 4;
-    pub const ALL: [LruList; 4] = [
+    pub const COUNT: usize = 12;
+    pub const ALL: [LruList; 12] = [
+        LruList::InactiveAnon,
+        LruList::ActiveAnon,
+        LruList::InactiveFile,
+        LruList::ActiveFile,
+        LruList::Gen0Anon,
+        LruList::Gen0File,
+        LruList::Gen1Anon,
+        LruList::Gen1File,
+        LruList::Gen2Anon,
+        LruList::Gen2File,
+        LruList::Gen3Anon,
+        LruList::Gen3File,
+    ];
+    /// The classic lists.
+    pub const CLASSIC: [LruList; 4] = [
         LruList::InactiveAnon,
         LruList::ActiveAnon,
         LruList::InactiveFile,
         LruList::ActiveFile,
     ];
 
-    /// `folio_lru_list`: the list a page with these flags belongs on.
+    /// `folio_lru_list`, or the generation list for a page in a generation: the list a page
+    /// with these flags is on.
     #[inline]
     pub fn of(flags: u64) -> LruList {
+        let list_gen = (flags & pg::LIST_GEN_MASK) >> pg::LIST_GEN_SHIFT;
+        if list_gen != 0 {
+            return LruList::generation(list_gen as usize - 1, flags & pg::SWAPBACKED == 0);
+        }
         match (flags & pg::SWAPBACKED != 0, flags & pg::ACTIVE != 0) {
             (true, false) => LruList::InactiveAnon,
             (true, true) => LruList::ActiveAnon,
             (false, false) => LruList::InactiveFile,
             (false, true) => LruList::ActiveFile,
         }
+    }
+
+    /// Generation `g`'s list of anon (`file == false`) or file pages.
+    #[inline]
+    pub fn generation(g: usize, file: bool) -> LruList {
+        debug_assert!(g < 4);
+        LruList::ALL[4 + g * 2 + usize::from(file)]
+    }
+
+    /// The generation of a generation list.
+    #[inline]
+    pub fn gen_of(self) -> Option<usize> {
+        (self.idx() >= 4).then(|| (self.idx() - 4) / 2)
     }
 
     #[inline]
@@ -103,7 +147,10 @@ impl LruList {
 
     #[inline]
     pub fn is_file(self) -> bool {
-        matches!(self, LruList::InactiveFile | LruList::ActiveFile)
+        match self.gen_of() {
+            Some(_) => (self.idx() - 4) % 2 == 1,
+            None => matches!(self, LruList::InactiveFile | LruList::ActiveFile),
+        }
     }
 
     #[inline]
@@ -155,6 +202,12 @@ pub struct Lru {
     release_mode: LruRelease,
     scope: LruLockScope,
     batch_size: usize,
+    /// MGLRU's move policy when MGLRU replaces the classic lists.
+    mglru: Option<crate::policy::MglruMove>,
+    /// Per lruvec (indexed `node * nr_memcgs + memcg`), MGLRU's sequence numbers and refault
+    /// feedback (`struct lru_gen_folio`): atomics outside the lru_lock, because refaults and
+    /// evictions update them without it.
+    lrugens: Box<[mglru::LruGen]>,
     nr_nodes: usize,
     nr_memcgs: usize,
     locks: Box<[LruLock]>,
@@ -198,6 +251,8 @@ impl Lru {
             release_mode: policy.release,
             scope: policy.lock_scope,
             batch_size: policy.batch as usize,
+            mglru: policy.mglru.then_some(policy.mglru_move),
+            lrugens: (0..nr_lruvecs).map(|_| mglru::LruGen::default()).collect(),
             nr_nodes,
             nr_memcgs,
             locks,
@@ -219,6 +274,11 @@ impl Lru {
 
     pub fn nr_memcgs(&self) -> usize {
         self.nr_memcgs
+    }
+
+    /// MGLRU's move policy, if MGLRU is on.
+    pub fn mglru(&self) -> Option<crate::policy::MglruMove> {
+        self.mglru
     }
 
     /// Number of distinct lru_locks (1, nodes, or lruvecs, by scope).
@@ -265,6 +325,18 @@ impl Lru {
         self.loc_of(node, memcg)
     }
 
+    /// The index (`node * nr_memcgs + memcg`) of the lruvec at `slot` of lock `lock`.
+    #[inline]
+    fn lruvec_index(&self, lock: usize, slot: usize) -> usize {
+        let (node, memcg) = self.lruvec_of(lock, slot);
+        node * self.nr_memcgs + memcg
+    }
+
+    /// MGLRU state of the lruvec of (`node`, `memcg`), readable without its lock.
+    pub fn lrugen(&self, node: usize, memcg: usize) -> &mglru::LruGen {
+        &self.lrugens[node * self.nr_memcgs + memcg]
+    }
+
     /// (node, memcg) of the lruvec at `slot` of lock `lock`.
     fn lruvec_of(&self, lock: usize, slot: usize) -> (usize, usize) {
         let idx = match self.scope {
@@ -292,6 +364,11 @@ impl Lru {
             self.nr_memcgs
         );
         self.events.count(cpu, LruEvent::Add, 1);
+        if self.mglru.is_some() {
+            // `lru_gen_in_fault`: the engine adds pages only from faults, and MGLRU puts a
+            // faulted page in the youngest generation.
+            page.set(pg::ACTIVE);
+        }
         match self.add_mode {
             LruAdd::PerPage => self.add_direct(cpu, pfn),
             LruAdd::Batch | LruAdd::Splice => self.add_batched(cpu, pfn),
@@ -304,6 +381,9 @@ impl Lru {
         let page = &pages[pfn];
         let Loc { lock, slot } = self.locate(pfn);
         let mut guard = self.locks[lock].lock();
+        if self.mglru.is_some() {
+            self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
+        }
         guard[slot].add_front(pages, LruList::of(page.flags()), pfn);
         page.flags.fetch_or(pg::LRU, Release);
         drop(guard);
@@ -323,6 +403,7 @@ impl Lru {
         let mut guard = self.locks[lock].lock();
         let mut view = LruvecMut {
             lruvec: &mut guard[slot],
+            lrugen: &self.lrugens[node * self.nr_memcgs + memcg],
             pages: self.mem.pages(),
             node,
             memcg,
@@ -375,6 +456,26 @@ impl Lru {
                 let here = |e: String| format!("lruvec (node {node}, memcg {memcg}): {e}");
                 for lru in LruList::ALL {
                     let len = lv.check_list(pages, lru).map_err(here)?;
+                    if len > 0 {
+                        match (lru.gen_of(), self.mglru.is_some()) {
+                            (None, true) | (Some(_), false) => {
+                                return Err(here(format!(
+                                    "{len} pages on {lru:?}, a list this LRU does not use"
+                                )));
+                            }
+                            (Some(g), true) => {
+                                let lg = &self.lrugens[node * self.nr_memcgs + memcg];
+                                if lg.seq_of_gen(lru.is_file(), g).is_none() {
+                                    return Err(here(format!(
+                                        "{len} pages on {lru:?}, outside generations {}..={}",
+                                        lg.min_seq(lru.is_file()),
+                                        lg.max_seq()
+                                    )));
+                                }
+                            }
+                            (None, false) => {}
+                        }
+                    }
                     for pfn in lv.pages(pages, lru) {
                         let p = &pages[pfn];
                         if seen[pfn.idx()] != 0 {
@@ -452,6 +553,7 @@ impl Lru {
 /// are the caller's, except in [`LruvecMut::isolate`], which does the scanners' whole step.
 pub struct LruvecMut<'a> {
     lruvec: &'a mut Lruvec,
+    lrugen: &'a mglru::LruGen,
     pages: &'a PageArray,
     node: usize,
     memcg: usize,

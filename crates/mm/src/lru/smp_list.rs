@@ -342,6 +342,19 @@ impl<'a, N: Nodes> List<'a, N> {
         self.head.next.store(chain.first, Relaxed);
     }
 
+    /// `list_splice_tail`: move a local chain to the cold end in O(1), keeping its order.
+    #[inline]
+    pub fn splice_back(&self, chain: &LocalChain) {
+        if chain.is_empty() {
+            return;
+        }
+        let old_last = self.head.prev.load(Relaxed);
+        self.next(chain.last).store(HEAD, Relaxed);
+        self.prev(chain.first).store(old_last, Relaxed);
+        self.next(old_last).store(chain.first, Relaxed);
+        self.head.prev.store(chain.last, Relaxed);
+    }
+
     /// Walk from the hot end. At most `limit` nodes are returned, so that a corrupted (cyclic)
     /// list cannot hang a walk.
     pub fn iter(&self, limit: usize) -> Iter<'a, N> {

@@ -9,9 +9,11 @@
 //! - [`memcg`]: memory cgroups' page counters and limits (mm/memcontrol.c, mm/page_counter.c);
 //! - [`vmscan`]: the classic LRU scan (mm/vmscan.c) for direct reclaim, memcg reclaim and
 //!   kswapd, with swap-out through the reverse map;
+//! - [`lru_gen`]: MGLRU's aging walk, eviction and refault feedback (mm/vmscan.c `lru_gen_*`);
 //! - [`kswapd`]: the per-node background reclaimer woken at the low watermark.
 
 pub mod kswapd;
+pub mod lru_gen;
 pub mod memcg;
 pub mod swap;
 pub mod swap_cache;

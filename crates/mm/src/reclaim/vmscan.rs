@@ -66,7 +66,7 @@ pub struct ReclaimStats {
 }
 
 /// What `shrink_folio_list` decided for one page.
-enum Verdict {
+pub(crate) enum Verdict {
     Freed,
     Activate,
     Keep,
@@ -153,6 +153,9 @@ pub fn shrink_lruvec(
     priority: u32,
     nr_to_reclaim: u64,
 ) -> ReclaimStats {
+    if k.lru().mglru().is_some() {
+        return crate::reclaim::lru_gen::lru_gen_shrink_lruvec(k, cpu, node, memcg, nr_to_reclaim);
+    }
     let mut s = ReclaimStats::default();
     let sizes = || {
         k.lru().with_lruvec(node, memcg, |v| {
@@ -235,8 +238,38 @@ fn shrink_inactive_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &m
     k.mem().events().count(cpu, VmEvent::PgSteal, s.reclaimed);
 }
 
+/// `workingset_eviction` / `lru_gen_eviction`: the shadow an evicted page leaves in the swap
+/// cache. Classic: the lruvec's nonresident clock. MGLRU: the oldest generation's sequence
+/// number and the page's tier, whose refault feeds the tier protection.
+fn eviction_shadow(k: &Kernel, pfn: Pfn) -> u64 {
+    let page = &k.mem().pages()[pfn];
+    let node = k.mem().zone_of(pfn);
+    let memcg = page.memcg.load(Relaxed) as usize;
+    let flags = page.flags();
+    let workingset = flags & pg::WORKINGSET != 0;
+    if k.lru().mglru().is_some() {
+        let token = k
+            .lru()
+            .lrugen(node, memcg)
+            .note_eviction(false, crate::lru::mglru::tier_of(flags));
+        return crate::reclaim::workingset::pack_shadow(
+            memcg as u16,
+            node as u16,
+            token,
+            workingset,
+        );
+    }
+    k.nonresident_age().evict(
+        memcg as u16,
+        node as u16,
+        workingset,
+        1,
+        k.shadow_bucket_order(),
+    )
+}
+
 /// Reclaim one isolated anonymous page (the caller holds the isolation reference).
-fn reclaim_anon_page(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
+pub(crate) fn reclaim_anon_page(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
     let page = &k.mem().pages()[pfn];
     if !page.test(pg::ANON) || !page.trylock() {
         return Verdict::Keep;
@@ -338,11 +371,7 @@ fn swap_out_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
     {
         return Verdict::Keep;
     }
-    // workingset_eviction: stamp the shadow with the lruvec's clock (PG_workingset is not
-    // modelled, so the shadow's workingset bit stays clear).
-    let shadow = k
-        .nonresident_age()
-        .evict(0, 0, false, 1, k.shadow_bucket_order());
+    let shadow = eviction_shadow(k, pfn);
     swap.swap_cache()
         .delete_from_swap_cache(entry, Some(shadow));
     page.clear(pg::SWAPCACHE | pg::REFERENCED);
@@ -369,9 +398,7 @@ fn free_swapcache_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
     {
         return Verdict::Keep;
     }
-    let shadow = k
-        .nonresident_age()
-        .evict(0, 0, false, 1, k.shadow_bucket_order());
+    let shadow = eviction_shadow(k, pfn);
     swap.swap_cache()
         .delete_from_swap_cache(entry, Some(shadow));
     page.clear(pg::SWAPCACHE | pg::REFERENCED);

@@ -338,7 +338,13 @@ impl FaultCtx<'_> {
                 .swap_cache()
                 .add_to_swap_cache(entry, q)
                 .expect("the reservation keeps the cache slot empty of pages");
-            if let Some(shadow) = shadow {
+            if let Some(shadow) = shadow
+                && self.k.lru().mglru().is_some()
+            {
+                if crate::reclaim::lru_gen::lru_gen_refault(self.k, q, shadow) {
+                    self.count(VmEvent::WorkingsetRefault);
+                }
+            } else if let Some(shadow) = shadow {
                 self.count(VmEvent::WorkingsetRefault);
                 let lists = self.k.lru().with_lruvec(0, 0, |v| LruSizes {
                     inactive_anon: v.len(LruList::InactiveAnon),

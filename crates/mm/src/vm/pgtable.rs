@@ -849,6 +849,44 @@ impl PageTable {
         }
     }
 
+    /// MGLRU aging's page-table walk (`walk_pte_range`): for every present PTE whose accessed
+    /// bit is set, clear the bit and call `f(addr, pfn)`, one PTE-lock hold per PTE table.
+    /// Returns the PTEs looked at. The caller holds `mmap_lock` for read, so no table is freed
+    /// under the walk; tables installed meanwhile by faults are seen or not.
+    pub fn walk_young(&self, mut f: impl FnMut(u64, Pfn)) -> u64 {
+        self.young_level(self.pgd, LEVEL_PGD, 0, &mut f)
+    }
+
+    fn young_level(&self, table: Pfn, level: u32, base: u64, f: &mut impl FnMut(u64, Pfn)) -> u64 {
+        if level == LEVEL_PTE {
+            let _ptl = self.pte_lock(PteSlot { table, index: 0 });
+            let mut seen = 0;
+            for index in 0..PTRS_PER_TABLE {
+                let slot = PteSlot { table, index };
+                let pte = self.load(slot);
+                if !pte.present() {
+                    continue;
+                }
+                seen += 1;
+                if pte.accessed() {
+                    self.update(slot, |p| p.with_accessed(false));
+                    f(base + ((index as u64) << entry_shift(level)), pte.pfn());
+                }
+            }
+            return seen;
+        }
+        let mut seen = 0;
+        for (i, w) in self.mem.arena().words(table).iter().enumerate() {
+            let e = w.load(Acquire);
+            if e & Pte::PRESENT == 0 {
+                continue;
+            }
+            let addr = base + ((i as u64) << entry_shift(level));
+            seen += self.young_level(entry_table(e), level - 1, addr, f);
+        }
+        seen
+    }
+
     /// Check the tables' invariants and count them per level: `[PTE, PMD, PUD, PGD]` tables.
     /// Every reachable table is an allocated `PG_table` frame reached exactly once, upper
     /// entries are none or well-formed table entries, and the count equals `nr_tables`. Call

@@ -1,0 +1,198 @@
+//! MGLRU reclaim (mm/vmscan.c `lru_gen_shrink_lruvec`, `try_to_inc_max_seq`, `evict_folios`,
+//! `lru_gen_refault` in mm/workingset.c).
+//!
+//! # What it models
+//!
+//! * **Aging** ([`try_to_inc_max_seq`]): when the anon type is down to [`MIN_NR_GENS`]
+//!   generations, walk the page tables of every address space charged to the memcg
+//!   (`lru_gen_mm_walk`), clearing accessed bits and marking each young page's `PG_gen` with
+//!   the youngest generation, without the lru_lock; an address space whose `mmap_lock` is
+//!   contended is skipped, as the kernel's walk does. Then open a new generation
+//!   ([`LruvecMut::inc_max_seq`]), which may first retire the oldest one, moving what is left
+//!   there by the policy's move ([`crate::policy::MglruMove`]).
+//! * **Eviction** ([`evict_folios`]): under the lruvec's lock, scan the oldest anon generation
+//!   from its cold end ([`LruvecMut::scan_oldest`]: at most 4096 folios per hold), moving young
+//!   or protected folios and isolating the rest; after the unlock each isolated folio goes through
+//!   the same `shrink_folio_list` as classic reclaim (swap-out through the reverse map). A folio
+//!   referenced since is put back, into the youngest generation if referenced twice.
+//! * **Refaults** ([`lru_gen_refault`]): a swap-in whose shadow token is still the oldest
+//!   generation counts a refault for the tier it was evicted from and sets `PG_workingset`, which
+//!   raises its tier; tiers that refault more than tier 0 are protected from then on.
+//!
+//! Not modelled: the Bloom filters that let the walk skip sparse page tables, the mm list
+//! iterator shared by concurrent walkers, `lru_gen_look_around`, file-page eviction (the
+//! engine's files have no backing store), and proactive aging by the `min_ttl` timer.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::cpu::CpuId;
+use crate::kernel::Kernel;
+use crate::lru::LruvecMut;
+use crate::lru::mglru::{MIN_LRU_BATCH, MIN_NR_GENS, page_gen};
+use crate::page::{Pfn, pg};
+use crate::reclaim::vmscan::{ReclaimStats, Verdict, reclaim_anon_page};
+use crate::vmstat::VmEvent;
+
+/// Eviction rounds per call: each isolates at most [`MIN_LRU_BATCH`] folios. Callers that need
+/// more call again (direct reclaim runs a call per priority).
+const ROUNDS_PER_CALL: usize = 4;
+
+/// What one aging pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgingStats {
+    /// Address spaces walked.
+    pub walked: u64,
+    /// Address spaces skipped because their `mmap_lock` was contended.
+    pub skipped: u64,
+    /// Present PTEs looked at.
+    pub ptes: u64,
+    /// Young pages found (accessed bits cleared, `PG_gen` set to the youngest generation).
+    pub young: u64,
+    /// Folios the retirement of the oldest generation moved.
+    pub moved: u64,
+}
+
+/// `try_to_inc_max_seq`: walk the page tables of the memcg's address spaces, then open a new
+/// generation on the lruvec of (`node`, `memcg`).
+pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> AgingStats {
+    let mut st = AgingStats::default();
+    let Some(policy) = k.lru().mglru() else {
+        return st;
+    };
+    let lrugen = k.lru().lrugen(node, memcg);
+    let youngest = crate::lru::mglru::gen_from_seq(lrugen.max_seq());
+    let pages = k.mem().pages();
+    for mm in k.live_mms() {
+        if mm.memcg() as usize != memcg {
+            continue;
+        }
+        // The kernel's walk only trylocks: an mm whose writer is busy is aged another time.
+        let Some(_mmap) = mm.mmap_lock.try_read() else {
+            st.skipped += 1;
+            continue;
+        };
+        st.walked += 1;
+        st.ptes += mm.pgtable.walk_young(|_, pfn| {
+            if k.mem().zone_of(pfn) != node {
+                return;
+            }
+            st.young += 1;
+            folio_update_gen(&pages[pfn], memcg, youngest);
+        });
+    }
+    st.moved = k.lru().with_lruvec(node, memcg, |v| v.inc_max_seq(policy));
+    let ev = k.mem().events();
+    ev.count(cpu, VmEvent::MglruAging, 1);
+    ev.count(cpu, VmEvent::MglruWalkSkip, st.skipped);
+    ev.count(cpu, VmEvent::MglruGenMoved, st.moved);
+    st
+}
+
+/// `folio_update_gen`: mark a young page with generation `g`, without the lru_lock. Only a page
+/// that is on a generation list of this memcg changes: an isolated one (no generation) is left to
+/// its isolator, which sees the referenced PTE itself.
+fn folio_update_gen(page: &crate::page::Page, memcg: usize, g: usize) {
+    if page.memcg.load(Relaxed) as usize != memcg {
+        return;
+    }
+    let _ = page
+        .flags
+        .fetch_update(std::sync::atomic::Ordering::AcqRel, Relaxed, |f| {
+            if f & pg::LRU == 0 || page_gen(f).is_none() {
+                return None;
+            }
+            Some((f & !pg::GEN_MASK) | ((g as u64 + 1) << pg::GEN_SHIFT))
+        });
+}
+
+/// `lru_gen_shrink_lruvec` for anonymous memory: age when too few generations are left, evict
+/// from the oldest, until `nr_to_reclaim` pages are freed or a few rounds found nothing.
+pub fn lru_gen_shrink_lruvec(
+    k: &Kernel,
+    cpu: CpuId,
+    node: usize,
+    memcg: usize,
+    nr_to_reclaim: u64,
+) -> ReclaimStats {
+    let mut s = ReclaimStats::default();
+    let lrugen = k.lru().lrugen(node, memcg);
+    for _ in 0..ROUNDS_PER_CALL {
+        if s.reclaimed >= nr_to_reclaim {
+            break;
+        }
+        // should_run_aging: eviction needs an oldest generation that is not the youngest.
+        if lrugen.nr_gens(false) <= MIN_NR_GENS {
+            try_to_inc_max_seq(k, cpu, node, memcg);
+        }
+        let r = evict_folios(k, cpu, node, memcg);
+        s.scanned += r.scanned;
+        s.reclaimed += r.reclaimed;
+        s.activated += r.activated;
+        s.kept += r.kept;
+        if r.scanned == 0 && lrugen.nr_gens(false) <= MIN_NR_GENS {
+            // Nothing left to scan even after aging: this lruvec has no anonymous pages.
+            break;
+        }
+    }
+    s
+}
+
+/// `evict_folios`: one lock hold's scan of the oldest anon generation, then
+/// `shrink_folio_list` on what it isolated.
+pub fn evict_folios(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> ReclaimStats {
+    let mut s = ReclaimStats::default();
+    let Some(policy) = k.lru().mglru() else {
+        return s;
+    };
+    let tier_idx = k.lru().lrugen(node, memcg).tier_idx(false);
+    let scan = k.lru().with_lruvec(node, memcg, |v: &mut LruvecMut<'_>| {
+        let scan = v.scan_oldest(false, tier_idx, policy, MIN_LRU_BATCH as usize);
+        // The oldest generation emptied: let min_seq move on.
+        v.try_inc_min_seq(false);
+        scan
+    });
+    let ev = k.mem().events();
+    s.scanned = scan.scanned;
+    ev.count(cpu, VmEvent::PgScan, scan.scanned);
+    ev.count(cpu, VmEvent::MglruPromoted, scan.promoted);
+    ev.count(cpu, VmEvent::MglruProtected, scan.protected);
+    ev.count(cpu, VmEvent::MglruGenMoved, scan.moves);
+    for pfn in scan.isolated {
+        putback_or_free(k, cpu, pfn, &mut s);
+    }
+    ev.count(cpu, VmEvent::PgSteal, s.reclaimed);
+    s
+}
+
+fn putback_or_free(k: &Kernel, cpu: CpuId, pfn: Pfn, s: &mut ReclaimStats) {
+    match reclaim_anon_page(k, cpu, pfn) {
+        Verdict::Freed => s.reclaimed += 1,
+        Verdict::Activate => {
+            s.activated += 1;
+            // Into the youngest generation.
+            k.mem().pages()[pfn].set(pg::ACTIVE);
+            k.mem().events().count(cpu, VmEvent::PgActivate, 1);
+            k.lru().putback(cpu, pfn);
+        }
+        Verdict::Keep => {
+            s.kept += 1;
+            k.lru().putback(cpu, pfn);
+        }
+    }
+}
+
+/// `lru_gen_refault`: a swap-in of a page whose shadow is `shadow`. Counts the refault for the
+/// tier it was evicted from if the token is recent, and then marks the new page
+/// `PG_workingset` (one tier up). Returns whether the refault was recent.
+pub fn lru_gen_refault(k: &Kernel, pfn: Pfn, shadow: u64) -> bool {
+    let sh = crate::reclaim::workingset::unpack_shadow(shadow);
+    let (node, memcg) = (sh.node as usize, sh.memcg as usize);
+    if node >= k.lru().nr_nodes() || memcg >= k.lru().nr_memcgs() {
+        return false;
+    }
+    let recent = k.lru().lrugen(node, memcg).note_refault(false, sh.eviction);
+    if recent {
+        k.mem().pages()[pfn].set(pg::WORKINGSET);
+    }
+    recent
+}
