@@ -61,6 +61,11 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "pvl-refcount",
         include_str!("../../../profiles/pvl-refcount.toml"),
     ),
+    ("mglru", include_str!("../../../profiles/mglru.toml")),
+    (
+        "mglru-bulk",
+        include_str!("../../../profiles/mglru-bulk.toml"),
+    ),
 ];
 
 /// A loaded profile: its name, its policy and the text it came from.
