@@ -14,6 +14,7 @@ use serde::Deserialize;
 use crate::profiles;
 use crate::run::parse_tasks;
 use crate::stats::Significance;
+use pagelab_workloads::kvcache::KvParams;
 use pagelab_workloads::{Mode, WorkloadKind};
 
 /// `(name, TOML text)` of every shipped experiment.
@@ -37,6 +38,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "netpipe-hopcpu-2016",
         include_str!("../../../experiments/netpipe-hopcpu-2016.toml"),
+    ),
+    (
+        "mglru-bulk-2023",
+        include_str!("../../../experiments/mglru-bulk-2023.toml"),
     ),
 ];
 
@@ -67,6 +72,35 @@ struct ExperimentFile {
     /// The name of the published table this experiment corresponds to, for the projector's
     /// validation (informational until the projector lands).
     published: Option<String>,
+    /// kvcache's shape (the task counts give its server and client threads).
+    kvcache: Option<KvcacheFile>,
+}
+
+/// An experiment's `[kvcache]` table; unset keys take the workload's defaults.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KvcacheFile {
+    keys: Option<u64>,
+    value_size: Option<u64>,
+    memcg_percent: Option<u64>,
+    connections: Option<usize>,
+    pipeline: Option<usize>,
+    get_ratio: Option<u32>,
+}
+
+impl KvcacheFile {
+    fn params(&self) -> KvParams {
+        let d = KvParams::default();
+        KvParams {
+            keys: self.keys.unwrap_or(d.keys),
+            value_size: self.value_size.unwrap_or(d.value_size),
+            memcg_percent: self.memcg_percent.unwrap_or(d.memcg_percent),
+            connections: self.connections.unwrap_or(d.connections),
+            pipeline: self.pipeline.unwrap_or(d.pipeline),
+            get_ratio: self.get_ratio.unwrap_or(d.get_ratio),
+            ..d
+        }
+    }
 }
 
 fn one() -> usize {
@@ -97,6 +131,8 @@ pub struct Experiment {
     pub size: Option<u64>,
     pub significance: Significance,
     pub published: Option<String>,
+    /// kvcache's shape, if the file sets one.
+    pub kvcache: Option<KvParams>,
 }
 
 /// Parse a significance rule name as the CLI and experiment files write it.
@@ -177,6 +213,7 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         repeats: f.repeats,
         interval_ms: f.interval_ms.max(10),
         published: f.published,
+        kvcache: f.kvcache.as_ref().map(KvcacheFile::params),
     })
 }
 

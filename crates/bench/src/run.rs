@@ -14,6 +14,7 @@ use crate::results::SampleKey;
 use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
 use pagelab_workloads::host::HostVm;
 use pagelab_workloads::host_proc;
+use pagelab_workloads::kvcache::{self, KvParams};
 use pagelab_workloads::netpipe;
 use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
 use pagelab_workloads::pft::{self, PftParams, Repetition};
@@ -46,6 +47,8 @@ pub struct Sizes {
     pub memsize: u64,
     /// pft and lameter: bytes faulted per repetition.
     pub pft_bytes: u64,
+    /// kvcache's shape; its server and client thread counts come from the task count.
+    pub kvcache: KvParams,
 }
 
 impl Default for Sizes {
@@ -53,7 +56,18 @@ impl Default for Sizes {
         Sizes {
             memsize: MEMSIZE,
             pft_bytes: 1 << 30,
+            kvcache: KvParams::default(),
         }
+    }
+}
+
+/// kvcache with `n` tasks: `n` memcached worker tasks and `n` memtier client threads (the
+/// posting ran 16 and 16).
+pub fn kvcache_params(sizes: Sizes, n: usize) -> KvParams {
+    KvParams {
+        servers: n,
+        clients: n,
+        ..sizes.kvcache
     }
 }
 
@@ -70,6 +84,9 @@ pub struct RunRequest {
     /// The whole measurement of each (mode, task count) is repeated this often, each time on
     /// a freshly booted engine (or fresh processes), as mmtests repeats iterations.
     pub repeats: usize,
+    /// The number the first repetition is stored under (a caller interleaving repetitions of
+    /// several profiles runs one at a time).
+    pub first_repeat: usize,
 }
 
 /// One metric's samples.
@@ -154,6 +171,7 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
         }
         // Per pair: a full ring of order-3 buffers (8 MiB) and two CPUs' pcp lists and slabs.
         WorkloadKind::Netpipe => t * (16 << 20),
+        WorkloadKind::Kvcache => kvcache_params(sizes, tasks).arena_bytes(),
     };
     // Slack for per-CPU lists, LRU batches and the watermarks.
     let total = need + (64 << 20) + t * (2 << 20);
@@ -166,9 +184,14 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
 pub fn check(req: &RunRequest) -> Result<(), String> {
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
     check_netpipe(req)?;
+    check_kvcache(req)?;
     match &req.target {
         Target::Engine { .. } => {
-            let arena = engine_arena(req.workload, max_tasks, req.sizes);
+            let mut arena = engine_arena(req.workload, max_tasks, req.sizes);
+            if req.workload == WorkloadKind::Kvcache {
+                // Its swap device lives in host memory too.
+                arena += kvcache_params(req.sizes, max_tasks).swap_pages() * 4096;
+            }
             pagelab_mm::arena::Arena::check_size(
                 arena,
                 std::mem::size_of::<pagelab_mm::page::Page>() as u64,
@@ -225,6 +248,59 @@ fn check_netpipe(req: &RunRequest) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What kvcache cannot run: the host (it needs swap and a memory cgroup the harness would have
+/// to set up on the machine), processes mode (memcached is one process), and a shape its own
+/// validation refuses.
+fn check_kvcache(req: &RunRequest) -> Result<(), String> {
+    if req.workload != WorkloadKind::Kvcache {
+        return Ok(());
+    }
+    if matches!(req.target, Target::Kernel) {
+        return Err("kvcache runs on the engine only".into());
+    }
+    if req.modes.contains(&Mode::Processes) {
+        return Err("kvcache has no processes mode (memcached is one process); use threads".into());
+    }
+    for &n in &req.tasks {
+        kvcache_params(req.sizes, n)
+            .validate()
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// kvcache on the engine: `n` server tasks and `n` client threads; metrics `ops/sec` (one
+/// sample per interval) and the latency percentiles `latency-p<q>-us` (one value per run,
+/// lower is better).
+fn run_kvcache(
+    policy: &Policy,
+    n: usize,
+    req: &RunRequest,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(Vec<Metric>, EngineCounters, bool), WorkloadError> {
+    let r = kvcache::run(
+        policy,
+        kvcache_params(req.sizes, n),
+        req.spec,
+        stop,
+        progress,
+    )?;
+    let mut metrics = vec![Metric {
+        name: "ops/sec".into(),
+        higher_is_better: true,
+        samples: r.ops_samples,
+    }];
+    if !r.interrupted {
+        metrics.extend(r.latency_us.iter().map(|&(q, us)| Metric {
+            name: format!("latency-p{q}-us"),
+            higher_is_better: false,
+            samples: vec![us],
+        }));
+    }
+    Ok((metrics, r.counters, r.interrupted))
 }
 
 /// netpipe on the engine: `pairs` sender/receiver pairs at every send size in turn, each size
@@ -375,6 +451,7 @@ pub fn run(
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
     let repeats = req.repeats.max(1);
     check_netpipe(req)?;
+    check_kvcache(req)?;
     for &mode in &req.modes {
         for &n in &req.tasks {
             for repeat in 0..repeats {
@@ -393,6 +470,11 @@ pub fn run(
                 let (metrics, reps, counters, interrupted) = match &req.target {
                     Target::Engine { policy, .. } if req.workload == WorkloadKind::Netpipe => {
                         let (m, c, intr) = run_netpipe(policy, n, max_tasks, req, stop, &mut prog)
+                            .map_err(|e| format!("{label}: {e}"))?;
+                        (m, Vec::new(), Some(c), intr)
+                    }
+                    Target::Engine { policy, .. } if req.workload == WorkloadKind::Kvcache => {
+                        let (m, c, intr) = run_kvcache(policy, n, req, stop, &mut prog)
                             .map_err(|e| format!("{label}: {e}"))?;
                         (m, Vec::new(), Some(c), intr)
                     }
@@ -436,7 +518,7 @@ pub fn run(
                 let row = RunRow {
                     tasks: n,
                     mode,
-                    repeat: repeat as u32,
+                    repeat: (req.first_repeat + repeat) as u32,
                     metrics,
                     counters,
                     repetitions: reps,
@@ -699,6 +781,7 @@ mod tests {
             spec: quick_spec(),
             sizes: Sizes::default(),
             repeats: 1,
+            first_repeat: 0,
         };
         assert!(check(&req).is_ok());
         req.sizes.pft_bytes = 1 << 50;
@@ -727,6 +810,7 @@ mod tests {
             },
             sizes: Sizes::default(),
             repeats: 1,
+            first_repeat: 0,
         }
     }
 

@@ -218,7 +218,8 @@ pub(crate) struct ImportArgs {
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread or lameter.
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, netpipe or
+    /// kvcache.
     pub(crate) workload: String,
     /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
     #[arg(long, default_value = "engine")]
@@ -253,6 +254,46 @@ pub(crate) struct RunArgs {
     /// Bytes faulted per repetition for pft and lameter.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub(crate) size: u64,
+    #[command(flatten)]
+    pub(crate) kvcache: KvcacheArgs,
+}
+
+/// kvcache's shape (memtier and memcached flags in parentheses); task counts are the numbers of
+/// memcached worker tasks and of memtier client threads.
+#[derive(Args, Clone, Debug)]
+pub(crate) struct KvcacheArgs {
+    /// kvcache: keys 1..=N (memtier --key-maximum).
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    pub(crate) keys: u64,
+    /// kvcache: value bytes, a multiple of 8 (memtier --data-size).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=1 << 20))]
+    pub(crate) value_size: u64,
+    /// kvcache: the memory cgroup's limit as a percentage of the item data.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub(crate) memcg_percent: u64,
+    /// kvcache: connections per client thread (memtier -c).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(crate) connections: u64,
+    /// kvcache: requests in flight per connection (memtier --pipeline).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub(crate) pipeline: u64,
+    /// kvcache: gets per set (memtier --ratio 1:N); 0 is set-only.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub(crate) get_ratio: u32,
+}
+
+impl KvcacheArgs {
+    pub(crate) fn params(&self) -> pagelab_workloads::kvcache::KvParams {
+        pagelab_workloads::kvcache::KvParams {
+            keys: self.keys,
+            value_size: self.value_size,
+            memcg_percent: self.memcg_percent,
+            connections: self.connections as usize,
+            pipeline: self.pipeline as usize,
+            get_ratio: self.get_ratio,
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Args)]

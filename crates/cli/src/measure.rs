@@ -51,14 +51,14 @@ fn progress_bar() -> indicatif::ProgressBar {
 }
 
 /// Measure `req` as one stored run labelled `label`; returns the rows and the run id.
-fn measure_and_store(
+/// Open a run in the store for `req` (status: running until [`finish_recording`]).
+fn begin_recording(
     store: &Store,
     req: &RunRequest,
     label: &str,
     experiment: Option<&str>,
     profile: Option<&profiles::Profile>,
-    stop: &AtomicBool,
-) -> Result<(Vec<RunRow>, i64), String> {
+) -> Result<i64, String> {
     let host = HostInfo::detect();
     let meta = RunMeta {
         label: label.to_string(),
@@ -76,7 +76,16 @@ fn measure_and_store(
         pagelab_version: env!("CARGO_PKG_VERSION").into(),
         command: command_line(),
     };
-    let id = store.begin_run(&meta).map_err(|e| e.to_string())?;
+    store.begin_run(&meta).map_err(|e| e.to_string())
+}
+
+/// Measure `req` into run `id`, each row stored as soon as it is measured.
+fn record(
+    store: &Store,
+    id: i64,
+    req: &RunRequest,
+    stop: &AtomicBool,
+) -> Result<Vec<RunRow>, String> {
     if let Ok(mut g) = CURRENT_RUN.lock() {
         *g = Some((store.path().to_path_buf(), id));
     }
@@ -112,14 +121,34 @@ fn measure_and_store(
         &mut sink,
     );
     bar.finish_and_clear();
-    let status = match &result {
-        Ok(rows) if !rows.iter().any(|r| r.interrupted) => Status::Complete,
-        _ => Status::Incomplete,
-    };
     if let Ok(mut g) = CURRENT_RUN.lock() {
         *g = None;
     }
-    store.finish_run(id, status).map_err(|e| e.to_string())?;
+    result
+}
+
+/// Close run `id`: complete, or incomplete (interrupted or failed; what was stored stays).
+fn finish_recording(store: &Store, id: i64, complete: bool) -> Result<(), String> {
+    let status = if complete {
+        Status::Complete
+    } else {
+        Status::Incomplete
+    };
+    store.finish_run(id, status).map_err(|e| e.to_string())
+}
+
+fn measure_and_store(
+    store: &Store,
+    req: &RunRequest,
+    label: &str,
+    experiment: Option<&str>,
+    profile: Option<&profiles::Profile>,
+    stop: &AtomicBool,
+) -> Result<(Vec<RunRow>, i64), String> {
+    let id = begin_recording(store, req, label, experiment, profile)?;
+    let result = record(store, id, req, stop);
+    let complete = matches!(&result, Ok(rows) if !rows.iter().any(|r| r.interrupted));
+    finish_recording(store, id, complete)?;
     match result {
         Ok(rows) => Ok((rows, id)),
         Err(e) => Err(format!(
@@ -127,6 +156,60 @@ fn measure_and_store(
             store.path().display()
         )),
     }
+}
+
+/// An experiment's profiles measured repetition by repetition, in turn (A1 B1 A2 B2 ...), each
+/// into its own run: a shared, noisy machine drifts over minutes, and interleaving spreads the
+/// drift over every profile instead of loading it onto whichever ran last.
+fn measure_interleaved(
+    store: &Store,
+    e: &experiments::Experiment,
+    reqs: &[RunRequest],
+    stop: &AtomicBool,
+) -> Result<Vec<i64>, String> {
+    let mut ids = Vec::new();
+    for (p, req) in e.profiles.iter().zip(reqs) {
+        ids.push(begin_recording(
+            store,
+            req,
+            &p.name,
+            Some(&e.name),
+            Some(p),
+        )?);
+    }
+    let repeats = reqs.iter().map(|r| r.repeats.max(1)).max().unwrap_or(1);
+    let mut outcome: Result<(), String> = Ok(());
+    'all: for r in 0..repeats {
+        for (i, (p, req)) in e.profiles.iter().zip(reqs).enumerate() {
+            eprintln!("pagelab: {} repetition {}/{repeats}", p.name, r + 1);
+            let one = RunRequest {
+                repeats: 1,
+                first_repeat: r,
+                ..req.clone()
+            };
+            match record(store, ids[i], &one, stop) {
+                Ok(rows) if rows.iter().any(|row| row.interrupted) => {
+                    outcome = Err(format!(
+                        "interrupted during {}; runs {ids:?} keep what was measured",
+                        p.name
+                    ));
+                    break 'all;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    outcome = Err(format!(
+                        "{err} (runs {ids:?} in {} keep what was measured, marked incomplete)",
+                        store.path().display()
+                    ));
+                    break 'all;
+                }
+            }
+        }
+    }
+    for &id in &ids {
+        finish_recording(store, id, outcome.is_ok())?;
+    }
+    outcome.map(|()| ids)
 }
 
 pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
@@ -171,8 +254,10 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         sizes: Sizes {
             memsize: a.memsize,
             pft_bytes: a.size,
+            kvcache: a.kvcache.params(),
         },
         repeats: a.repeats as usize,
+        first_repeat: 0,
     };
     check(&req)?;
     let store = open_store(db)?;
@@ -237,8 +322,10 @@ fn experiment_request(
         sizes: Sizes {
             memsize: e.memsize.unwrap_or(d.memsize),
             pft_bytes: e.size.unwrap_or(d.pft_bytes),
+            kvcache: e.kvcache.unwrap_or(d.kvcache),
         },
         repeats: a.repeats.map_or(e.repeats, |r| r as usize),
+        first_repeat: 0,
     })
 }
 
@@ -261,17 +348,7 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     let stop = interrupt_flag();
     eprintln!("pagelab: {} — {}", e.name, e.description);
     eprintln!("pagelab: published as: {}", e.source);
-    let mut ids = Vec::new();
-    for (p, req) in e.profiles.iter().zip(&reqs) {
-        let (rows, id) = measure_and_store(&store, req, &p.name, Some(&e.name), Some(p), &stop)?;
-        ids.push(id);
-        if rows.iter().any(|r| r.interrupted) {
-            return Err(format!(
-                "interrupted during {}; runs {ids:?} keep what was measured",
-                p.name
-            ));
-        }
-    }
+    let ids = measure_interleaved(&store, &e, &reqs, &stop)?;
     let samples = store.samples(&ids).map_err(|e| e.to_string())?;
     let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
     let c = compare::build(&samples, &labels, rule)?;

@@ -34,9 +34,11 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use loom::thread;
 use pagelab_mm::lru::smp_list::{List, ListHead, NIL, Nodes};
-use pagelab_mm::lru::{Lru, LruEvent};
+use pagelab_mm::lru::{Lru, LruEvent, LruList, mglru};
 use pagelab_mm::page::pg;
-use pagelab_mm::policy::{Count, LruAdd, LruLockScope, LruPolicy, LruRelease, PcpLists, PcpTune};
+use pagelab_mm::policy::{
+    Count, LruAdd, LruLockScope, LruPolicy, LruRelease, MglruMove, PcpLists, PcpTune,
+};
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Pfn, Policy};
 use pagelab_sync::LockKind;
 use pagelab_sync::shim::atomic::AtomicU32;
@@ -304,4 +306,126 @@ fn smp_del_whole_list() {
         assert!(l.is_empty());
         assert_eq!((l.first(), l.last()), (None, None));
     });
+}
+
+/// MGLRU on one node and one CPU, pages added one lock hold each.
+fn setup_mglru(cpus: usize, add: LruAdd, mv: MglruMove) -> (Arc<Mem>, Arc<Lru>) {
+    let mut p = Policy::default();
+    p.pcp.lists = PcpLists::Order0;
+    p.pcp.batch = Count::Fixed(2);
+    p.pcp.high = Count::Fixed(8);
+    p.pcp.tune = PcpTune::Fixed;
+    let m = Arc::new(Mem::new(&MemConfig::new(4 << 20, cpus), &p).unwrap());
+    let lp = LruPolicy {
+        lock_scope: LruLockScope::MemcgNode,
+        add,
+        batch: 2,
+        release: LruRelease::Locked,
+        mglru: true,
+        mglru_move: mv,
+    };
+    let lru = Arc::new(Lru::new(m.clone(), &lp, LockKind::Ticket, 1));
+    (m, lru)
+}
+
+/// (6) MGLRU's bulk move against an isolator. Three anon pages sit in the oldest generation,
+/// the first of them marked young by the page-table walk. The scanner sorts the generation
+/// under one lruvec hold: the young page joins a run bound for the youngest generation, which
+/// is spliced at the end of the hold, and the other two are isolated; meanwhile an isolator
+/// test-and-clears one of those two outside any lock and then unlinks it under the lock. Loom
+/// places the isolator's flag step before the scan (the scanner then skips the page, chaining
+/// it back to the head of the oldest generation), during it, and after it (the isolator then
+/// loses). In every interleaving each page is isolated by exactly one of them or on exactly
+/// one list, the one its flags name, the young page ends in the youngest generation, and
+/// every frame comes back.
+#[test]
+fn mglru_bulk_move_races_isolate() {
+    static SEEN: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+    model(3, || {
+        let (m, lru) = setup_mglru(2, LruAdd::PerPage, MglruMove::Bulk);
+        let pages: Vec<Pfn> = (0..3).map(|_| fault(&m, true)).collect();
+        for &p in &pages {
+            lru.add(CpuId(0), p);
+        }
+        // Three new generations: the pages' generation becomes the oldest.
+        for _ in 0..3 {
+            lru.with_lruvec(0, 0, |v| v.inc_max_seq(MglruMove::Bulk));
+        }
+        let g = lru.lrugen(0, 0);
+        assert_eq!(g.nr_gens(false), 4);
+        let young = mglru::gen_from_seq(g.max_seq());
+        assert!(mglru::mark_young(&m.pages()[pages[0]], young));
+        let (l2, q) = (lru.clone(), pages[1]);
+        let isolator = thread::spawn(move || {
+            let won = l2.isolate(q);
+            if won {
+                l2.putback(CpuId(1), q);
+            }
+            won
+        });
+        let scan = lru.with_lruvec(0, 0, |v| v.scan_oldest(false, 3, MglruMove::Bulk, 64));
+        let won = isolator.join().unwrap();
+        SEEN[usize::from(won)].fetch_add(1, Relaxed);
+        assert_eq!(scan.promoted, 1);
+        assert!(!scan.isolated.contains(&pages[0]));
+        assert_eq!(scan.isolated.contains(&q), !won && scan.skipped == 0);
+        for &p in &scan.isolated {
+            lru.putback(CpuId(0), p);
+        }
+        let f = m.pages()[pages[0]].flags();
+        assert_eq!(
+            LruList::of(f),
+            LruList::generation(young, false),
+            "the young page did not reach the youngest generation"
+        );
+        let c = lru.check().unwrap();
+        assert_eq!(c.on_lru(), 3);
+        lru.release_pages(CpuId(0), &pages);
+        assert_eq!(lru.check().unwrap().on_lru(), 0);
+        assert_eq!(m.check().unwrap().allocated, 0);
+    });
+    for (won, n) in SEEN.iter().enumerate() {
+        assert!(
+            n.load(Relaxed) > 0,
+            "the isolator never ended with won={won}"
+        );
+    }
+}
+
+/// (7) An MGLRU add against an isolator: the batch flush picks each page's generation under the
+/// lock (`lru_gen_add_folio`) and only then sets `PG_lru`; the isolator, relying on the
+/// faulting thread's references, tries to take both pages. Either it sees a page off the LRU
+/// (batched, flag clear) or it unlinks it from the generation list its flags name.
+#[test]
+fn mglru_add_races_isolate() {
+    static SEEN: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+    model(3, || {
+        let (m, lru) = setup_mglru(2, LruAdd::Batch, MglruMove::PerFolio);
+        let p = fault(&m, true);
+        let q = fault(&m, false);
+        let l2 = lru.clone();
+        let isolator = thread::spawn(move || [l2.isolate(p), l2.isolate(q)]);
+        lru.add(CpuId(0), p);
+        lru.add(CpuId(0), q);
+        let won = isolator.join().unwrap();
+        let nr_won = won.iter().filter(|&&w| w).count();
+        SEEN[nr_won].fetch_add(1, Relaxed);
+        let c = lru.check().unwrap();
+        assert_eq!(c.on_lru(), 2 - nr_won as u64);
+        for (pfn, w) in [(p, won[0]), (q, won[1])] {
+            assert_eq!(m.pages()[pfn].test(pg::LRU), !w);
+            if w {
+                // Isolated from the youngest generation, the page keeps PG_active and goes
+                // back there.
+                lru.putback(CpuId(1), pfn);
+            }
+            assert!(LruList::of(m.pages()[pfn].flags()).gen_of().is_some());
+        }
+        assert_eq!(lru.check().unwrap().on_lru(), 2);
+        lru.release_pages(CpuId(0), &[p, q]);
+        assert_eq!(m.check().unwrap().allocated, 0);
+    });
+    for (won, n) in SEEN.iter().enumerate() {
+        assert!(n.load(Relaxed) > 0, "no execution isolated {won} pages");
+    }
 }

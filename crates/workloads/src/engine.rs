@@ -142,15 +142,23 @@ impl EngineRun {
     pub fn reset(&self) {
         let mms: Vec<&pagelab_mm::Mm> = self.mms.iter().map(|m| &**m).collect();
         self.kernel.reset_stats(&mms);
+        if let Some(s) = self.kernel.swap() {
+            s.events().reset();
+        }
     }
 
     /// Collect counters (the end of a measured window).
     pub fn counters(&self) -> EngineCounters {
         let mms: Vec<&pagelab_mm::Mm> = self.mms.iter().map(|m| &**m).collect();
         let ev = self.kernel.mem().events();
+        // The swap device counts its own I/O.
+        let swap_ev = self.kernel.swap().map(|s| s.events());
         let events = VmEvent::ALL
             .iter()
-            .map(|&e| (e.label().to_string(), ev.sum(e)))
+            .map(|&e| {
+                let n = ev.sum(e) + swap_ev.map_or(0, |s| s.sum(e));
+                (e.label().to_string(), n)
+            })
             .filter(|(_, n)| *n > 0)
             .collect();
         let l = self.kernel.lock_stats(&mms);

@@ -10,6 +10,9 @@
 //!   threads or one VMA per thread; faults per CPU-second and per wall-second per repetition.
 //! - [`lameter`]: Christoph Lameter's 2005 fault test: N GiB faulted by T threads, repeated R
 //!   times; user, system and wall time per repetition.
+//! - [`kvcache`]: memcached driven by memtier (set-only, sequential keys, 1 KiB values) inside a
+//!   memory cgroup smaller than its data, so reclaim and swap run all the time; ops per second
+//!   and latency percentiles (engine only).
 //! - [`netpipe`]: netperf UDP_STREAM reduced to its allocations: sender/receiver pairs on
 //!   different CPUs pass kmalloc'd buffers of the netperf send sizes (64 to 16384 bytes), the
 //!   receiver freeing on its own CPU; messages per second per send size (engine only).
@@ -20,6 +23,7 @@
 pub mod engine;
 pub mod host;
 pub mod host_proc;
+pub mod kvcache;
 pub mod lameter;
 pub mod netpipe;
 pub mod page_fault;
@@ -83,10 +87,11 @@ pub enum WorkloadKind {
     PftVmaPerThread,
     Lameter,
     Netpipe,
+    Kvcache,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 7] = [
+    pub const ALL: [WorkloadKind; 8] = [
         WorkloadKind::PageFault1,
         WorkloadKind::PageFault2,
         WorkloadKind::PageFault3,
@@ -94,6 +99,7 @@ impl WorkloadKind {
         WorkloadKind::PftVmaPerThread,
         WorkloadKind::Lameter,
         WorkloadKind::Netpipe,
+        WorkloadKind::Kvcache,
     ];
 
     pub fn name(self) -> &'static str {
@@ -105,6 +111,7 @@ impl WorkloadKind {
             WorkloadKind::PftVmaPerThread => "pft-vma-per-thread",
             WorkloadKind::Lameter => "lameter",
             WorkloadKind::Netpipe => "netpipe",
+            WorkloadKind::Kvcache => "kvcache",
         }
     }
 }

@@ -137,6 +137,20 @@ fn with_gens(flags: u64, logical: usize, list: usize) -> u64 {
         | ((list as u64 + 1) << pg::LIST_GEN_SHIFT)
 }
 
+/// `folio_update_gen`: the page-table walk found the page young; mark it with generation `g`
+/// without the lru_lock. Only a page on a generation list changes (an isolated page has no
+/// generation: its isolator sees the referenced PTE itself). Returns whether it changed.
+pub fn mark_young(page: &Page, g: usize) -> bool {
+    page.flags
+        .fetch_update(AcqRel, Relaxed, |f| {
+            if f & pg::LRU == 0 || page_gen(f).is_none() {
+                return None;
+            }
+            Some((f & !pg::GEN_MASK) | ((g as u64 + 1) << pg::GEN_SHIFT))
+        })
+        .is_ok()
+}
+
 /// `positive_ctrl_err`'s operands (`struct ctrl_pos`).
 #[derive(Clone, Copy, Debug)]
 struct CtrlPos {

@@ -403,6 +403,7 @@ impl Lru {
         let mut guard = self.locks[lock].lock();
         let mut view = LruvecMut {
             lruvec: &mut guard[slot],
+            lru: self,
             lrugen: &self.lrugens[node * self.nr_memcgs + memcg],
             pages: self.mem.pages(),
             node,
@@ -553,6 +554,8 @@ impl Lru {
 /// are the caller's, except in [`LruvecMut::isolate`], which does the scanners' whole step.
 pub struct LruvecMut<'a> {
     lruvec: &'a mut Lruvec,
+    /// The LRU the lruvec belongs to (for its loom scheduling points).
+    lru: &'a Lru,
     lrugen: &'a mglru::LruGen,
     pages: &'a PageArray,
     node: usize,
@@ -650,6 +653,7 @@ impl LruvecMut<'_> {
     pub fn isolate(&mut self, pfn: Pfn) -> bool {
         let page = &self.pages[pfn];
         let rc = &page.refcount;
+        self.lru.sched_point();
         let mut cur = rc.load(Relaxed);
         loop {
             if cur <= 0 {
@@ -660,6 +664,7 @@ impl LruvecMut<'_> {
                 Err(c) => cur = c,
             }
         }
+        self.lru.sched_point();
         if page.flags.fetch_and(!pg::LRU, AcqRel) & pg::LRU == 0 {
             // Whoever owns the token holds a reference too, so this is not the last one.
             let prev = rc.fetch_sub(1, AcqRel);

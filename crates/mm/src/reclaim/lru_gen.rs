@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::cpu::CpuId;
 use crate::kernel::Kernel;
 use crate::lru::LruvecMut;
-use crate::lru::mglru::{MIN_LRU_BATCH, MIN_NR_GENS, page_gen};
+use crate::lru::mglru::{MIN_LRU_BATCH, MIN_NR_GENS, mark_young};
 use crate::page::{Pfn, pg};
 use crate::reclaim::vmscan::{ReclaimStats, Verdict, reclaim_anon_page};
 use crate::vmstat::VmEvent;
@@ -76,8 +76,10 @@ pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> 
             if k.mem().zone_of(pfn) != node {
                 return;
             }
-            st.young += 1;
-            folio_update_gen(&pages[pfn], memcg, youngest);
+            let page = &pages[pfn];
+            if page.memcg.load(Relaxed) as usize == memcg && mark_young(page, youngest) {
+                st.young += 1;
+            }
         });
     }
     st.moved = k.lru().with_lruvec(node, memcg, |v| v.inc_max_seq(policy));
@@ -86,23 +88,6 @@ pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> 
     ev.count(cpu, VmEvent::MglruWalkSkip, st.skipped);
     ev.count(cpu, VmEvent::MglruGenMoved, st.moved);
     st
-}
-
-/// `folio_update_gen`: mark a young page with generation `g`, without the lru_lock. Only a page
-/// that is on a generation list of this memcg changes: an isolated one (no generation) is left to
-/// its isolator, which sees the referenced PTE itself.
-fn folio_update_gen(page: &crate::page::Page, memcg: usize, g: usize) {
-    if page.memcg.load(Relaxed) as usize != memcg {
-        return;
-    }
-    let _ = page
-        .flags
-        .fetch_update(std::sync::atomic::Ordering::AcqRel, Relaxed, |f| {
-            if f & pg::LRU == 0 || page_gen(f).is_none() {
-                return None;
-            }
-            Some((f & !pg::GEN_MASK) | ((g as u64 + 1) << pg::GEN_SHIFT))
-        });
 }
 
 /// `lru_gen_shrink_lruvec` for anonymous memory: age when too few generations are left, evict

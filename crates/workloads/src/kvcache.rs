@@ -1,0 +1,703 @@
+//! `kvcache`: memcached driven by memtier_benchmark, inside a memory cgroup far smaller than
+//! its data, on the engine. The workload of Kairui Song's 2023 MGLRU bulk-move posting
+//! (memcached with 16 worker threads, memtier with 16 threads x 2 connections, pipeline 8,
+//! set-only, sequential keys, 1 KiB values, in a 4 GiB memcg), scaled by its parameters.
+//!
+//! # What it models
+//!
+//! * **The server** is one engine address space (memcached is one process) with `servers`
+//!   worker tasks (memcached's `-t`), each on its own virtual CPU. Items live in engine memory:
+//!   one anonymous region of `keys` slots, an item header (key, version) and its value, so a set
+//!   writes `value_size + 16` bytes of simulated memory through the fault path and a get reads
+//!   them back. The region is what the memcg limits: once every key has been set the data is
+//!   larger than the limit, and every further set faults pages back in from swap while reclaim
+//!   (classic LRU or MGLRU, per profile) swaps others out.
+//! * **The clients** are host threads (memtier's `-t`), each with `connections` connections
+//!   (`-c`). A connection belongs to one server task (memcached hands connections to workers
+//!   round robin) and keeps `pipeline` requests in flight (`--pipeline`): it sends that many,
+//!   then collects the replies. Its keys are a contiguous slice of `1..=keys`, walked in order
+//!   and wrapped (`--key-pattern S:S`); a request is a set, or a get with probability
+//!   `get_ratio`/(1 + `get_ratio`) (`--ratio 1:0` is set-only).
+//! * **The hash table** (memcached's `primary_hashtable`): one word per bucket in engine memory,
+//!   `2^hashpower` buckets with hashpower grown until there are at most 1.5 items per bucket, as
+//!   memcached grows it. Every request reads its key's bucket and a first set writes it: the
+//!   table's pages are touched at random by every operation, the hot set that aging finds young
+//!   in every generation while the items stream through.
+//! * **Latency** is measured per request, from the client's send to its reply, into an
+//!   HDR histogram (as memtier reports its percentiles).
+//!
+//! Every get checks that the value is the one its connection last set (each key belongs to one
+//! connection, so the client knows it): a stale or torn value after swap-out and swap-in is an
+//! error, not a statistic.
+//!
+//! Not modelled: memcached's slab allocator and hash chains (slot = key, updated in place; no
+//! eviction inside memcached: its `-m` is larger than the data, as in the posting), the network
+//! stack, and memtier's event loop (a client thread serves its connections in turn).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+use hdrhistogram::Histogram;
+use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
+use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
+
+use crate::WorkloadError;
+use crate::engine::{EngineCounters, EngineRun};
+use crate::runner::SampleSpec;
+
+/// Bytes of an item's header: key and version.
+const HEADER: u64 = 16;
+
+/// The workload's knobs (memcached and memtier flags in parentheses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvParams {
+    /// Server worker tasks (`memcached -t`).
+    pub servers: usize,
+    /// Client threads (`memtier -t`).
+    pub clients: usize,
+    /// Connections per client thread (`memtier -c`).
+    pub connections: usize,
+    /// Requests in flight per connection (`--pipeline`).
+    pub pipeline: usize,
+    /// Keys `1..=keys` (`--key-maximum`).
+    pub keys: u64,
+    /// Value bytes (`--data-size`), a multiple of 8.
+    pub value_size: u64,
+    /// The memcg limit as a percentage of what the server maps (items and hash table).
+    pub memcg_percent: u64,
+    /// Gets per set (`--ratio 1:N`); 0 is set-only.
+    pub get_ratio: u32,
+}
+
+impl Default for KvParams {
+    /// The posting's shape, scaled to a 2-core machine: 2 worker tasks, 2 client threads with
+    /// 2 connections each, pipeline 8, 1 KiB values, 64 Ki keys (65 MiB of items) in a memcg
+    /// of half that.
+    fn default() -> Self {
+        KvParams {
+            servers: 2,
+            clients: 2,
+            connections: 2,
+            pipeline: 8,
+            keys: 64 << 10,
+            value_size: 1024,
+            memcg_percent: 50,
+            get_ratio: 0,
+        }
+    }
+}
+
+impl KvParams {
+    /// Bytes per item slot.
+    pub fn slot(&self) -> u64 {
+        self.value_size + HEADER
+    }
+
+    /// Bytes of item data.
+    pub fn data_bytes(&self) -> u64 {
+        self.keys * self.slot()
+    }
+
+    /// Hash buckets: the smallest power of two (at least 2^10) with at most 1.5 items each.
+    pub fn buckets(&self) -> u64 {
+        let mut b = 1u64 << 10;
+        while self.keys * 2 > b * 3 {
+            b *= 2;
+        }
+        b
+    }
+
+    /// Bytes the server maps: the hash table, then the items.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.buckets() * 8 + self.data_bytes()
+    }
+
+    /// The memcg limit in pages.
+    pub fn memcg_pages(&self) -> u64 {
+        (self.mapped_bytes() * self.memcg_percent / 100).div_ceil(4096)
+    }
+
+    /// The engine's arena: the data and its page tables with room to spare, so that only the
+    /// memcg is ever short of memory.
+    pub fn arena_bytes(&self) -> u64 {
+        let d = self.mapped_bytes();
+        (d + d / 64 + (64 << 20)).div_ceil(4 << 20) * (4 << 20)
+    }
+
+    /// The swap device: all of the data and a quarter more.
+    pub fn swap_pages(&self) -> u64 {
+        let d = self.mapped_bytes();
+        (d + d / 4).div_ceil(4096) + 1024
+    }
+
+    pub fn validate(&self) -> Result<(), WorkloadError> {
+        let bad = |m: String| Err(WorkloadError::Config(m));
+        if self.servers == 0 || self.clients == 0 || self.connections == 0 || self.pipeline == 0 {
+            return bad(
+                "kvcache needs at least one server, client, connection and request in flight"
+                    .into(),
+            );
+        }
+        if self.servers > 4096 {
+            return bad(format!(
+                "kvcache with {} servers needs more virtual CPUs than the engine models (4096)",
+                self.servers
+            ));
+        }
+        let conns = (self.clients * self.connections) as u64;
+        if self.keys < conns {
+            return bad(format!(
+                "kvcache needs at least one key per connection ({} keys, {conns} connections)",
+                self.keys
+            ));
+        }
+        if self.value_size == 0 || !self.value_size.is_multiple_of(8) {
+            return bad(format!(
+                "kvcache value size {} must be a positive multiple of 8 bytes",
+                self.value_size
+            ));
+        }
+        if !(1..=100).contains(&self.memcg_percent) {
+            return bad(format!(
+                "kvcache memcg limit {}% of the data must be between 1 and 100",
+                self.memcg_percent
+            ));
+        }
+        // Each server touches up to two pages for one item (items straddle pages) and swaps
+        // the rest: below that the group cannot make progress at all.
+        let floor = 2 * self.servers as u64 + 2;
+        if self.memcg_pages() < floor {
+            return bad(format!(
+                "kvcache memcg limit of {} pages is too small for {} servers (at least {floor} pages); raise --memcg-percent or --keys",
+                self.memcg_pages(),
+                self.servers
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The word at `i` of key `key`'s item in version `ver`: what a get must read back.
+#[inline]
+fn item_word(key: u64, ver: u64, i: u64) -> u64 {
+    (key << 32) ^ (ver << 8) ^ i ^ 0x6b76_6361_6368_6500
+}
+
+enum Op {
+    Set,
+    Get,
+}
+
+struct Request {
+    op: Op,
+    key: u64,
+    /// For a set, the version written; for a get, the version expected.
+    ver: u64,
+    sent: Instant,
+    reply: Sender<Reply>,
+}
+
+struct Reply {
+    sent: Instant,
+    result: Result<(), WorkloadError>,
+}
+
+/// What a kvcache run measured.
+#[derive(Debug)]
+pub struct KvResult {
+    /// Operations per second, one per sample interval after the fill and the warm-up.
+    pub ops_samples: Vec<f64>,
+    /// Latency percentiles over the measured window, microseconds: (percentile, value).
+    pub latency_us: Vec<(f64, f64)>,
+    /// Gets whose value was checked.
+    pub gets_checked: u64,
+    pub counters: EngineCounters,
+    pub interrupted: bool,
+}
+
+/// The latency percentiles reported (memtier's defaults and the tail).
+pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
+
+/// Run kvcache on a freshly booted engine with `policy`. `progress(done, total)` reports each
+/// sample; `stop` ends the run early (what was measured is returned, marked interrupted).
+pub fn run(
+    policy: &Policy,
+    p: KvParams,
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<KvResult, WorkloadError> {
+    p.validate()?;
+    let mut cfg = MemConfig::new(p.arena_bytes(), p.servers).with_memcgs(2);
+    cfg.arena.prefault = true;
+    let swap = SwapConfig::new(
+        p.swap_pages(),
+        Backing::Memory { compress: false },
+        p.servers,
+    );
+    let k = Kernel::with_swap(&cfg, policy, Some(swap))
+        .map_err(|e| WorkloadError::Config(e.to_string()))?;
+    k.mem()
+        .memcgs()
+        .set_max(1, p.memcg_pages())
+        .map_err(|e| WorkloadError::Config(e.to_string()))?;
+    let mm = k
+        .new_mm(CpuId(0))
+        .map_err(|e| WorkloadError::OutOfMemory(e.to_string()))?;
+    mm.set_memcg(1)
+        .map_err(|e| WorkloadError::Config(e.to_string()))?;
+    let erun = EngineRun {
+        kernel: k.clone(),
+        mms: vec![mm.clone()],
+    };
+    let tasks: Vec<Task> = (0..p.servers)
+        .map(|i| k.new_task(mm.clone(), CpuId(i as u16)))
+        .collect();
+    let base = tasks[0]
+        .mmap(p.mapped_bytes(), true, MapKind::Anon)
+        .map_err(|e| WorkloadError::OutOfMemory(e.to_string()))?;
+    pagelab_sync::stats::set_enabled(true);
+    let r = drive(&erun, tasks, base, p, spec, stop, progress);
+    pagelab_sync::stats::set_enabled(false);
+    r
+}
+
+/// Shared state between the sampler, the servers and the clients.
+struct Shared {
+    ops: AtomicU64,
+    gets_checked: AtomicU64,
+    /// Clients stop issuing requests.
+    halt: AtomicBool,
+    /// Keys set at least once, summed over connections (the fill is done at `keys`).
+    filled: AtomicU64,
+    /// Latencies are recorded from here on.
+    measuring: AtomicBool,
+    error: std::sync::Mutex<Option<WorkloadError>>,
+}
+
+impl Shared {
+    fn fail(&self, e: WorkloadError) {
+        let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        g.get_or_insert(e);
+        self.halt.store(true, Relaxed);
+    }
+}
+
+fn drive(
+    erun: &EngineRun,
+    tasks: Vec<Task>,
+    base: u64,
+    p: KvParams,
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<KvResult, WorkloadError> {
+    let shared = Shared {
+        ops: AtomicU64::new(0),
+        gets_checked: AtomicU64::new(0),
+        halt: AtomicBool::new(false),
+        filled: AtomicU64::new(0),
+        measuring: AtomicBool::new(false),
+        error: std::sync::Mutex::new(None),
+    };
+    let queues: Vec<(Sender<Request>, Receiver<Request>)> = (0..p.servers)
+        .map(|_| bounded(p.clients * p.connections * p.pipeline))
+        .collect();
+    let nconn = p.clients * p.connections;
+    let per_conn = p.keys / nconn as u64;
+    let (hists, samples): (Vec<Histogram<u64>>, Vec<f64>) = std::thread::scope(|s| {
+        for (task, (_, rx)) in tasks.into_iter().zip(queues.iter()) {
+            let shared = &shared;
+            s.spawn(move || serve(task, rx, base, p, shared));
+        }
+        let mut clients = Vec::new();
+        for c in 0..p.clients {
+            let shared = &shared;
+            let queues = &queues;
+            clients.push(s.spawn(move || {
+                // Connection `conn` goes to server `conn % servers` and owns keys
+                // `first..first + count`.
+                let conns: Vec<Conn> = (0..p.connections)
+                    .map(|i| {
+                        let id = c * p.connections + i;
+                        let first = 1 + id as u64 * per_conn;
+                        let count = if id + 1 == nconn {
+                            p.keys + 1 - first
+                        } else {
+                            per_conn
+                        };
+                        Conn::new(id, first, count, queues[id % p.servers].0.clone())
+                    })
+                    .collect();
+                client(conns, p, shared)
+            }));
+        }
+        let samples = sample(erun, &shared, p, spec, stop, progress);
+        shared.halt.store(true, Relaxed);
+        let hists = clients
+            .into_iter()
+            .map(|h| h.join().expect("kvcache client thread panicked"))
+            .collect();
+        (hists, samples)
+    });
+    if let Some(e) = shared
+        .error
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        return Err(e);
+    }
+    let mut all = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+    for h in &hists {
+        all.add(h).expect("histograms of one configuration");
+    }
+    let interrupted = stop.load(Relaxed) && samples.len() < spec.samples;
+    Ok(KvResult {
+        latency_us: PERCENTILES
+            .iter()
+            .map(|&q| (q, all.value_at_quantile(q / 100.0) as f64 / 1000.0))
+            .collect(),
+        ops_samples: samples,
+        gets_checked: shared.gets_checked.load(Relaxed),
+        counters: erun.counters(),
+        interrupted,
+    })
+}
+
+/// A server worker: take requests from its queue and run them on engine memory, until the run
+/// halts and the queue stays empty.
+fn serve(task: Task, rx: &Receiver<Request>, base: u64, p: KvParams, shared: &Shared) {
+    let words = p.slot() / 8;
+    let mut idle = false;
+    loop {
+        let req = match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => {
+                if shared.halt.load(Relaxed) {
+                    return;
+                }
+                if !idle {
+                    // Idle: the CPU leaves the mm, so TLB flushes do not wait for it.
+                    task.idle();
+                    idle = true;
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        if idle {
+            task.resume();
+            idle = false;
+        }
+        let items = base + p.buckets() * 8;
+        let at = items + (req.key - 1) * p.slot();
+        let bucket = base + (hash(req.key) & (p.buckets() - 1)) * 8;
+        let result = match req.op {
+            Op::Set => assoc_insert(&task, bucket, at, req.ver == 1)
+                .and_then(|()| set_item(&task, at, req.key, req.ver, words)),
+            Op::Get => assoc_find(&task, bucket, at)
+                .and_then(|()| get_item(&task, at, req.key, req.ver, words)),
+        };
+        match (&result, &req.op) {
+            (Err(e), _) => shared.fail(e.clone()),
+            (Ok(()), Op::Get) => {
+                shared.gets_checked.fetch_add(1, Relaxed);
+            }
+            (Ok(()), Op::Set) => {}
+        }
+        shared.ops.fetch_add(1, Relaxed);
+        // The client may have stopped listening; the run is over then.
+        let _ = req.reply.send(Reply {
+            sent: req.sent,
+            result,
+        });
+    }
+}
+
+fn fault_err(e: FaultError) -> WorkloadError {
+    match e {
+        FaultError::Oom { .. } => WorkloadError::OutOfMemory(format!(
+            "kvcache: {e}; the memory cgroup limit is too small for the workload's working set"
+        )),
+        other => WorkloadError::Fault(format!("kvcache: {other}")),
+    }
+}
+
+/// memcached's hash (a 64-bit mix standing in for MurmurHash3).
+#[inline]
+fn hash(key: u64) -> u64 {
+    let mut h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= h >> 29;
+    h.wrapping_mul(0xbf58_476d_1ce4_e5b9)
+}
+
+/// `assoc_find` + `assoc_insert`: read the key's bucket, and link the item there on its first
+/// set (the bucket keeps the last item linked; chains are not modelled).
+fn assoc_insert(task: &Task, bucket: u64, item: u64, first: bool) -> Result<(), WorkloadError> {
+    task.load(bucket).map_err(fault_err)?;
+    if first {
+        task.store(bucket, item).map_err(fault_err)?;
+    }
+    Ok(())
+}
+
+/// `assoc_find` for a get: the bucket must hold some item (the key was set before).
+fn assoc_find(task: &Task, bucket: u64, item: u64) -> Result<(), WorkloadError> {
+    if task.load(bucket).map_err(fault_err)? == 0 {
+        return Err(WorkloadError::Fault(format!(
+            "kvcache: the hash bucket of the item at {item:#x} is empty after its set"
+        )));
+    }
+    Ok(())
+}
+
+/// memcached's `process_update_command` + item copy: header then value.
+fn set_item(task: &Task, at: u64, key: u64, ver: u64, words: u64) -> Result<(), WorkloadError> {
+    task.store(at, key).map_err(fault_err)?;
+    task.store(at + 8, ver).map_err(fault_err)?;
+    for i in 2..words {
+        task.store(at + i * 8, item_word(key, ver, i))
+            .map_err(fault_err)?;
+    }
+    Ok(())
+}
+
+/// memcached's `process_get_command`: read the item and check it is version `ver` of `key`.
+fn get_item(task: &Task, at: u64, key: u64, ver: u64, words: u64) -> Result<(), WorkloadError> {
+    let stale = |what: String| {
+        Err(WorkloadError::Fault(format!(
+            "kvcache: key {key} returned {what}, but version {ver} was the last one set"
+        )))
+    };
+    let k = task.load(at).map_err(fault_err)?;
+    let v = task.load(at + 8).map_err(fault_err)?;
+    if k != key || v != ver {
+        return stale(format!("key {k} version {v}"));
+    }
+    for i in 2..words {
+        let w = task.load(at + i * 8).map_err(fault_err)?;
+        if w != item_word(key, ver, i) {
+            return stale(format!("a torn value (word {i} is {w:#x})"));
+        }
+    }
+    Ok(())
+}
+
+/// One memtier connection: its keys, the next one, and the version each key was last set to.
+struct Conn {
+    first: u64,
+    next: u64,
+    versions: Vec<u64>,
+    to_server: Sender<Request>,
+    replies: (Sender<Reply>, Receiver<Reply>),
+    rng: u64,
+}
+
+impl Conn {
+    fn new(id: usize, first: u64, count: u64, to_server: Sender<Request>) -> Conn {
+        Conn {
+            first,
+            next: 0,
+            versions: vec![0; count as usize],
+            to_server,
+            replies: crossbeam_channel::unbounded(),
+            rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
+        }
+    }
+
+    fn coin(&mut self, get_ratio: u32) -> bool {
+        // xorshift64: a get with probability get_ratio / (1 + get_ratio).
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        get_ratio > 0 && !self.rng.is_multiple_of(u64::from(get_ratio + 1))
+    }
+}
+
+/// A memtier client thread: keep `pipeline` requests in flight on each connection in turn.
+/// Returns its latency histogram (nanoseconds).
+fn client(mut conns: Vec<Conn>, p: KvParams, shared: &Shared) -> Histogram<u64> {
+    let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
+    let mut pending: Vec<u64> = vec![0; conns.len()];
+    while !shared.halt.load(Relaxed) {
+        for (ci, c) in conns.iter_mut().enumerate() {
+            for _ in 0..p.pipeline {
+                let i = c.next as usize;
+                c.next = (c.next + 1) % c.versions.len() as u64;
+                let key = c.first + i as u64;
+                // A key not set yet cannot be read back; sets fill it first.
+                let (op, ver) = if c.versions[i] > 0 && c.coin(p.get_ratio) {
+                    (Op::Get, c.versions[i])
+                } else {
+                    if c.versions[i] == 0 {
+                        shared.filled.fetch_add(1, Relaxed);
+                    }
+                    c.versions[i] += 1;
+                    (Op::Set, c.versions[i])
+                };
+                let req = Request {
+                    op,
+                    key,
+                    ver,
+                    sent: Instant::now(),
+                    reply: c.replies.0.clone(),
+                };
+                if c.to_server.send(req).is_err() {
+                    return hist;
+                }
+                pending[ci] += 1;
+            }
+        }
+        for (ci, c) in conns.iter_mut().enumerate() {
+            while pending[ci] > 0 {
+                let Ok(r) = c.replies.1.recv() else {
+                    return hist;
+                };
+                pending[ci] -= 1;
+                if r.result.is_ok() && shared.measuring.load(Relaxed) {
+                    let ns = r.sent.elapsed().as_nanos() as u64;
+                    let _ = hist.record(ns.max(1));
+                }
+            }
+        }
+    }
+    hist
+}
+
+/// The sampler: wait for the fill (every key set once, so the data is over the memcg limit),
+/// then take `spec.warmup` discarded and `spec.samples` kept samples of ops per second.
+fn sample(
+    erun: &EngineRun,
+    shared: &Shared,
+    p: KvParams,
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Vec<f64> {
+    let over = || stop.load(Relaxed) || shared.halt.load(Relaxed);
+    while shared.filled.load(Relaxed) < p.keys && !over() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut out = Vec::with_capacity(spec.samples);
+    for i in 0..spec.warmup + spec.samples {
+        if over() {
+            break;
+        }
+        if i == spec.warmup {
+            erun.reset();
+            shared.measuring.store(true, Relaxed);
+        }
+        let (t0, o0) = (Instant::now(), shared.ops.load(Relaxed));
+        while t0.elapsed() < spec.interval && !over() {
+            std::thread::sleep(Duration::from_millis(5).min(spec.interval));
+        }
+        if over() {
+            break;
+        }
+        let rate = (shared.ops.load(Relaxed) - o0) as f64 / t0.elapsed().as_secs_f64();
+        if i >= spec.warmup {
+            out.push(rate);
+            progress(out.len(), spec.samples);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> KvParams {
+        KvParams {
+            servers: 2,
+            clients: 2,
+            connections: 2,
+            pipeline: 4,
+            keys: 8 << 10,
+            value_size: 1024,
+            memcg_percent: 40,
+            get_ratio: 1,
+        }
+    }
+
+    fn spec() -> SampleSpec {
+        SampleSpec {
+            samples: 2,
+            warmup: 1,
+            interval: Duration::from_millis(300),
+        }
+    }
+
+    fn event(r: &KvResult, name: &str) -> u64 {
+        r.counters
+            .events
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
+    }
+
+    /// Gets read back the last value set across swap-out and swap-in, under both LRUs.
+    #[test]
+    fn values_survive_reclaim_under_both_lrus() {
+        for mglru in [false, true] {
+            let mut policy = Policy::default();
+            policy.lru.mglru = mglru;
+            let stop = AtomicBool::new(false);
+            let r = run(&policy, small(), spec(), &stop, &mut |_, _| {}).unwrap();
+            assert_eq!(r.ops_samples.len(), 2, "mglru={mglru}");
+            assert!(r.ops_samples.iter().all(|&x| x > 0.0));
+            assert!(r.gets_checked > 0, "no get was checked");
+            assert!(event(&r, "pswpout") > 0, "the memcg never swapped");
+            assert!(event(&r, "fault_swap") > 0, "nothing came back from swap");
+            assert_eq!(r.latency_us.len(), PERCENTILES.len());
+            assert!(r.latency_us.windows(2).all(|w| w[0].1 <= w[1].1));
+            assert!(!r.interrupted);
+        }
+    }
+
+    /// A limit far below what one pipeline round touches, with no room to reclaim into (the
+    /// workload's own pages are all in flight), still ends: as an error or a result, never a
+    /// hang. A bad configuration is refused up front.
+    #[test]
+    fn bad_configurations_are_refused() {
+        let stop = AtomicBool::new(false);
+        let mut p = small();
+        p.value_size = 1001;
+        let e = run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("multiple of 8"), "{e}");
+        let mut p = small();
+        p.memcg_percent = 0;
+        assert!(run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).is_err());
+        let mut p = small();
+        p.keys = 2;
+        assert!(run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).is_err());
+        let mut p = small();
+        p.keys = 8;
+        p.connections = 1;
+        let e = run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("too small"), "{e}");
+    }
+
+    /// A limit of a handful of pages: the group thrashes through swap, but the run ends with a
+    /// result or a clean out-of-memory error, and values stay right.
+    #[test]
+    fn a_tiny_memcg_ends_cleanly() {
+        let stop = AtomicBool::new(false);
+        let mut p = small();
+        p.keys = 2 << 10;
+        p.memcg_percent = 1;
+        match run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}) {
+            Ok(r) => assert!(r.gets_checked > 0),
+            Err(e) => assert!(matches!(e, WorkloadError::OutOfMemory(_)), "{e}"),
+        }
+    }
+
+    #[test]
+    fn a_stop_before_the_fill_is_an_interrupted_run() {
+        let stop = AtomicBool::new(true);
+        let r = run(&Policy::default(), small(), spec(), &stop, &mut |_, _| {}).unwrap();
+        assert!(r.interrupted && r.ops_samples.is_empty());
+    }
+}
