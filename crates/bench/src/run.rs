@@ -198,8 +198,13 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
             )
             .map(|_| ())
             .map_err(|e| {
+                let shrink = match req.workload {
+                    WorkloadKind::Kvcache => "fewer --keys or a smaller --value-size",
+                    WorkloadKind::Netpipe => "fewer tasks",
+                    _ => "a smaller --size/--memsize or fewer tasks",
+                };
                 format!(
-                    "{} with {max_tasks} tasks needs an engine arena of {} MiB: {e}; use a smaller --size/--memsize or fewer tasks",
+                    "{} with {max_tasks} tasks needs an engine arena of {} MiB: {e}; use {shrink}",
                     req.workload,
                     arena >> 20
                 )

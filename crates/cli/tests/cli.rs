@@ -302,6 +302,55 @@ fn bad_input_is_one_line_and_alters_nothing() {
     fails(&db, &["run", "pft", "--tasks", "1,1"], "appears twice");
     fails(
         &db,
+        &["run", "kvcache", "--target", "kernel", "--mode", "threads"],
+        "kvcache runs on the engine only",
+    );
+    fails(&db, &["run", "kvcache"], "no processes mode");
+    fails(
+        &db,
+        &[
+            "run",
+            "kvcache",
+            "--mode",
+            "threads",
+            "--value-size",
+            "1001",
+        ],
+        "multiple of 8",
+    );
+    fails(
+        &db,
+        &[
+            "run",
+            "kvcache",
+            "--mode",
+            "threads",
+            "--keys",
+            "8",
+            "--memcg-percent",
+            "1",
+        ],
+        "too small",
+    );
+    fails(
+        &db,
+        &[
+            "run",
+            "kvcache",
+            "--mode",
+            "threads",
+            "--keys",
+            "4000000000000",
+        ],
+        "keys",
+    );
+    fails(
+        &db,
+        &["run", "kvcache", "--mode", "threads", "--keys", "100000000"],
+        "needs an engine arena",
+    );
+    fails(
+        &db,
         &["run", "pft", "--target", "kernel", "--profile", "linux-6.7"],
         "--profile applies to the engine",
     );

@@ -9,7 +9,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use pagelab_mm::policy::{
-    LruAdd, LruLockScope, LruRelease, PcpLists, PcpTune, Ptl, RssCounter, TlbShootdown, VmaLock,
+    LruAdd, LruLockScope, LruRelease, MglruMove, PcpLists, PcpTune, Ptl, RssCounter, TlbShootdown,
+    VmaLock,
 };
 use pagelab_mm::{Kernel, Policy};
 use pagelab_sync::LockKind;
@@ -56,6 +57,11 @@ fn policies() -> Vec<(String, Policy)> {
         p.pcp.tune = PcpTune::Fixed;
     });
     vary("spinlock=ticket", &|p| p.locks.spinlock = LockKind::Ticket);
+    vary("mglru", &|p| p.lru.mglru = true);
+    vary("mglru bulk", &|p| {
+        p.lru.mglru = true;
+        p.lru.mglru_move = MglruMove::Bulk;
+    });
     vary("prezero", &|p| {
         p.alloc.prezero = true;
         p.alloc.prezero_pool = 256;

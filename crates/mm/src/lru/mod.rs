@@ -16,6 +16,8 @@
 //! * [`Lru::with_lruvec`]: what reclaim needs to walk and move pages under an lruvec's lock,
 //!   without committing to a reclaim policy ([`LruvecMut`]).
 //! * `struct lruvec` (per memcg and node) and the scope of its lock ([`lruvec`]).
+//! * MGLRU's generation lists, sequence numbers, tiers and moves ([`mglru`]), when the policy
+//!   turns it on: the same lruvecs and locks, with a page's list named by its `PG_list_gen`.
 //!
 //! A page's lruvec is (node = [`Mem::zone_of`], memcg = `page.memcg`); its list is
 //! [`LruList::of`] its flags (anon if `PG_swapbacked`, active if `PG_active`), so a new page

@@ -22,8 +22,9 @@
 //!    with a shadow entry (mm/workingset.c) and is freed. Otherwise a swap-in fault found it
 //!    in the swap cache meanwhile and mapped it again: it goes back on the LRU.
 //!
-//! File pages are aged but not evicted: the engine's files have no backing store (they are
-//! tmpfs-like), and shmem swap is not modelled.
+//! File pages are neither aged nor evicted: the engine's files have no backing store (they are
+//! tmpfs-like), and shmem swap is not modelled. With MGLRU on, `shrink_lruvec` hands the lruvec
+//! to [`crate::reclaim::lru_gen`] instead.
 //!
 //! # Locks and their order
 //!
