@@ -177,7 +177,8 @@ fn measure_interleaved(
             Some(p),
         )?);
     }
-    let repeats = reqs.iter().map(|r| r.repeats.max(1)).max().unwrap_or(1);
+    // Every profile of an experiment runs the same number of repetitions.
+    let repeats = reqs.first().map_or(1, |r| r.repeats.max(1));
     let mut outcome: Result<(), String> = Ok(());
     'all: for r in 0..repeats {
         for (i, (p, req)) in e.profiles.iter().zip(reqs).enumerate() {
@@ -206,10 +207,15 @@ fn measure_interleaved(
             }
         }
     }
+    // Close every run before reporting any error, so none is left marked running.
+    let mut closing = Ok(());
     for &id in &ids {
-        finish_recording(store, id, outcome.is_ok())?;
+        if let Err(e) = finish_recording(store, id, outcome.is_ok()) {
+            closing = closing.and(Err(e));
+        }
     }
-    outcome.map(|()| ids)
+    outcome?;
+    closing.map(|()| ids)
 }
 
 pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {

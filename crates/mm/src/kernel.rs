@@ -158,9 +158,14 @@ impl Kernel {
 
     /// Stop and join the kswapd threads (before invariant checks, which need every page back
     /// on a list; allocations then go straight to direct reclaim).
+    ///
+    /// No task may be in user mode while this runs: a kswapd pass in the middle of a TLB flush
+    /// waits for every CPU in user mode of the mm to acknowledge, and the pass is what the stop
+    /// waits for. Call it with the tasks idle ([`crate::Task::idle`]) or gone.
     pub fn stop_kswapd(&self) {
         let k = self.kswapd.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(k);
+        self.drain_deferred_mms();
     }
 
     /// The first virtual CPU of `node` (kswapd's per-CPU structures are that CPU's).

@@ -37,7 +37,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
 use hdrhistogram::Histogram;
 use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
 use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
@@ -276,6 +276,17 @@ struct Shared {
     error: std::sync::Mutex<Option<WorkloadError>>,
 }
 
+/// Sets `halt` if the thread holding it unwinds.
+struct HaltOnPanic<'a>(&'a Shared);
+
+impl Drop for HaltOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.halt.store(true, Relaxed);
+        }
+    }
+}
+
 impl Shared {
     fn fail(&self, e: WorkloadError) {
         let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
@@ -301,37 +312,40 @@ fn drive(
         measuring: AtomicBool::new(false),
         error: std::sync::Mutex::new(None),
     };
-    let queues: Vec<(Sender<Request>, Receiver<Request>)> = (0..p.servers)
+    let (senders, receivers): (Vec<Sender<Request>>, Vec<Receiver<Request>>) = (0..p.servers)
         .map(|_| bounded(p.clients * p.connections * p.pipeline))
-        .collect();
+        .unzip();
     let nconn = p.clients * p.connections;
     let per_conn = p.keys / nconn as u64;
+    // Connection `id` goes to server `id % servers` and owns keys `first..first + count`.
+    // Only the connections hold senders: when the clients are gone, the servers' queues
+    // disconnect and the servers exit.
+    let mut by_client: Vec<Vec<Conn>> = (0..p.clients)
+        .map(|c| {
+            (0..p.connections)
+                .map(|i| {
+                    let id = c * p.connections + i;
+                    let first = 1 + id as u64 * per_conn;
+                    let count = if id + 1 == nconn {
+                        p.keys + 1 - first
+                    } else {
+                        per_conn
+                    };
+                    Conn::new(id, first, count, senders[id % p.servers].clone())
+                })
+                .collect()
+        })
+        .collect();
+    drop(senders);
     let (hists, samples): (Vec<Histogram<u64>>, Vec<f64>) = std::thread::scope(|s| {
-        for (task, (_, rx)) in tasks.into_iter().zip(queues.iter()) {
+        for (task, rx) in tasks.into_iter().zip(receivers) {
             let shared = &shared;
             s.spawn(move || serve(task, rx, base, p, shared));
         }
         let mut clients = Vec::new();
-        for c in 0..p.clients {
+        for conns in by_client.drain(..) {
             let shared = &shared;
-            let queues = &queues;
-            clients.push(s.spawn(move || {
-                // Connection `conn` goes to server `conn % servers` and owns keys
-                // `first..first + count`.
-                let conns: Vec<Conn> = (0..p.connections)
-                    .map(|i| {
-                        let id = c * p.connections + i;
-                        let first = 1 + id as u64 * per_conn;
-                        let count = if id + 1 == nconn {
-                            p.keys + 1 - first
-                        } else {
-                            per_conn
-                        };
-                        Conn::new(id, first, count, queues[id % p.servers].0.clone())
-                    })
-                    .collect();
-                client(conns, p, shared)
-            }));
+            clients.push(s.spawn(move || client(conns, p, shared)));
         }
         let samples = sample(erun, &shared, p, spec, stop, progress);
         shared.halt.store(true, Relaxed);
@@ -366,31 +380,27 @@ fn drive(
     })
 }
 
-/// A server worker: take requests from its queue and run them on engine memory, until the run
-/// halts and the queue stays empty.
-fn serve(task: Task, rx: &Receiver<Request>, base: u64, p: KvParams, shared: &Shared) {
+/// A server worker: take requests from its queue and run them on engine memory, until every
+/// connection is gone (the queue disconnects).
+fn serve(task: Task, rx: Receiver<Request>, base: u64, p: KvParams, shared: &Shared) {
+    // A server that panics stops the clients too, rather than leaving them waiting for it.
+    let _halt_on_panic = HaltOnPanic(shared);
     let words = p.slot() / 8;
-    let mut idle = false;
     loop {
-        let req = match rx.recv_timeout(Duration::from_millis(20)) {
+        let req = match rx.try_recv() {
             Ok(r) => r,
-            Err(RecvTimeoutError::Timeout) => {
-                if shared.halt.load(Relaxed) {
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) => {
+                // Nothing to do: the CPU leaves the mm before it sleeps, so other CPUs'
+                // reclaim does not wait for its TLB acknowledgement.
+                task.idle();
+                let Ok(r) = rx.recv() else {
                     return;
-                }
-                if !idle {
-                    // Idle: the CPU leaves the mm, so TLB flushes do not wait for it.
-                    task.idle();
-                    idle = true;
-                }
-                continue;
+                };
+                task.resume();
+                r
             }
-            Err(RecvTimeoutError::Disconnected) => return,
         };
-        if idle {
-            task.resume();
-            idle = false;
-        }
         let items = base + p.buckets() * 8;
         let at = items + (req.key - 1) * p.slot();
         let bucket = base + (hash(req.key) & (p.buckets() - 1)) * 8;
@@ -552,8 +562,12 @@ fn client(mut conns: Vec<Conn>, p: KvParams, shared: &Shared) -> Histogram<u64> 
         }
         for (ci, c) in conns.iter_mut().enumerate() {
             while pending[ci] > 0 {
-                let Ok(r) = c.replies.1.recv() else {
-                    return hist;
+                let r = match c.replies.1.recv_timeout(Duration::from_millis(50)) {
+                    Ok(r) => r,
+                    // A server that stopped (it failed or panicked) halts the run.
+                    Err(RecvTimeoutError::Timeout) if shared.halt.load(Relaxed) => return hist,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return hist,
                 };
                 pending[ci] -= 1;
                 if r.result.is_ok() && shared.measuring.load(Relaxed) {

@@ -138,8 +138,9 @@ fn with_gens(flags: u64, logical: usize, list: usize) -> u64 {
 }
 
 /// `folio_update_gen`: the page-table walk found the page young; mark it with generation `g`
-/// without the lru_lock. Only a page on a generation list changes (an isolated page has no
-/// generation: its isolator sees the referenced PTE itself). Returns whether it changed.
+/// without the lru_lock. Only a page on a generation list changes; the walk leaves the accessed
+/// bit of any other page (an isolated one, say) for its isolator to see. Returns whether it
+/// changed.
 pub fn mark_young(page: &Page, g: usize) -> bool {
     page.flags
         .fetch_update(AcqRel, Relaxed, |f| {
@@ -216,13 +217,14 @@ impl LruGen {
         MAX_NR_TIERS - 1
     }
 
-    /// `reset_ctrl_pos` when `min_seq` moves on: fold the outgoing history generation into the
-    /// averages and clear it for reuse.
-    fn reset_ctrl_pos(&self, ty: usize) {
-        let hist = hist_from_seq(self.min_seq[ty].load(Relaxed) + 1);
+    /// `reset_ctrl_pos(carryover)`, when `min_seq` of `ty` moves on: fold the outgoing
+    /// history generation (that of the old `min_seq`) into the running averages. Call before
+    /// advancing `min_seq`.
+    fn carry_over_ctrl_pos(&self, ty: usize) {
+        let hist = hist_from_seq(self.min_seq[ty].load(Relaxed));
         for tier in 0..MAX_NR_TIERS {
-            let refaulted = self.refaulted[hist][ty][tier].swap(0, Relaxed);
-            let mut total = self.evicted[hist][ty][tier].swap(0, Relaxed);
+            let refaulted = self.refaulted[hist][ty][tier].load(Relaxed);
+            let mut total = self.evicted[hist][ty][tier].load(Relaxed);
             if tier > 0 {
                 total += self.protected[hist][ty][tier - 1].load(Relaxed);
             }
@@ -231,8 +233,21 @@ impl LruGen {
             let avg = &self.avg_total[ty][tier];
             avg.store((avg.load(Relaxed) + total) / 2, Relaxed);
         }
-        for tier in 0..MAX_NR_TIERS - 1 {
-            self.protected[hist][ty][tier].store(0, Relaxed);
+    }
+
+    /// `reset_ctrl_pos(!carryover)`, when `max_seq` moves on: clear the history generation the
+    /// new youngest generation will reuse (that of `max_seq + 1`). Call before advancing
+    /// `max_seq`.
+    fn clear_ctrl_pos(&self) {
+        let hist = hist_from_seq(self.max_seq() + 1);
+        for ty in 0..2 {
+            for tier in 0..MAX_NR_TIERS {
+                self.refaulted[hist][ty][tier].store(0, Relaxed);
+                self.evicted[hist][ty][tier].store(0, Relaxed);
+                if tier > 0 {
+                    self.protected[hist][ty][tier - 1].store(0, Relaxed);
+                }
+            }
         }
     }
 
@@ -338,7 +353,8 @@ impl Mover {
         }
     }
 
-    /// Move `pfn` (on `from`) to generation `to_gen`, with `PG_gen` set to `logical`.
+    /// Move `pfn` (on `from`) to generation `to_gen`, with `PG_gen` set to `logical` unless the
+    /// walk has meanwhile marked it with a newer generation (`folio_inc_gen` keeps that too).
     fn push(
         &mut self,
         v: &mut LruvecMut<'_>,
@@ -348,11 +364,18 @@ impl Mover {
         logical: usize,
     ) {
         let page = &v.pages[pfn];
-        let to = LruList::generation(to_gen, from.is_file());
+        let file = from.is_file();
+        let to = LruList::generation(to_gen, file);
         v.lruvec.del(v.pages, from, pfn);
-        let _ = page
-            .flags
-            .fetch_update(AcqRel, Relaxed, |f| Some(with_gens(f, logical, to_gen)));
+        let g = v.lrugen;
+        let _ = page.flags.fetch_update(AcqRel, Relaxed, |f| {
+            let newer = page_gen(f).filter(|&cur| {
+                g.seq_of_gen(file, cur)
+                    .zip(g.seq_of_gen(file, logical))
+                    .is_some_and(|(c, l)| c > l)
+            });
+            Some(with_gens(f, newer.unwrap_or(logical), to_gen))
+        });
         match self.policy {
             MglruMove::PerFolio => {
                 if self.tail {
@@ -424,7 +447,7 @@ impl LruvecMut<'_> {
         }
         mover.flush(self);
         let g = self.lrugen;
-        g.reset_ctrl_pos(usize::from(file));
+        g.carry_over_ctrl_pos(usize::from(file));
         g.min_seq[usize::from(file)].store(min + 1, Relaxed);
         Some(moved)
     }
@@ -444,7 +467,7 @@ impl LruvecMut<'_> {
             {
                 return n;
             }
-            g.reset_ctrl_pos(usize::from(file));
+            g.carry_over_ctrl_pos(usize::from(file));
             g.min_seq[usize::from(file)].store(min + 1, Relaxed);
             n += 1;
         }
@@ -460,6 +483,7 @@ impl LruvecMut<'_> {
             }
         }
         let g = self.lrugen;
+        g.clear_ctrl_pos();
         g.max_seq.store(g.max_seq() + 1, Relaxed);
         moved
     }

@@ -4,7 +4,7 @@
 //! into the slow path ([`crate::alloc::Mem::set_kswapd_waker`]); kswapd then reclaims from every
 //! memory cgroup's lruvec on its node, priority by priority, until the zone is back above its
 //! high watermark, so that most allocations never reach direct reclaim. A pass that frees
-//! nothing gives up until the next wake-up (the kernel counts such passes in
+//! nothing ends, and kswapd sleeps until the next wake-up (the kernel counts such passes in
 //! `kswapd_failures` and leaves the node to direct reclaim after `MAX_RECLAIM_RETRIES`).
 //!
 //! kswapd runs on a host thread of its own but uses the per-CPU structures (slot caches, pcps,
@@ -22,8 +22,7 @@ use crate::kernel::Kernel;
 use crate::reclaim::vmscan;
 use crate::vmstat::VmEvent;
 
-/// How long kswapd sleeps before it looks again without being woken (the kernel sleeps until
-/// woken; the timeout only bounds a wake-up lost to the race between the check and the wait).
+/// How long a sleeping kswapd takes to notice a stop request.
 const IDLE_CHECK: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
@@ -100,7 +99,9 @@ fn kswapd_main(ctl: &Control, k: &Weak<Kernel>, node: usize) {
     loop {
         {
             let mut s = ctl.state.lock().unwrap_or_else(|e| e.into_inner());
-            if !s.woken[node] && !s.stop {
+            // The flag is set under this mutex, so no wake-up is lost between the check and
+            // the wait; the timeout only bounds how long a stop request waits.
+            while !s.woken[node] && !s.stop {
                 s = ctl
                     .cv
                     .wait_timeout(s, IDLE_CHECK)
@@ -116,6 +117,9 @@ fn kswapd_main(ctl: &Control, k: &Weak<Kernel>, node: usize) {
             return;
         };
         balance_pgdat(&k, node);
+        // kswapd runs in no RCU read section: address spaces whose last reference reclaim
+        // dropped can be torn down here.
+        k.drain_deferred_mms();
     }
 }
 

@@ -60,7 +60,12 @@ pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> 
         return st;
     };
     let lrugen = k.lru().lrugen(node, memcg);
-    let youngest = crate::lru::mglru::gen_from_seq(lrugen.max_seq());
+    // Another reclaimer aged this lruvec meanwhile: one new generation is enough.
+    if lrugen.nr_gens(false) > MIN_NR_GENS {
+        return st;
+    }
+    let seen = lrugen.max_seq();
+    let youngest = crate::lru::mglru::gen_from_seq(seen);
     let pages = k.mem().pages();
     for mm in k.live_mms() {
         if mm.memcg() as usize != memcg {
@@ -73,16 +78,22 @@ pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> 
         };
         st.walked += 1;
         st.ptes += mm.pgtable.walk_young(|_, pfn| {
-            if k.mem().zone_of(pfn) != node {
-                return;
-            }
             let page = &pages[pfn];
-            if page.memcg.load(Relaxed) as usize == memcg && mark_young(page, youngest) {
-                st.young += 1;
-            }
+            let ours = k.mem().zone_of(pfn) == node && page.memcg.load(Relaxed) as usize == memcg;
+            let marked = ours && mark_young(page, youngest);
+            st.young += u64::from(marked);
+            marked
         });
     }
-    st.moved = k.lru().with_lruvec(node, memcg, |v| v.inc_max_seq(policy));
+    // `inc_max_seq` bails out if someone else opened the generation first (the kernel passes
+    // the max_seq its walk started from for the same reason).
+    st.moved = k.lru().with_lruvec(node, memcg, |v| {
+        if v.lrugen().max_seq() == seen {
+            v.inc_max_seq(policy)
+        } else {
+            0
+        }
+    });
     let ev = k.mem().events();
     ev.count(cpu, VmEvent::MglruAging, 1);
     ev.count(cpu, VmEvent::MglruWalkSkip, st.skipped);

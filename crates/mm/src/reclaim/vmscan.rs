@@ -30,9 +30,9 @@
 //!
 //! page lock (`PG_locked`) → the mm's rmap lock (read; the `anon_vma` lock's role: munmap's
 //! `free_pgtables` takes it for write, so no page table is freed under the walk) → PTE lock.
-//! The swap device's locks are leaves. Reclaim never takes `mmap_lock`: a fault reclaiming
-//! under its VMA lock while a munmap holds `mmap_lock` and waits for that VMA lock would
-//! otherwise never make progress.
+//! The swap device's locks are leaves. Reclaim never waits for `mmap_lock` (MGLRU's aging only
+//! trylocks it): a fault reclaiming under its VMA lock while a munmap holds `mmap_lock` and
+//! waits for that VMA lock would otherwise never make progress.
 //!
 //! # Invariants (checked by the tests at quiescence)
 //!
@@ -217,6 +217,7 @@ fn shrink_active_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &mut
 fn shrink_inactive_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &mut ReclaimStats) {
     let pages = isolate_lru_folios(k, node, memcg, LruList::InactiveAnon);
     s.scanned += pages.len() as u64;
+    let reclaimed_before = s.reclaimed;
     k.mem()
         .events()
         .count(cpu, VmEvent::PgScan, pages.len() as u64);
@@ -236,7 +237,9 @@ fn shrink_inactive_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &m
             }
         }
     }
-    k.mem().events().count(cpu, VmEvent::PgSteal, s.reclaimed);
+    k.mem()
+        .events()
+        .count(cpu, VmEvent::PgSteal, s.reclaimed - reclaimed_before);
 }
 
 /// `workingset_eviction` / `lru_gen_eviction`: the shadow an evicted page leaves in the swap

@@ -341,12 +341,20 @@ impl FaultCtx<'_> {
             if let Some(shadow) = shadow
                 && self.k.lru().mglru().is_some()
             {
-                if crate::reclaim::lru_gen::lru_gen_refault(self.k, q, shadow) {
-                    self.count(VmEvent::WorkingsetRefault);
-                }
+                // Every refault counts, as on the classic path; only a recent one feeds the
+                // tiers.
+                self.count(VmEvent::WorkingsetRefault);
+                crate::reclaim::lru_gen::lru_gen_refault(self.k, q, shadow);
             } else if let Some(shadow) = shadow {
                 self.count(VmEvent::WorkingsetRefault);
-                let lists = self.k.lru().with_lruvec(0, 0, |v| LruSizes {
+                // The lruvec the page was evicted from (`workingset_refault` looks it up from the
+                // shadow's memcg and node). The nonresident clock is one per machine here.
+                let sh = crate::reclaim::workingset::unpack_shadow(shadow);
+                let (node, memcg) = (
+                    usize::from(sh.node).min(self.k.lru().nr_nodes() - 1),
+                    usize::from(sh.memcg).min(self.k.lru().nr_memcgs() - 1),
+                );
+                let lists = self.k.lru().with_lruvec(node, memcg, |v| LruSizes {
                     inactive_anon: v.len(LruList::InactiveAnon),
                     active_anon: v.len(LruList::ActiveAnon),
                     inactive_file: v.len(LruList::InactiveFile),

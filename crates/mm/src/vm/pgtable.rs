@@ -850,14 +850,22 @@ impl PageTable {
     }
 
     /// MGLRU aging's page-table walk (`walk_pte_range`): for every present PTE whose accessed
-    /// bit is set, clear the bit and call `f(addr, pfn)`, one PTE-lock hold per PTE table.
-    /// Returns the PTEs looked at. The caller holds `mmap_lock` for read, so no table is freed
-    /// under the walk; tables installed meanwhile by faults are seen or not.
-    pub fn walk_young(&self, mut f: impl FnMut(u64, Pfn)) -> u64 {
+    /// bit is set, call `f(addr, pfn)`, and clear the bit if `f` took note of it (returned
+    /// `true`): a page `f` leaves alone (another memcg's or node's, or one an isolator holds)
+    /// keeps its bit for whoever judges it next. One PTE-lock hold per PTE table. Returns the
+    /// PTEs looked at. The caller holds `mmap_lock` for read, so no table is freed under the
+    /// walk; tables installed meanwhile by faults are seen or not.
+    pub fn walk_young(&self, mut f: impl FnMut(u64, Pfn) -> bool) -> u64 {
         self.young_level(self.pgd, LEVEL_PGD, 0, &mut f)
     }
 
-    fn young_level(&self, table: Pfn, level: u32, base: u64, f: &mut impl FnMut(u64, Pfn)) -> u64 {
+    fn young_level(
+        &self,
+        table: Pfn,
+        level: u32,
+        base: u64,
+        f: &mut impl FnMut(u64, Pfn) -> bool,
+    ) -> u64 {
         if level == LEVEL_PTE {
             let _ptl = self.pte_lock(PteSlot { table, index: 0 });
             let mut seen = 0;
@@ -868,9 +876,8 @@ impl PageTable {
                     continue;
                 }
                 seen += 1;
-                if pte.accessed() {
+                if pte.accessed() && f(base + ((index as u64) << entry_shift(level)), pte.pfn()) {
                     self.update(slot, |p| p.with_accessed(false));
-                    f(base + ((index as u64) << entry_shift(level)), pte.pfn());
                 }
             }
             return seen;
