@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use pagelab_mm::Policy;
+use pagelab_mm::reclaim::swap::Backing;
 
 use crate::results::SampleKey;
 use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
@@ -87,6 +88,8 @@ pub struct RunRequest {
     /// The number the first repetition is stored under (a caller interleaving repetitions of
     /// several profiles runs one at a time).
     pub first_repeat: usize,
+    /// The engine's swap device, for the workloads that swap (kvcache).
+    pub swap: Backing,
 }
 
 /// One metric's samples.
@@ -273,6 +276,25 @@ fn check_kvcache(req: &RunRequest) -> Result<(), String> {
             .validate()
             .map_err(|e| e.to_string())?;
     }
+    if let Backing::File(path) = &req.swap {
+        check_swap_file(path)?;
+    }
+    Ok(())
+}
+
+/// A swap file must be creatable (or writable) before anything is measured or stored. A file
+/// this check creates is removed again.
+fn check_swap_file(path: &std::path::Path) -> Result<(), String> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("cannot open swap file {}: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
 
@@ -289,6 +311,7 @@ fn run_kvcache(
     let r = kvcache::run(
         policy,
         kvcache_params(req.sizes, n),
+        &req.swap,
         req.spec,
         stop,
         progress,
@@ -787,6 +810,7 @@ mod tests {
             sizes: Sizes::default(),
             repeats: 1,
             first_repeat: 0,
+            swap: Backing::Memory { compress: false },
         };
         assert!(check(&req).is_ok());
         req.sizes.pft_bytes = 1 << 50;
@@ -816,6 +840,7 @@ mod tests {
             sizes: Sizes::default(),
             repeats: 1,
             first_repeat: 0,
+            swap: Backing::Memory { compress: false },
         }
     }
 

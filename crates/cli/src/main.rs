@@ -280,6 +280,9 @@ pub(crate) struct KvcacheArgs {
     /// kvcache: gets per set (memtier --ratio 1:N); 0 is set-only.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub(crate) get_ratio: u32,
+    /// kvcache: the swap device: memory (a RAM disk), lz4 (zram with LZ4) or a file path.
+    #[arg(long, default_value = "memory")]
+    pub(crate) swap: String,
 }
 
 impl KvcacheArgs {

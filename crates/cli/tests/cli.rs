@@ -313,6 +313,18 @@ fn bad_input_is_one_line_and_alters_nothing() {
             "kvcache",
             "--mode",
             "threads",
+            "--swap",
+            "/nonexistent-dir/swapfile",
+        ],
+        "cannot open swap file",
+    );
+    fails(
+        &db,
+        &[
+            "run",
+            "kvcache",
+            "--mode",
+            "threads",
             "--value-size",
             "1001",
         ],

@@ -178,6 +178,16 @@ impl KvParams {
     }
 }
 
+/// Parse a swap device choice: `memory` (a RAM disk), `lz4` (zram with LZ4) or a file path.
+pub fn parse_swap(s: &str) -> Result<Backing, String> {
+    match s {
+        "" => Err("an empty swap device name; use memory, lz4 or a file path".into()),
+        "memory" => Ok(Backing::Memory { compress: false }),
+        "lz4" => Ok(Backing::Memory { compress: true }),
+        path => Ok(Backing::File(path.into())),
+    }
+}
+
 /// The word at `i` of key `key`'s item in version `ver`: what a get must read back.
 #[inline]
 fn item_word(key: u64, ver: u64, i: u64) -> u64 {
@@ -219,11 +229,13 @@ pub struct KvResult {
 /// The latency percentiles reported (memtier's defaults and the tail).
 pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
 
-/// Run kvcache on a freshly booted engine with `policy`. `progress(done, total)` reports each
-/// sample; `stop` ends the run early (what was measured is returned, marked interrupted).
+/// Run kvcache on a freshly booted engine with `policy` and a swap device on `swap` (memory,
+/// LZ4-compressed memory, or a file). `progress(done, total)` reports each sample; `stop` ends
+/// the run early (what was measured is returned, marked interrupted).
 pub fn run(
     policy: &Policy,
     p: KvParams,
+    swap: &Backing,
     spec: SampleSpec,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(usize, usize),
@@ -231,11 +243,7 @@ pub fn run(
     p.validate()?;
     let mut cfg = MemConfig::new(p.arena_bytes(), p.servers).with_memcgs(2);
     cfg.arena.prefault = true;
-    let swap = SwapConfig::new(
-        p.swap_pages(),
-        Backing::Memory { compress: false },
-        p.servers,
-    );
+    let swap = SwapConfig::new(p.swap_pages(), swap.clone(), p.servers);
     let k = Kernel::with_swap(&cfg, policy, Some(swap))
         .map_err(|e| WorkloadError::Config(e.to_string()))?;
     k.mem()
@@ -623,6 +631,8 @@ fn sample(
 mod tests {
     use super::*;
 
+    const MEM: Backing = Backing::Memory { compress: false };
+
     fn small() -> KvParams {
         KvParams {
             servers: 2,
@@ -659,7 +669,7 @@ mod tests {
             let mut policy = Policy::default();
             policy.lru.mglru = mglru;
             let stop = AtomicBool::new(false);
-            let r = run(&policy, small(), spec(), &stop, &mut |_, _| {}).unwrap();
+            let r = run(&policy, small(), &MEM, spec(), &stop, &mut |_, _| {}).unwrap();
             assert_eq!(r.ops_samples.len(), 2, "mglru={mglru}");
             assert!(r.ops_samples.iter().all(|&x| x > 0.0));
             assert!(r.gets_checked > 0, "no get was checked");
@@ -679,18 +689,18 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut p = small();
         p.value_size = 1001;
-        let e = run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).unwrap_err();
+        let e = run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("multiple of 8"), "{e}");
         let mut p = small();
         p.memcg_percent = 0;
-        assert!(run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).is_err());
+        assert!(run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).is_err());
         let mut p = small();
         p.keys = 2;
-        assert!(run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).is_err());
+        assert!(run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).is_err());
         let mut p = small();
         p.keys = 8;
         p.connections = 1;
-        let e = run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}).unwrap_err();
+        let e = run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
     }
 
@@ -702,16 +712,64 @@ mod tests {
         let mut p = small();
         p.keys = 2 << 10;
         p.memcg_percent = 1;
-        match run(&Policy::default(), p, spec(), &stop, &mut |_, _| {}) {
+        match run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}) {
             Ok(r) => assert!(r.gets_checked > 0),
             Err(e) => assert!(matches!(e, WorkloadError::OutOfMemory(_)), "{e}"),
         }
     }
 
+    /// The same on a compressed device and on a swap file, and a swap file that cannot be
+    /// created is a one-line error.
+    #[test]
+    fn swap_devices_in_lz4_memory_and_in_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("swap");
+        for swap in [
+            Backing::Memory { compress: true },
+            Backing::File(file.clone()),
+        ] {
+            let stop = AtomicBool::new(false);
+            let r = run(
+                &Policy::default(),
+                small(),
+                &swap,
+                spec(),
+                &stop,
+                &mut |_, _| {},
+            )
+            .unwrap();
+            assert!(r.gets_checked > 0, "{swap:?}");
+            assert!(event(&r, "pswpin") > 0, "{swap:?}");
+        }
+        assert!(!file.exists(), "the device removes the file it created");
+        let bad = Backing::File(dir.path().join("no/such/dir/swap"));
+        let stop = AtomicBool::new(false);
+        let e = run(
+            &Policy::default(),
+            small(),
+            &bad,
+            spec(),
+            &stop,
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cannot open swap file"), "{e}");
+        assert!(!e.to_string().contains('\n'));
+        assert!(parse_swap("").is_err());
+    }
+
     #[test]
     fn a_stop_before_the_fill_is_an_interrupted_run() {
         let stop = AtomicBool::new(true);
-        let r = run(&Policy::default(), small(), spec(), &stop, &mut |_, _| {}).unwrap();
+        let r = run(
+            &Policy::default(),
+            small(),
+            &MEM,
+            spec(),
+            &stop,
+            &mut |_, _| {},
+        )
+        .unwrap();
         assert!(r.interrupted && r.ops_samples.is_empty());
     }
 }
