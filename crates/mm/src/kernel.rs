@@ -48,6 +48,8 @@ pub struct Kernel {
     /// Live address spaces by id: the reverse map's way from an anonymous page (whose
     /// `mapping` is its mm's id) to its page table.
     mms: RwLock<Vec<(u32, Weak<Mm>)>>,
+    /// Live files by id: reclaim's way from a page-cache page to its file.
+    files: RwLock<Vec<(u32, Weak<File>)>>,
     /// The (single) lruvec's `nonresident_age`, which shadow entries are stamped with.
     nonresident: crate::reclaim::workingset::NonresidentAge,
     /// `bucket_order` for this machine's size.
@@ -143,6 +145,7 @@ impl Kernel {
             next_id: AtomicU32::new(1),
             swap,
             mms: RwLock::new(Vec::new()),
+            files: RwLock::new(Vec::new()),
             nonresident: crate::reclaim::workingset::NonresidentAge::new(),
             shadow_bucket_order: crate::reclaim::workingset::bucket_order(mem.pages().len() as u64),
             deferred_mms: std::sync::Mutex::new(Vec::new()),
@@ -307,12 +310,29 @@ impl Kernel {
 
     /// A new sparse file of `nr_pages` pages (`memfd_create` + `ftruncate`).
     pub fn create_file(self: &Arc<Self>, nr_pages: u64) -> Arc<File> {
-        Arc::new(File::new(
+        let f = Arc::new(File::new(
             self,
             self.next_id(),
             nr_pages,
             self.policy.locks.spinlock,
-        ))
+        ));
+        let mut files = self
+            .files
+            .write()
+            .expect("the file registry is never poisoned");
+        files.retain(|(_, w)| w.strong_count() > 0);
+        files.push((f.id(), Arc::downgrade(&f)));
+        f
+    }
+
+    /// The live file `id` (a page-cache page's `mapping` without its tag).
+    pub(crate) fn file_by_id(&self, id: u32) -> Option<Arc<File>> {
+        self.files
+            .read()
+            .expect("the file registry is never poisoned")
+            .iter()
+            .find(|(i, _)| *i == id)
+            .and_then(|(_, w)| w.upgrade())
     }
 
     /// Lock statistics by class. `mms` are the address spaces whose locks to include.

@@ -124,6 +124,10 @@ vm_events! {
     PgScan => "pgscan",
     /// Pages reclaimed (`pgsteal`).
     PgSteal => "pgsteal",
+    /// Dirty page-cache pages written back by reclaim (`pgpgout` of file pages).
+    FileWriteback => "file_writeback",
+    /// Page-cache pages read back from a file's backing store after eviction (`pgpgin`).
+    FileRead => "file_read",
     /// Pages moved to an active list by reclaim (`pgactivate`).
     PgActivate => "pgactivate",
     /// Pages moved to an inactive list by reclaim (`pgdeactivate`).

@@ -127,7 +127,7 @@ fn kswapd_main(ctl: &Control, k: &Weak<Kernel>, node: usize) {
 /// sweep frees nothing.
 pub fn balance_pgdat(k: &Kernel, node: usize) -> u64 {
     let mem = k.mem();
-    if k.swap().is_none() || mem.node_watermark_ok(node, Wmark::High) {
+    if mem.node_watermark_ok(node, Wmark::High) {
         return 0;
     }
     let cpu = k.node_first_cpu(node);

@@ -3,25 +3,27 @@
 //!
 //! # What it models
 //!
-//! * **Aging** ([`try_to_inc_max_seq`]): when the anon type is down to [`MIN_NR_GENS`]
+//! * **Aging** ([`try_to_inc_max_seq`]): when a type is down to [`MIN_NR_GENS`]
 //!   generations, walk the page tables of every address space charged to the memcg
 //!   (`lru_gen_mm_walk`), clearing accessed bits and marking each young page's `PG_gen` with
 //!   the youngest generation, without the lru_lock; an address space whose `mmap_lock` is
 //!   contended is skipped, as the kernel's walk does. Then open a new generation
 //!   ([`LruvecMut::inc_max_seq`]), which may first retire the oldest one, moving what is left
 //!   there by the policy's move ([`crate::policy::MglruMove`]).
-//! * **Eviction** ([`evict_folios`]): under the lruvec's lock, scan the oldest anon generation
+//! * **Eviction** ([`evict_folios`]): under the lruvec's lock, scan the oldest generation of a
+//!   type (file first, anon when swap has room)
 //!   from its cold end ([`LruvecMut::scan_oldest`]: at most 4096 folios per hold), moving young
 //!   or protected folios and isolating the rest; after the unlock each isolated folio goes through
-//!   the same `shrink_folio_list` as classic reclaim (swap-out through the reverse map). A folio
+//!   the same `shrink_folio_list` as classic reclaim (swap-out through the reverse map, or
+//!   write-back and removal from the page cache for an unmapped file page). A folio
 //!   referenced since is put back, into the youngest generation if referenced twice.
 //! * **Refaults** ([`lru_gen_refault`]): a swap-in whose shadow token is still the oldest
 //!   generation counts a refault for the tier it was evicted from and sets `PG_workingset`, which
 //!   raises its tier; tiers that refault more than tier 0 are protected from then on.
 //!
 //! Not modelled: the Bloom filters that let the walk skip sparse page tables, the mm list
-//! iterator shared by concurrent walkers, `lru_gen_look_around`, file-page eviction (the
-//! engine's files have no backing store), and proactive aging by the `min_ttl` timer.
+//! iterator shared by concurrent walkers, `lru_gen_look_around`, evicting mapped file pages,
+//! and proactive aging by the `min_ttl` timer.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -30,7 +32,7 @@ use crate::kernel::Kernel;
 use crate::lru::LruvecMut;
 use crate::lru::mglru::{MIN_LRU_BATCH, MIN_NR_GENS, mark_young};
 use crate::page::{Pfn, pg};
-use crate::reclaim::vmscan::{ReclaimStats, Verdict, reclaim_anon_page};
+use crate::reclaim::vmscan::{ReclaimStats, Verdict, reclaim_anon_page, reclaim_file_page};
 use crate::vmstat::VmEvent;
 
 /// Eviction rounds per call: each isolates at most [`MIN_LRU_BATCH`] folios. Callers that need
@@ -54,14 +56,20 @@ pub struct AgingStats {
 
 /// `try_to_inc_max_seq`: walk the page tables of the memcg's address spaces, then open a new
 /// generation on the lruvec of (`node`, `memcg`).
-pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> AgingStats {
+pub fn try_to_inc_max_seq(
+    k: &Kernel,
+    cpu: CpuId,
+    node: usize,
+    memcg: usize,
+    file: bool,
+) -> AgingStats {
     let mut st = AgingStats::default();
     let Some(policy) = k.lru().mglru() else {
         return st;
     };
     let lrugen = k.lru().lrugen(node, memcg);
     // Another reclaimer aged this lruvec meanwhile: one new generation is enough.
-    if lrugen.nr_gens(false) > MIN_NR_GENS {
+    if lrugen.nr_gens(file) > MIN_NR_GENS {
         return st;
     }
     let seen = lrugen.max_seq();
@@ -101,50 +109,62 @@ pub fn try_to_inc_max_seq(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> 
     st
 }
 
-/// `lru_gen_shrink_lruvec` for anonymous memory: age when too few generations are left, evict
-/// from the oldest, until `nr_to_reclaim` pages are freed or a few rounds found nothing.
+/// `lru_gen_shrink_lruvec`: per type (file always, anon when `anon`, i.e. swap has room), age
+/// when too few generations are left and evict from the oldest, until `nr_to_reclaim` pages
+/// are freed or a few rounds found nothing. File pages go first, as on the classic path.
 pub fn lru_gen_shrink_lruvec(
     k: &Kernel,
     cpu: CpuId,
     node: usize,
     memcg: usize,
     nr_to_reclaim: u64,
+    anon: bool,
 ) -> ReclaimStats {
     let mut s = ReclaimStats::default();
     let lrugen = k.lru().lrugen(node, memcg);
-    for _ in 0..ROUNDS_PER_CALL {
-        if s.reclaimed >= nr_to_reclaim {
-            break;
+    let types: &[bool] = if anon { &[true, false] } else { &[true] };
+    for &file in types {
+        // A type with no pages here neither needs aging nor has anything to evict.
+        let present = k.lru().with_lruvec(node, memcg, |v| {
+            (0..4).any(|g| v.len(crate::lru::LruList::generation(g, file)) > 0)
+        });
+        if !present {
+            continue;
         }
-        // should_run_aging: eviction needs an oldest generation that is not the youngest.
-        if lrugen.nr_gens(false) <= MIN_NR_GENS {
-            try_to_inc_max_seq(k, cpu, node, memcg);
-        }
-        let r = evict_folios(k, cpu, node, memcg);
-        s.scanned += r.scanned;
-        s.reclaimed += r.reclaimed;
-        s.activated += r.activated;
-        s.kept += r.kept;
-        if r.scanned == 0 && lrugen.nr_gens(false) <= MIN_NR_GENS {
-            // Nothing left to scan even after aging: this lruvec has no anonymous pages.
-            break;
+        for _ in 0..ROUNDS_PER_CALL {
+            if s.reclaimed >= nr_to_reclaim {
+                return s;
+            }
+            // should_run_aging: eviction needs an oldest generation that is not the youngest.
+            if lrugen.nr_gens(file) <= MIN_NR_GENS {
+                try_to_inc_max_seq(k, cpu, node, memcg, file);
+            }
+            let r = evict_folios(k, cpu, node, memcg, file);
+            s.scanned += r.scanned;
+            s.reclaimed += r.reclaimed;
+            s.activated += r.activated;
+            s.kept += r.kept;
+            if r.scanned == 0 && lrugen.nr_gens(file) <= MIN_NR_GENS {
+                // Nothing left to scan even after aging: no pages of this type here.
+                break;
+            }
         }
     }
     s
 }
 
-/// `evict_folios`: one lock hold's scan of the oldest anon generation, then
+/// `evict_folios`: one lock hold's scan of the oldest generation of `file`'s type, then
 /// `shrink_folio_list` on what it isolated.
-pub fn evict_folios(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> ReclaimStats {
+pub fn evict_folios(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, file: bool) -> ReclaimStats {
     let mut s = ReclaimStats::default();
     let Some(policy) = k.lru().mglru() else {
         return s;
     };
-    let tier_idx = k.lru().lrugen(node, memcg).tier_idx(false);
+    let tier_idx = k.lru().lrugen(node, memcg).tier_idx(file);
     let scan = k.lru().with_lruvec(node, memcg, |v: &mut LruvecMut<'_>| {
-        let scan = v.scan_oldest(false, tier_idx, policy, MIN_LRU_BATCH as usize);
+        let scan = v.scan_oldest(file, tier_idx, policy, MIN_LRU_BATCH as usize);
         // The oldest generation emptied: let min_seq move on.
-        v.try_inc_min_seq(false);
+        v.try_inc_min_seq(file);
         scan
     });
     let ev = k.mem().events();
@@ -154,14 +174,19 @@ pub fn evict_folios(k: &Kernel, cpu: CpuId, node: usize, memcg: usize) -> Reclai
     ev.count(cpu, VmEvent::MglruProtected, scan.protected);
     ev.count(cpu, VmEvent::MglruGenMoved, scan.moves);
     for pfn in scan.isolated {
-        putback_or_free(k, cpu, pfn, &mut s);
+        putback_or_free(k, cpu, pfn, file, &mut s);
     }
     ev.count(cpu, VmEvent::PgSteal, s.reclaimed);
     s
 }
 
-fn putback_or_free(k: &Kernel, cpu: CpuId, pfn: Pfn, s: &mut ReclaimStats) {
-    match reclaim_anon_page(k, cpu, pfn) {
+fn putback_or_free(k: &Kernel, cpu: CpuId, pfn: Pfn, file: bool, s: &mut ReclaimStats) {
+    let verdict = if file {
+        reclaim_file_page(k, cpu, pfn)
+    } else {
+        reclaim_anon_page(k, cpu, pfn)
+    };
+    match verdict {
         Verdict::Freed => s.reclaimed += 1,
         Verdict::Activate => {
             s.activated += 1;

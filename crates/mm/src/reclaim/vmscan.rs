@@ -103,6 +103,18 @@ pub fn try_to_free_mem_cgroup_pages(
     s
 }
 
+/// `can_reclaim_anon_pages`: anonymous pages need a free swap slot to go anywhere. Slots
+/// parked in per-CPU caches are given back first (`get_swap_pages` on a full device).
+fn can_reclaim_anon_pages(k: &Kernel) -> bool {
+    let Some(swap) = k.swap() else {
+        return false;
+    };
+    if swap.nr_free() == 0 {
+        swap.drain_slot_caches();
+    }
+    swap.nr_free() > 0
+}
+
 /// `do_try_to_free_pages`: passes from `DEF_PRIORITY` down to 0 over the lruvecs of `memcgs`
 /// on `nodes`, until `nr_to_reclaim` pages are freed.
 fn do_try_to_free_pages(
@@ -113,23 +125,13 @@ fn do_try_to_free_pages(
     nr_to_reclaim: u64,
 ) -> ReclaimStats {
     let mut total = ReclaimStats::default();
-    // `can_reclaim_anon_pages`: anonymous pages need a free swap slot to go anywhere. Slots
-    // parked in per-CPU caches are given back first (`get_swap_pages` on a full device).
-    let Some(swap) = k.swap() else {
-        return total;
-    };
-    if swap.nr_free() == 0 {
-        swap.drain_slot_caches();
-        if swap.nr_free() == 0 {
-            return total;
-        }
-    }
+    let anon = can_reclaim_anon_pages(k);
     // Pages parked in per-CPU add batches are invisible to the scanner.
     k.lru().drain_all();
     for priority in (0..=DEF_PRIORITY).rev() {
         for node in nodes.clone() {
             for memcg in memcgs.clone() {
-                let s = shrink_lruvec(k, cpu, node, memcg, priority, nr_to_reclaim);
+                let s = shrink_lruvec(k, cpu, node, memcg, priority, nr_to_reclaim, anon);
                 total.scanned += s.scanned;
                 total.reclaimed += s.reclaimed;
                 total.activated += s.activated;
@@ -143,9 +145,11 @@ fn do_try_to_free_pages(
     total
 }
 
-/// `shrink_lruvec` for the anon lists at `priority`: scan the inactive list's length >>
-/// priority pages (at least a batch), aging the active list whenever the inactive one is the
-/// smaller, until `nr_to_reclaim` pages are freed.
+/// `shrink_lruvec` at `priority`: per type (file always, anon when `anon`, i.e. swap has
+/// room), scan the lists' length >> priority pages (at least a batch), aging the active list
+/// whenever the inactive one is the smaller, until `nr_to_reclaim` pages are freed. File pages
+/// go first, as `get_scan_count` prefers them when the inactive file list is large enough, and
+/// because evicting a clean one costs no I/O.
 pub fn shrink_lruvec(
     k: &Kernel,
     cpu: CpuId,
@@ -153,27 +157,45 @@ pub fn shrink_lruvec(
     memcg: usize,
     priority: u32,
     nr_to_reclaim: u64,
+    anon: bool,
 ) -> ReclaimStats {
     if k.lru().mglru().is_some() {
-        return crate::reclaim::lru_gen::lru_gen_shrink_lruvec(k, cpu, node, memcg, nr_to_reclaim);
+        return crate::reclaim::lru_gen::lru_gen_shrink_lruvec(
+            k,
+            cpu,
+            node,
+            memcg,
+            nr_to_reclaim,
+            anon,
+        );
     }
     let mut s = ReclaimStats::default();
-    let sizes = || {
-        k.lru().with_lruvec(node, memcg, |v| {
-            (v.len(LruList::ActiveAnon), v.len(LruList::InactiveAnon))
-        })
+    let types: &[(LruList, LruList)] = if anon {
+        &[
+            (LruList::ActiveFile, LruList::InactiveFile),
+            (LruList::ActiveAnon, LruList::InactiveAnon),
+        ]
+    } else {
+        &[(LruList::ActiveFile, LruList::InactiveFile)]
     };
-    let (active, inactive) = sizes();
-    let target = ((active + inactive) >> priority).max(SWAP_CLUSTER_MAX as u64);
-    while s.scanned < target && s.reclaimed < nr_to_reclaim {
-        let before = s.scanned;
+    for &(active_list, inactive_list) in types {
+        let sizes = || {
+            k.lru()
+                .with_lruvec(node, memcg, |v| (v.len(active_list), v.len(inactive_list)))
+        };
         let (active, inactive) = sizes();
-        if inactive < active {
-            shrink_active_list(k, cpu, node, memcg, &mut s);
-        }
-        shrink_inactive_list(k, cpu, node, memcg, &mut s);
-        if s.scanned == before {
-            break;
+        let target = ((active + inactive) >> priority).max(SWAP_CLUSTER_MAX as u64);
+        let start = s.scanned;
+        while s.scanned - start < target && s.reclaimed < nr_to_reclaim {
+            let before = s.scanned;
+            let (active, inactive) = sizes();
+            if inactive < active {
+                shrink_active_list(k, cpu, node, memcg, active_list, &mut s);
+            }
+            shrink_inactive_list(k, cpu, node, memcg, inactive_list, &mut s);
+            if s.scanned == before {
+                break;
+            }
         }
     }
     s
@@ -199,10 +221,18 @@ fn isolate_lru_folios(k: &Kernel, node: usize, memcg: usize, lru: LruList) -> Ve
     })
 }
 
-/// `shrink_active_list` for anon: deactivate a batch (anonymous pages go to the inactive list
-/// whether referenced or not; their accessed bits are left for the inactive scan to judge).
-fn shrink_active_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &mut ReclaimStats) {
-    let pages = isolate_lru_folios(k, node, memcg, LruList::ActiveAnon);
+/// `shrink_active_list`: deactivate a batch. Anonymous pages go to the inactive list whether
+/// referenced or not (their accessed bits are left for the inactive scan to judge); so do file
+/// pages, whose second chance is the inactive scan's `PG_referenced`.
+fn shrink_active_list(
+    k: &Kernel,
+    cpu: CpuId,
+    node: usize,
+    memcg: usize,
+    list: LruList,
+    s: &mut ReclaimStats,
+) {
+    let pages = isolate_lru_folios(k, node, memcg, list);
     s.scanned += pages.len() as u64;
     k.mem()
         .events()
@@ -213,16 +243,28 @@ fn shrink_active_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &mut
     }
 }
 
-/// `shrink_inactive_list` + `shrink_folio_list`.
-fn shrink_inactive_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &mut ReclaimStats) {
-    let pages = isolate_lru_folios(k, node, memcg, LruList::InactiveAnon);
+/// `shrink_inactive_list` + `shrink_folio_list` on `list` (an inactive list).
+fn shrink_inactive_list(
+    k: &Kernel,
+    cpu: CpuId,
+    node: usize,
+    memcg: usize,
+    list: LruList,
+    s: &mut ReclaimStats,
+) {
+    let pages = isolate_lru_folios(k, node, memcg, list);
     s.scanned += pages.len() as u64;
     let reclaimed_before = s.reclaimed;
     k.mem()
         .events()
         .count(cpu, VmEvent::PgScan, pages.len() as u64);
     for pfn in pages {
-        match reclaim_anon_page(k, cpu, pfn) {
+        let verdict = if list.is_file() {
+            reclaim_file_page(k, cpu, pfn)
+        } else {
+            reclaim_anon_page(k, cpu, pfn)
+        };
+        match verdict {
             Verdict::Freed => s.reclaimed += 1,
             Verdict::Activate => {
                 s.activated += 1;
@@ -240,6 +282,41 @@ fn shrink_inactive_list(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, s: &m
     k.mem()
         .events()
         .count(cpu, VmEvent::PgSteal, s.reclaimed - reclaimed_before);
+}
+
+/// `shrink_folio_list` for an isolated page-cache page. A mapped page stays (evicting it needs
+/// the file's reverse map, which is not modelled) and is activated; an unmapped one is written
+/// back if dirty and leaves the cache. `PG_referenced` gives a page touched since the last
+/// scan one more round (`folio_check_references` for unmapped pages).
+pub(crate) fn reclaim_file_page(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
+    let page = &k.mem().pages()[pfn];
+    let mapping = page.mapping.load(Relaxed);
+    if page.test(pg::ANON) || mapping & crate::vm::filemap::FILE_MAPPING_TAG == 0 {
+        return Verdict::Keep;
+    }
+    if page.mapcount.load(Relaxed) > 0 {
+        return Verdict::Activate;
+    }
+    if page.flags.fetch_and(!pg::REFERENCED, AcqRel) & pg::REFERENCED != 0 {
+        return Verdict::Keep;
+    }
+    let Some(file) = k.file_by_id(mapping as u32) else {
+        // The file is going away; its truncation frees the page.
+        return Verdict::Keep;
+    };
+    if !page.trylock() {
+        return Verdict::Keep;
+    }
+    if page.test(pg::DIRTY) {
+        file.writeback(k, cpu, pfn);
+    }
+    if !file.remove_mapping(k, pfn) {
+        page.unlock();
+        return Verdict::Keep;
+    }
+    page.unlock();
+    k.mem().free_frozen_pages(cpu, pfn, 0);
+    Verdict::Freed
 }
 
 /// `workingset_eviction` / `lru_gen_eviction`: the shadow an evicted page leaves in the swap

@@ -151,6 +151,23 @@ impl FaultCtx<'_> {
         }
     }
 
+    /// `filemap_fault`'s page: from the cache, or read in, reclaiming when no page can be
+    /// allocated for it.
+    fn file_page(
+        &self,
+        file: &crate::vm::filemap::File,
+        index: u64,
+        addr: u64,
+    ) -> Result<Pfn, FaultError> {
+        let mut retry = ReclaimRetry::default();
+        loop {
+            match file.get_page(self.k, self.cpu, index) {
+                Ok(p) => return Ok(p),
+                Err(_) => retry.reclaim(self, addr, None)?,
+            }
+        }
+    }
+
     /// Allocate an anonymous page and charge it to the mm's memory cgroup
     /// (`vma_alloc_folio` + `mem_cgroup_charge`), reclaiming from the group while it is at
     /// its limit. The page leaves with `page.memcg` set, so the LRU files it in the group's
@@ -469,9 +486,7 @@ impl FaultCtx<'_> {
     /// pages around it, within the VMA and the PTE table, under one PTE lock hold.
     fn do_read_fault(&self, vma: &Vma, slot: PteSlot, addr: u64) -> Result<(), FaultError> {
         let file = Self::file_of(vma);
-        let page = file
-            .get_page(self.k, self.cpu, vma.pgoff(addr))
-            .map_err(self.oom(addr))?;
+        let page = self.file_page(file, vma.pgoff(addr), addr)?;
         let pt = &self.mm.pgtable;
         let around = u64::from(self.k.policy().mm.fault_around.max(1));
         let page_no = addr >> 12;
@@ -535,9 +550,7 @@ impl FaultCtx<'_> {
     fn do_cow_fault(&self, vma: &Vma, slot: PteSlot, addr: u64) -> Result<(), FaultError> {
         let file = Self::file_of(vma);
         let mem = self.k.mem();
-        let src = file
-            .get_page(self.k, self.cpu, vma.pgoff(addr))
-            .map_err(self.oom(addr))?;
+        let src = self.file_page(file, vma.pgoff(addr), addr)?;
         let new = match self.alloc_charged_page(Gfp::USER, addr) {
             Ok(p) => p,
             Err(e) => {
@@ -570,9 +583,7 @@ impl FaultCtx<'_> {
     fn do_shared_fault(&self, vma: &Vma, slot: PteSlot, addr: u64) -> Result<(), FaultError> {
         let file = Self::file_of(vma);
         let mem = self.k.mem();
-        let page = file
-            .get_page(self.k, self.cpu, vma.pgoff(addr))
-            .map_err(self.oom(addr))?;
+        let page = self.file_page(file, vma.pgoff(addr), addr)?;
         mem.pages()[page].set(pg::DIRTY);
         let pt = &self.mm.pgtable;
         let ptl = pt.pte_lock(slot);

@@ -9,6 +9,14 @@
 //!
 //! Each cached page holds one reference for the cache; a mapping holds one more per PTE. Cached
 //! pages sit on the file LRU lists (not swap-backed).
+//!
+//! Reclaim can evict a cached page that no PTE maps (`__remove_mapping`): a dirty page is first
+//! written back to the file's backing store, then the page leaves the cache once its only
+//! references are the cache's and the isolation's (frozen to zero with one compare-and-swap,
+//! under `i_pages`); a later fault reads it back (`filemap_read_folio`). The backing store is
+//! host memory, one block per page ever written back, standing in for the disk. Not modelled:
+//! shadow entries for file pages, readahead, and evicting mapped file pages (that needs the
+//! file's reverse map, `i_mmap`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,6 +27,7 @@ use crate::alloc::{AllocError, Gfp};
 use crate::cpu::CpuId;
 use crate::kernel::Kernel;
 use crate::page::{Pfn, pg};
+use crate::vmstat::VmEvent;
 
 /// A file with a page cache (`struct address_space` of an inode).
 pub struct File {
@@ -27,6 +36,8 @@ pub struct File {
     nr_pages: u64,
     cache: Box<[AtomicU32]>,
     i_pages: SpinLock<()>,
+    /// The backing store: blocks written back, by page index.
+    store: std::sync::Mutex<std::collections::HashMap<u64, Box<[u64]>>>,
 }
 
 impl std::fmt::Debug for File {
@@ -52,6 +63,7 @@ impl File {
             nr_pages,
             cache: (0..nr_pages).map(|_| AtomicU32::new(0)).collect(),
             i_pages: SpinLock::new(kind, ()),
+            store: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -120,7 +132,21 @@ impl File {
         if let Some(p) = self.find_get_page(k, index) {
             return Ok(p);
         }
-        let pfn = k.mem().alloc_page(cpu, Gfp::USER_ZERO)?;
+        let block = self.lock_store().get(&index).cloned();
+        let pfn = match &block {
+            // filemap_read_folio: the block was written back before the page was evicted.
+            Some(words) => {
+                let pfn = k.mem().alloc_page(cpu, Gfp::USER)?;
+                let dst = k.mem().arena().words(pfn);
+                for (d, &w) in dst.iter().zip(words.iter()) {
+                    d.store(w, Ordering::Relaxed);
+                }
+                k.mem().events().count(cpu, VmEvent::FileRead, 1);
+                pfn
+            }
+            // A hole of the sparse file.
+            None => k.mem().alloc_page(cpu, Gfp::USER_ZERO)?,
+        };
         let page = &k.mem().pages()[pfn];
         page.set_nonatomic(pg::UPTODATE);
         page.mapping
@@ -143,9 +169,62 @@ impl File {
         Ok(pfn)
     }
 
-    /// `truncate_inode_pages`: drop every page from the cache. Pages still mapped keep living
-    /// until their mappings go.
+    fn lock_store(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, Box<[u64]>>> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocks in the backing store.
+    pub fn nr_stored(&self) -> u64 {
+        self.lock_store().len() as u64
+    }
+
+    /// `pageout` of a dirty page-cache page the caller has locked and isolated: write its
+    /// contents to the backing store and clear `PG_dirty`.
+    pub(crate) fn writeback(&self, k: &Kernel, cpu: CpuId, pfn: Pfn) {
+        let page = &k.mem().pages()[pfn];
+        let index = page.index.load(Ordering::Relaxed);
+        // Clear first: a store through a mapping made meanwhile dirties the page again.
+        page.clear(pg::DIRTY);
+        let words: Box<[u64]> = k
+            .mem()
+            .arena()
+            .words(pfn)
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        self.lock_store().insert(index, words);
+        k.mem().events().count(cpu, VmEvent::FileWriteback, 1);
+    }
+
+    /// `__remove_mapping` for a clean page-cache page the caller has locked and isolated:
+    /// if only the cache and the isolation still reference it, take it out of the cache and
+    /// return `true` with its reference count frozen at zero (the caller frees it). A page some
+    /// fault or mapping has taken a reference to meanwhile stays.
+    pub(crate) fn remove_mapping(&self, k: &Kernel, pfn: Pfn) -> bool {
+        let page = &k.mem().pages()[pfn];
+        let index = page.index.load(Ordering::Relaxed);
+        let Some(slot) = self.cache.get(index as usize) else {
+            return false;
+        };
+        let _g = self.i_pages.lock();
+        if slot.load(Ordering::Relaxed) != pfn.0 + 1 || page.test(pg::DIRTY) {
+            return false;
+        }
+        if page
+            .refcount
+            .compare_exchange(2, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        slot.store(0, Ordering::Release);
+        true
+    }
+
+    /// `truncate_inode_pages`: drop every page from the cache, and the file's contents with
+    /// them. Pages still mapped keep living until their mappings go.
     pub fn truncate(&self, k: &Kernel, cpu: CpuId) {
+        self.lock_store().clear();
         let mut dropped = Vec::new();
         {
             let _g = self.i_pages.lock();
