@@ -1,11 +1,13 @@
-//! Classic LRU reclaim of anonymous memory: mm/vmscan.c `shrink_lruvec`,
-//! `shrink_active_list`, `shrink_inactive_list`, `shrink_folio_list`, with mm/rmap.c
-//! `folio_referenced` and `try_to_unmap` for the single mapping an anonymous page has here.
+//! Classic LRU reclaim: mm/vmscan.c `shrink_lruvec`, `shrink_active_list`,
+//! `shrink_inactive_list`, `shrink_folio_list`, with mm/rmap.c `folio_referenced` and
+//! `try_to_unmap` for the single mapping an anonymous page has here, and `__remove_mapping`
+//! for page-cache pages.
 //!
 //! # What it models
 //!
 //! Pages are isolated from the cold end of a list ([`LruvecMut::isolate`]), at most
-//! `SWAP_CLUSTER_MAX` per lock hold. The active anon list is aged into the inactive one when
+//! `SWAP_CLUSTER_MAX` per lock hold, file lists first, anon lists while swap has room
+//! (`can_reclaim_anon_pages`). The active list of a type is aged into the inactive one when
 //! the inactive list is the smaller (`inactive_is_low`). An inactive page whose PTE was
 //! accessed since the last scan is kept (once, `PG_referenced`) or activated (referenced
 //! again), as `folio_check_references` decides; an unreferenced one is swapped out:
@@ -22,9 +24,10 @@
 //!    with a shadow entry (mm/workingset.c) and is freed. Otherwise a swap-in fault found it
 //!    in the swap cache meanwhile and mapped it again: it goes back on the LRU.
 //!
-//! File pages are neither aged nor evicted: the engine's files have no backing store (they are
-//! tmpfs-like), and shmem swap is not modelled. With MGLRU on, `shrink_lruvec` hands the lruvec
-//! to [`crate::reclaim::lru_gen`] instead.
+//! An inactive page-cache page that no PTE maps is written back if dirty and leaves the cache
+//! ([`crate::vm::filemap::File`]); a mapped one is activated (its unmapping would need the
+//! file's reverse map, not modelled). With MGLRU on, `shrink_lruvec` hands the lruvec to
+//! [`crate::reclaim::lru_gen`] instead.
 //!
 //! # Locks and their order
 //!
