@@ -50,13 +50,18 @@ fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
 }
 
 /// Small memory: one node, `cpus` CPUs, a tiny fixed pcp (fewer lock operations to explore).
-fn setup(cpus: usize, add: LruAdd, release: LruRelease, batch: u32) -> (Arc<Mem>, Arc<Lru>) {
+fn small_mem(cpus: usize) -> Arc<Mem> {
     let mut p = Policy::default();
     p.pcp.lists = PcpLists::Order0;
     p.pcp.batch = Count::Fixed(2);
     p.pcp.high = Count::Fixed(8);
     p.pcp.tune = PcpTune::Fixed;
-    let m = Arc::new(Mem::new(&MemConfig::new(4 << 20, cpus), &p).unwrap());
+    Arc::new(Mem::new(&MemConfig::new(4 << 20, cpus), &p).unwrap())
+}
+
+/// Classic LRU lists over [`small_mem`].
+fn setup(cpus: usize, add: LruAdd, release: LruRelease, batch: u32) -> (Arc<Mem>, Arc<Lru>) {
+    let m = small_mem(cpus);
     let lp = LruPolicy {
         lock_scope: LruLockScope::MemcgNode,
         add,
@@ -310,12 +315,7 @@ fn smp_del_whole_list() {
 
 /// MGLRU on one node and one CPU, pages added one lock hold each.
 fn setup_mglru(cpus: usize, add: LruAdd, mv: MglruMove) -> (Arc<Mem>, Arc<Lru>) {
-    let mut p = Policy::default();
-    p.pcp.lists = PcpLists::Order0;
-    p.pcp.batch = Count::Fixed(2);
-    p.pcp.high = Count::Fixed(8);
-    p.pcp.tune = PcpTune::Fixed;
-    let m = Arc::new(Mem::new(&MemConfig::new(4 << 20, cpus), &p).unwrap());
+    let m = small_mem(cpus);
     let lp = LruPolicy {
         lock_scope: LruLockScope::MemcgNode,
         add,

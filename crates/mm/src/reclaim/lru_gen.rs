@@ -32,7 +32,7 @@ use crate::kernel::Kernel;
 use crate::lru::LruvecMut;
 use crate::lru::mglru::{MIN_LRU_BATCH, MIN_NR_GENS, mark_young};
 use crate::page::{Pfn, pg};
-use crate::reclaim::vmscan::{ReclaimStats, Verdict, reclaim_anon_page, reclaim_file_page};
+use crate::reclaim::vmscan::{ReclaimStats, shrink_folio};
 use crate::vmstat::VmEvent;
 
 /// Eviction rounds per call: each isolates at most [`MIN_LRU_BATCH`] folios. Callers that need
@@ -174,32 +174,10 @@ pub fn evict_folios(k: &Kernel, cpu: CpuId, node: usize, memcg: usize, file: boo
     ev.count(cpu, VmEvent::MglruProtected, scan.protected);
     ev.count(cpu, VmEvent::MglruGenMoved, scan.moves);
     for pfn in scan.isolated {
-        putback_or_free(k, cpu, pfn, file, &mut s);
+        shrink_folio(k, cpu, pfn, file, &mut s);
     }
     ev.count(cpu, VmEvent::PgSteal, s.reclaimed);
     s
-}
-
-fn putback_or_free(k: &Kernel, cpu: CpuId, pfn: Pfn, file: bool, s: &mut ReclaimStats) {
-    let verdict = if file {
-        reclaim_file_page(k, cpu, pfn)
-    } else {
-        reclaim_anon_page(k, cpu, pfn)
-    };
-    match verdict {
-        Verdict::Freed => s.reclaimed += 1,
-        Verdict::Activate => {
-            s.activated += 1;
-            // Into the youngest generation.
-            k.mem().pages()[pfn].set(pg::ACTIVE);
-            k.mem().events().count(cpu, VmEvent::PgActivate, 1);
-            k.lru().putback(cpu, pfn);
-        }
-        Verdict::Keep => {
-            s.kept += 1;
-            k.lru().putback(cpu, pfn);
-        }
-    }
 }
 
 /// `lru_gen_refault`: a swap-in of a page whose shadow is `shadow`. Counts the refault for the

@@ -262,29 +262,36 @@ fn shrink_inactive_list(
         .events()
         .count(cpu, VmEvent::PgScan, pages.len() as u64);
     for pfn in pages {
-        let verdict = if list.is_file() {
-            reclaim_file_page(k, cpu, pfn)
-        } else {
-            reclaim_anon_page(k, cpu, pfn)
-        };
-        match verdict {
-            Verdict::Freed => s.reclaimed += 1,
-            Verdict::Activate => {
-                s.activated += 1;
-                k.nonresident_age().age(1);
-                k.mem().pages()[pfn].set(pg::ACTIVE);
-                k.mem().events().count(cpu, VmEvent::PgActivate, 1);
-                k.lru().putback(cpu, pfn);
-            }
-            Verdict::Keep => {
-                s.kept += 1;
-                k.lru().putback(cpu, pfn);
-            }
-        }
+        shrink_folio(k, cpu, pfn, list.is_file(), s);
     }
     k.mem()
         .events()
         .count(cpu, VmEvent::PgSteal, s.reclaimed - reclaimed_before);
+}
+
+/// `shrink_folio_list` for one isolated page of either type, then what its verdict asks: freed,
+/// put back active (the classic lists' activation, MGLRU's youngest generation; the
+/// nonresident clock ticks for an activation), or put back as it was.
+pub(crate) fn shrink_folio(k: &Kernel, cpu: CpuId, pfn: Pfn, file: bool, s: &mut ReclaimStats) {
+    let verdict = if file {
+        reclaim_file_page(k, cpu, pfn)
+    } else {
+        reclaim_anon_page(k, cpu, pfn)
+    };
+    match verdict {
+        Verdict::Freed => s.reclaimed += 1,
+        Verdict::Activate => {
+            s.activated += 1;
+            k.nonresident_age().age(1);
+            k.mem().pages()[pfn].set(pg::ACTIVE);
+            k.mem().events().count(cpu, VmEvent::PgActivate, 1);
+            k.lru().putback(cpu, pfn);
+        }
+        Verdict::Keep => {
+            s.kept += 1;
+            k.lru().putback(cpu, pfn);
+        }
+    }
 }
 
 /// `shrink_folio_list` for an isolated page-cache page. A mapped page stays (evicting it needs
@@ -447,34 +454,16 @@ fn swap_out_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
     // pageout.
     swap.swap_out_frame(cpu, entry, mem.arena(), pfn)
         .expect("a reserved slot of the device can be written");
-    // __remove_mapping: only the swap cache's and the isolation's references may remain.
-    if page
-        .refcount
-        .compare_exchange(2, 0, AcqRel, Relaxed)
-        .is_err()
-    {
-        return Verdict::Keep;
-    }
-    let shadow = eviction_shadow(k, pfn);
-    swap.swap_cache()
-        .delete_from_swap_cache(entry, Some(shadow));
-    page.clear(pg::SWAPCACHE | pg::REFERENCED);
-    let _ = swap.put_swap_folio(cpu, entry);
-    page.unlock();
-    mem.free_frozen_pages(cpu, pfn, 0);
-    Verdict::Freed
+    remove_swapcache_mapping(k, cpu, pfn, entry)
 }
 
-/// A locked, isolated page already in the swap cache and unmapped (an earlier reclaim could
-/// not free it because someone held a reference, or a swap-in found its PTE gone): its
-/// contents are in its slot, so it can be freed like a page just written out.
-fn free_swapcache_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
+/// `__remove_mapping` for a locked, isolated, unmapped swap-cache page whose contents are in
+/// its slot: if only the swap cache's and the isolation's references remain (frozen to zero
+/// with one compare-and-swap), the page leaves the swap cache with a shadow entry and is
+/// freed. Otherwise someone (a swap-in) holds it: it stays.
+fn remove_swapcache_mapping(k: &Kernel, cpu: CpuId, pfn: Pfn, entry: SwapEntry) -> Verdict {
     let page = &k.mem().pages()[pfn];
-    if page.mapcount.load(Relaxed) != 0 {
-        return Verdict::Keep;
-    }
     let swap = k.swap().expect("a swap-cache page implies a swap device");
-    let entry = swap_entry_of(k, pfn);
     if page
         .refcount
         .compare_exchange(2, 0, AcqRel, Relaxed)
@@ -490,6 +479,17 @@ fn free_swapcache_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
     page.unlock();
     k.mem().free_frozen_pages(cpu, pfn, 0);
     Verdict::Freed
+}
+
+/// A locked, isolated page already in the swap cache and unmapped (an earlier reclaim could
+/// not free it because someone held a reference, or a swap-in found its PTE gone): its
+/// contents are in its slot, so it can be freed like a page just written out.
+fn free_swapcache_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
+    let page = &k.mem().pages()[pfn];
+    if page.mapcount.load(Relaxed) != 0 {
+        return Verdict::Keep;
+    }
+    remove_swapcache_mapping(k, cpu, pfn, swap_entry_of(k, pfn))
 }
 
 /// Take a page the caller has locked out of the swap cache and drop the cache's reference
