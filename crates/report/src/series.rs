@@ -1,0 +1,509 @@
+//! The numbers every plot is drawn from: each label's samples pooled per origin, mode and task
+//! count, summarised as mmtests summarises them (Hmean ± HStddev for rates, Amean ± Stddev for
+//! times, as [`pagelab_bench::compare`] does), and each label's percent change against the
+//! baseline with compare's sign convention (positive is better) and significance rule.
+//!
+//! Samples of one label are split by [`Source`], not pooled across it: a number measured here
+//! and one projected for a big machine under the same label are different curves, and a plot
+//! must show them as such.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap};
+
+use pagelab_bench::results::{Origin, StoredRun};
+use pagelab_bench::stats::{self, Significance};
+use serde::Serialize;
+
+use crate::Results;
+
+/// Where a curve's numbers come from: measured here, imported from the real tools on some
+/// machine, or projected by the projector for a machine description.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Source {
+    pub origin: Origin,
+    /// The machine description's name (projected), or what the importer said about the
+    /// machine (imported); `None` for measured runs, whose host facts are stored with them.
+    pub machine: Option<String>,
+}
+
+impl Source {
+    /// The source of a stored run.
+    pub fn of(run: &StoredRun) -> Source {
+        Source {
+            origin: run.meta.origin,
+            machine: match run.meta.origin {
+                Origin::Measured => None,
+                Origin::Projected | Origin::Imported => run.meta.machine.clone(),
+            },
+        }
+    }
+
+    pub fn measured() -> Source {
+        Source {
+            origin: Origin::Measured,
+            machine: None,
+        }
+    }
+
+    /// Measured first, then imported, then projected: what was seen before what was computed.
+    fn rank(&self) -> u8 {
+        match self.origin {
+            Origin::Measured => 0,
+            Origin::Imported => 1,
+            Origin::Projected => 2,
+        }
+    }
+
+    /// `measured`, `imported (machine)`, `projected for machine`: how legends and headings name
+    /// the source.
+    pub fn describe(&self) -> String {
+        match (self.origin, &self.machine) {
+            (Origin::Measured, _) => "measured".into(),
+            (Origin::Imported, Some(m)) => format!("imported ({m})"),
+            (Origin::Imported, None) => "imported".into(),
+            (Origin::Projected, Some(m)) => format!("projected for {m}"),
+            (Origin::Projected, None) => "projected".into(),
+        }
+    }
+}
+
+impl Ord for Source {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.rank(), &self.machine).cmp(&(other.rank(), &other.machine))
+    }
+}
+
+impl PartialOrd for Source {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// mmtests' summary of one sample set: `(Hmean, HStddev)` for rates (higher is better),
+/// `(Amean, Stddev)` otherwise.
+pub fn summarise(samples: &[f64], higher_is_better: bool) -> (f64, f64) {
+    if higher_is_better {
+        (stats::hmean(samples), stats::hstddev(samples))
+    } else {
+        (stats::amean(samples), stats::stddev(samples))
+    }
+}
+
+/// What [`summarise`] computes, for axis titles: `Hmean ± HStddev`.
+pub fn summary_name(higher_is_better: bool) -> &'static str {
+    if higher_is_better {
+        "Hmean ± HStddev"
+    } else {
+        "Amean ± Stddev"
+    }
+}
+
+/// One task count of a curve.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Point {
+    pub tasks: u32,
+    pub mean: f64,
+    pub spread: f64,
+    pub samples: Vec<f64>,
+}
+
+/// One curve: a label's samples from one source, in one mode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Series {
+    pub label: String,
+    /// Its position in [`Results::labels`]: 0 is the baseline; it also picks the colour.
+    pub label_index: usize,
+    pub source: Source,
+    /// By task count.
+    pub points: Vec<Point>,
+}
+
+/// The curves of one mode (processes or threads).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Panel {
+    pub mode: String,
+    /// By label, then source.
+    pub series: Vec<Series>,
+}
+
+/// Everything measured of one metric of one workload: one panel per mode.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Chart {
+    pub workload: String,
+    pub metric: String,
+    pub higher_is_better: bool,
+    /// By mode name.
+    pub panels: Vec<Panel>,
+}
+
+/// Narrows what [`charts`] returns; `None` keeps everything.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    pub metric: Option<String>,
+    pub mode: Option<String>,
+}
+
+/// The charts of the selected results: one per (workload, metric), in the order the samples
+/// first name them (as compare orders its rows); samples of labels not selected are ignored.
+pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
+    let source_of: HashMap<i64, Source> = res.runs.iter().map(|r| (r.id, Source::of(r))).collect();
+    type Key<'a> = (&'a str, &'a str, bool);
+    // (workload, metric, higher) -> mode -> (label index, source) -> tasks -> samples
+    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, Vec<f64>>>;
+    let mut order: Vec<Key> = Vec::new();
+    let mut groups: HashMap<Key, BTreeMap<&str, Curves>> = HashMap::new();
+    for s in &res.samples {
+        let Some(label_index) = res.labels.iter().position(|l| *l == s.label) else {
+            continue;
+        };
+        if f.metric.as_ref().is_some_and(|m| *m != s.key.metric)
+            || f.mode.as_ref().is_some_and(|m| *m != s.key.mode)
+        {
+            continue;
+        }
+        let source = source_of.get(&s.run_id).cloned().unwrap_or(Source {
+            origin: s.origin,
+            machine: None,
+        });
+        let key = (
+            s.workload.as_str(),
+            s.key.metric.as_str(),
+            s.key.higher_is_better,
+        );
+        if !order.contains(&key) {
+            order.push(key);
+        }
+        groups
+            .entry(key)
+            .or_default()
+            .entry(&s.key.mode)
+            .or_default()
+            .entry((label_index, source))
+            .or_default()
+            .entry(s.key.tasks)
+            .or_default()
+            .push(s.value);
+    }
+    order
+        .into_iter()
+        .map(|key @ (workload, metric, higher_is_better)| {
+            let modes = groups.remove(&key).unwrap_or_default();
+            let panels = modes
+                .into_iter()
+                .map(|(mode, curves)| Panel {
+                    mode: mode.to_string(),
+                    series: curves
+                        .into_iter()
+                        .map(|((label_index, source), by_tasks)| Series {
+                            label: res.labels[label_index].clone(),
+                            label_index,
+                            source,
+                            points: by_tasks
+                                .into_iter()
+                                .map(|(tasks, samples)| {
+                                    let (mean, spread) = summarise(&samples, higher_is_better);
+                                    Point {
+                                        tasks,
+                                        mean,
+                                        spread,
+                                        samples,
+                                    }
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                })
+                .collect();
+            Chart {
+                workload: workload.to_string(),
+                metric: metric.to_string(),
+                higher_is_better,
+                panels,
+            }
+        })
+        .collect()
+}
+
+/// One task count of a change curve.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Change {
+    pub tasks: u32,
+    /// Percent change of the mean against the baseline's, positive when better.
+    pub pct: f64,
+    /// Whether the selected rule calls the difference significant (compare's asterisks).
+    pub significant: bool,
+}
+
+/// A label's change against the baseline label, both from the same source.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChangeSeries {
+    pub label: String,
+    pub label_index: usize,
+    pub source: Source,
+    pub points: Vec<Change>,
+}
+
+impl Panel {
+    /// Each non-baseline curve's percent change against the baseline curve of the same source,
+    /// at the task counts both have: projected numbers are compared with projected ones for
+    /// the same machine, never with what was measured here.
+    pub fn changes(&self, higher_is_better: bool, rule: Significance) -> Vec<ChangeSeries> {
+        self.series
+            .iter()
+            .filter(|s| s.label_index != 0)
+            .filter_map(|s| {
+                let base = self
+                    .series
+                    .iter()
+                    .find(|b| b.label_index == 0 && b.source == s.source)?;
+                let points: Vec<Change> = s
+                    .points
+                    .iter()
+                    .filter_map(|p| {
+                        let b = base.points.iter().find(|b| b.tasks == p.tasks)?;
+                        let pct = if b.mean == p.mean {
+                            0.0
+                        } else {
+                            stats::pct_change(b.mean, p.mean, higher_is_better)
+                        };
+                        pct.is_finite().then(|| Change {
+                            tasks: p.tasks,
+                            pct,
+                            significant: stats::significant(
+                                &b.samples,
+                                &p.samples,
+                                higher_is_better,
+                                rule,
+                            ),
+                        })
+                    })
+                    .collect();
+                (!points.is_empty()).then(|| ChangeSeries {
+                    label: s.label.clone(),
+                    label_index: s.label_index,
+                    source: s.source.clone(),
+                    points,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use pagelab_bench::results::{RunMeta, SampleKey, SampleRow, Status};
+
+    pub(crate) fn run(id: i64, label: &str, origin: Origin, machine: Option<&str>) -> StoredRun {
+        StoredRun {
+            id,
+            meta: RunMeta {
+                label: label.into(),
+                workload: "pft".into(),
+                target: "engine".into(),
+                origin,
+                profile: None,
+                profile_toml: None,
+                host_json: None,
+                machine: machine.map(str::to_string),
+                experiment: None,
+                pagelab_version: "0".into(),
+                command: "pagelab run".into(),
+            },
+            status: Status::Complete,
+            started: "2026-01-01T00:00:00Z".into(),
+            finished: None,
+            nr_samples: 0,
+        }
+    }
+
+    pub(crate) fn samples(
+        run: &StoredRun,
+        mode: &str,
+        tasks: u32,
+        metric: &str,
+        values: &[f64],
+    ) -> Vec<SampleRow> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(i, &value)| SampleRow {
+                run_id: run.id,
+                label: run.meta.label.clone(),
+                workload: run.meta.workload.clone(),
+                origin: run.meta.origin,
+                key: SampleKey {
+                    mode: mode.into(),
+                    tasks,
+                    metric: metric.into(),
+                    higher_is_better: !metric.starts_with("latency"),
+                },
+                repeat: 0,
+                seq: i as u32,
+                value,
+            })
+            .collect()
+    }
+
+    /// Two labels measured, the second also projected for a machine, in two modes.
+    pub(crate) fn example() -> Results {
+        let a = run(1, "base", Origin::Measured, None);
+        let b = run(2, "new", Origin::Measured, None);
+        let pa = run(3, "base", Origin::Projected, Some("big-box"));
+        let pb = run(4, "new", Origin::Projected, Some("big-box"));
+        let mut s = Vec::new();
+        for mode in ["processes", "threads"] {
+            s.extend(samples(&a, mode, 1, "faults/sec", &[100.0, 100.0, 100.0]));
+            s.extend(samples(&a, mode, 2, "faults/sec", &[190.0, 200.0, 210.0]));
+            s.extend(samples(&b, mode, 1, "faults/sec", &[110.0, 110.0, 110.0]));
+            s.extend(samples(&b, mode, 2, "faults/sec", &[150.0, 250.0, 200.0]));
+        }
+        for t in [1, 2, 4, 8] {
+            let v = 100.0 * f64::from(t);
+            s.extend(samples(&pa, "threads", t, "faults/sec", &[v, v]));
+            s.extend(samples(
+                &pb,
+                "threads",
+                t,
+                "faults/sec",
+                &[v * 0.9, v * 0.9],
+            ));
+        }
+        Results {
+            labels: vec!["base".into(), "new".into()],
+            runs: vec![a, b, pa, pb],
+            samples: s,
+            counters: Vec::new(),
+            rule: Significance::Interval,
+        }
+    }
+
+    #[test]
+    fn curves_are_split_by_source_and_summarised_as_mmtests_does() {
+        let c = charts(&example(), &Filter::default());
+        assert_eq!(c.len(), 1);
+        let c = &c[0];
+        assert_eq!(
+            (c.workload.as_str(), c.metric.as_str()),
+            ("pft", "faults/sec")
+        );
+        let modes: Vec<&str> = c.panels.iter().map(|p| p.mode.as_str()).collect();
+        assert_eq!(modes, ["processes", "threads"]);
+        let threads = &c.panels[1];
+        let names: Vec<(String, String)> = threads
+            .series
+            .iter()
+            .map(|s| (s.label.clone(), s.source.describe()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("base".into(), "measured".into()),
+                ("base".into(), "projected for big-box".into()),
+                ("new".into(), "measured".into()),
+                ("new".into(), "projected for big-box".into()),
+            ]
+        );
+        // new, 2 tasks: [150, 250, 200] -> Hmean 3 / (1/150 + 1/250 + 1/200) = 191.49
+        let p = &threads.series[2].points[1];
+        assert_eq!(p.tasks, 2);
+        assert!((p.mean - 3.0 / (1.0 / 150.0 + 1.0 / 250.0 + 1.0 / 200.0)).abs() < 1e-9);
+        assert!((p.spread - stats::hstddev(&[150.0, 250.0, 200.0])).abs() < 1e-12);
+        assert_eq!(threads.series[1].points.len(), 4);
+    }
+
+    #[test]
+    fn filters_narrow_to_one_metric_and_mode() {
+        let mut r = example();
+        let extra = samples(&r.runs[0], "threads", 1, "latency-p99-us", &[5.0, 7.0]);
+        r.samples.extend(extra);
+        let all = charts(&r, &Filter::default());
+        assert_eq!(all.len(), 2);
+        assert!(!all[1].higher_is_better);
+        // Times are summarised by Amean and Stddev.
+        let p = &all[1].panels[0].series[0].points[0];
+        assert_eq!((p.mean, p.spread), (6.0, 2f64.sqrt()));
+        let f = Filter {
+            metric: Some("faults/sec".into()),
+            mode: Some("threads".into()),
+        };
+        let one = charts(&r, &f);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].panels.len(), 1);
+        assert_eq!(one[0].panels[0].mode, "threads");
+        let none = Filter {
+            metric: Some("nope".into()),
+            mode: None,
+        };
+        assert!(charts(&r, &none).is_empty());
+    }
+
+    #[test]
+    fn changes_compare_like_with_like_and_use_compares_convention() {
+        let r = example();
+        let c = charts(&r, &Filter::default());
+        let ch = c[0].panels[1].changes(true, Significance::Interval);
+        assert_eq!(ch.len(), 2);
+        assert_eq!(ch[0].source, Source::measured());
+        // 1 task: 110 against 100 is +10%, and with no spread on either side significant.
+        assert!((ch[0].points[0].pct - 10.0).abs() < 1e-9);
+        assert!(ch[0].points[0].significant);
+        // 2 tasks: the spread overlaps: not significant.
+        assert!(!ch[0].points[1].significant);
+        // Projected against projected for the same machine: -10% at every task count.
+        assert_eq!(ch[1].source.describe(), "projected for big-box");
+        assert_eq!(ch[1].points.len(), 4);
+        for p in &ch[1].points {
+            assert!((p.pct + 10.0).abs() < 1e-9, "{p:?}");
+        }
+        // Lower is better: a smaller time is a positive change.
+        let t = Panel {
+            mode: "threads".into(),
+            series: vec![
+                Series {
+                    label: "a".into(),
+                    label_index: 0,
+                    source: Source::measured(),
+                    points: vec![Point {
+                        tasks: 1,
+                        mean: 10.0,
+                        spread: 0.0,
+                        samples: vec![10.0],
+                    }],
+                },
+                Series {
+                    label: "b".into(),
+                    label_index: 1,
+                    source: Source::measured(),
+                    points: vec![Point {
+                        tasks: 1,
+                        mean: 8.0,
+                        spread: 0.0,
+                        samples: vec![8.0],
+                    }],
+                },
+            ],
+        };
+        let ch = t.changes(false, Significance::TTest);
+        assert!((ch[0].points[0].pct - 20.0).abs() < 1e-9);
+        // One sample a side is never significant, as in compare.
+        assert!(!ch[0].points[0].significant);
+    }
+
+    #[test]
+    fn sources_order_and_describe_themselves() {
+        let m = Source::measured();
+        let i = Source {
+            origin: Origin::Imported,
+            machine: None,
+        };
+        let p = Source {
+            origin: Origin::Projected,
+            machine: Some("x".into()),
+        };
+        assert!(m < i && i < p);
+        assert_eq!(i.describe(), "imported");
+        let r = run(9, "l", Origin::Measured, Some("ignored"));
+        assert_eq!(Source::of(&r), m);
+    }
+}
