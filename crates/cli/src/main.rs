@@ -14,6 +14,7 @@ use pagelab_bench::profiles;
 use pagelab_bench::store::Store;
 
 mod measure;
+mod report_cmd;
 mod results_cmd;
 
 fn experiments_cmd(a: ExperimentsArgs) -> Result<(), String> {
@@ -83,6 +84,12 @@ enum Command {
     Export(ExportArgs),
     /// Store results produced by the real tools (will-it-scale, pft) or a plain CSV of samples.
     Import(ImportArgs),
+    /// Plot stored results (SVG or PNG): a metric against the task count per label, or each
+    /// label's percent change against the baseline; LABEL may be an experiment.
+    Plot(report_cmd::PlotArgs),
+    /// Write a self-contained HTML report of stored results: hosts, profiles, comparison
+    /// tables, plots, engine counters, projections; LABEL may be an experiment.
+    Report(report_cmd::ReportArgs),
 }
 
 #[derive(Args)]
@@ -115,27 +122,8 @@ struct ExperimentsArgs {
 
 #[derive(Args)]
 pub(crate) struct CompareArgs {
-    /// Labels to compare, the baseline first (default with --experiment: its profiles).
-    pub(crate) labels: Vec<String>,
-    /// Only runs made for this experiment.
-    #[arg(long)]
-    pub(crate) experiment: Option<String>,
-    /// Only this workload.
-    #[arg(long)]
-    pub(crate) workload: Option<String>,
-    /// Only these run ids (repeatable).
-    #[arg(long = "run", value_name = "ID")]
-    pub(crate) runs: Vec<i64>,
-    /// Only the newest run of each label (and workload) instead of pooling all of them.
-    #[arg(long)]
-    pub(crate) latest: bool,
-    /// Also use runs that were interrupted.
-    #[arg(long)]
-    pub(crate) include_incomplete: bool,
-    /// interval (current mmtests rule) or ttest (the 2018-2024 rule). Default: the
-    /// experiment's rule with --experiment, else interval.
-    #[arg(long)]
-    pub(crate) significance: Option<String>,
+    #[command(flatten)]
+    pub(crate) select: results_cmd::CompareSelect,
     /// text, markdown, json or csv.
     #[arg(long, default_value = "text")]
     pub(crate) format: String,
@@ -421,6 +409,8 @@ fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Runs(a) => results_cmd::runs_cmd(a, db),
         Command::Export(a) => results_cmd::export_cmd(a, db),
         Command::Import(a) => results_cmd::import_cmd(a, db),
+        Command::Plot(a) => report_cmd::plot_cmd(a, db),
+        Command::Report(a) => report_cmd::report_cmd(a, db),
         Command::Experiments(a) => experiments_cmd(a),
         Command::Info(a) => {
             let h = HostInfo::detect();

@@ -1,4 +1,5 @@
-//! Commands over the results store: `compare`, `runs`, `export`, `import`.
+//! Commands over the results store: `compare`, `runs`, `export`, `import`, and the run
+//! selection that `compare`, `plot` and `report` share.
 //!
 //! Reading commands open the store read-only, so they work on a store they may not write and
 //! can never alter it; `import` parses the whole file before it writes anything, and writes the
@@ -7,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
+
+use clap::Args;
 
 use pagelab_bench::compare::{self, Comparison};
 use pagelab_bench::experiments;
@@ -50,45 +53,50 @@ pub fn render(c: &Comparison, f: Format) -> String {
     }
 }
 
-fn open_read(db: Option<&Path>) -> Result<Store, String> {
+pub(crate) fn open_read(db: Option<&Path>) -> Result<Store, String> {
     Store::open_read(&store_path(db)?).map_err(|e| e.to_string())
 }
 
-/// The runs a comparison uses: by label (and experiment, workload), complete ones unless asked,
-/// optionally only the newest per (label, workload).
-fn select_runs(
-    store: &Store,
-    a: &CompareArgs,
-    labels: &[String],
-) -> Result<Vec<StoredRun>, String> {
-    let mut runs = store
-        .runs(&RunFilter {
-            ids: a.runs.clone(),
-            labels: labels.to_vec(),
-            workload: a.workload.clone(),
-            experiment: a.experiment.clone(),
-            ..RunFilter::default()
-        })
-        .map_err(|e| e.to_string())?;
-    runs.retain(|r| {
-        r.status == Status::Complete || (a.include_incomplete && r.status == Status::Incomplete)
-    });
-    if a.latest {
-        let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
-        for r in &runs {
-            let e = newest
-                .entry((r.meta.label.clone(), r.meta.workload.clone()))
-                .or_insert(r.id);
-            *e = (*e).max(r.id);
-        }
-        runs.retain(|r| newest.values().any(|&id| id == r.id));
-    }
-    Ok(runs)
+/// Which runs a comparison (and a plot or report) uses; every filter narrows the selection.
+#[derive(Args, Clone, Debug)]
+pub(crate) struct CompareSelect {
+    /// Labels to compare, the baseline first (default with --experiment: its profiles).
+    pub(crate) labels: Vec<String>,
+    /// Only runs made for this experiment.
+    #[arg(long)]
+    pub(crate) experiment: Option<String>,
+    /// Only this workload.
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// Only these run ids (repeatable).
+    #[arg(long = "run", value_name = "ID")]
+    pub(crate) runs: Vec<i64>,
+    /// Only the newest run of each label (and workload) instead of pooling all of them.
+    #[arg(long)]
+    pub(crate) latest: bool,
+    /// Also use runs that were interrupted.
+    #[arg(long)]
+    pub(crate) include_incomplete: bool,
+    /// interval (current mmtests rule) or ttest (the 2018-2024 rule). Default: the
+    /// experiment's rule with --experiment, else interval.
+    #[arg(long)]
+    pub(crate) significance: Option<String>,
 }
 
-pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
-    let format = parse_format(&a.format)?;
-    let mut a = a;
+/// What a comparison works on: the store (read-only), the labels with the baseline first, the
+/// significance rule and the selected runs.
+pub(crate) struct Selection {
+    pub(crate) store: Store,
+    pub(crate) labels: Vec<String>,
+    pub(crate) rule: stats::Significance,
+    pub(crate) runs: Vec<StoredRun>,
+}
+
+/// Resolves a comparison's selection as `compare` does: an experiment (name or path) gives its
+/// name, rule and default labels; every label must be in the store; only complete runs (unless
+/// asked), optionally only the newest per (label, workload). Opens the store read-only.
+pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, String> {
+    let mut a = a.clone();
     let mut labels = a.labels.clone();
     // An experiment given by path is stored under its name.
     let exp = a.experiment.as_deref().map(experiments::load).transpose()?;
@@ -129,13 +137,45 @@ pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
             }
         ));
     }
-    let runs = select_runs(&store, &a, &labels)?;
+    let mut runs = store
+        .runs(&RunFilter {
+            ids: a.runs.clone(),
+            labels: labels.to_vec(),
+            workload: a.workload.clone(),
+            experiment: a.experiment.clone(),
+            ..RunFilter::default()
+        })
+        .map_err(|e| e.to_string())?;
+    runs.retain(|r| {
+        r.status == Status::Complete || (a.include_incomplete && r.status == Status::Incomplete)
+    });
+    if a.latest {
+        let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for r in &runs {
+            let e = newest
+                .entry((r.meta.label.clone(), r.meta.workload.clone()))
+                .or_insert(r.id);
+            *e = (*e).max(r.id);
+        }
+        runs.retain(|r| newest.values().any(|&id| id == r.id));
+    }
     if runs.is_empty() {
         return Err("no complete run matches; `pagelab runs` lists what is stored (add --include-incomplete for interrupted runs)".into());
     }
-    let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
-    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
-    let c = compare::build(&samples, &labels, rule)?;
+    Ok(Selection {
+        store,
+        labels,
+        rule,
+        runs,
+    })
+}
+
+pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
+    let format = parse_format(&a.format)?;
+    let sel = select(&a.select, db)?;
+    let ids: Vec<i64> = sel.runs.iter().map(|r| r.id).collect();
+    let samples = sel.store.samples(&ids).map_err(|e| e.to_string())?;
+    let c = compare::build(&samples, &sel.labels, sel.rule)?;
     print!("{}", render(&c, format));
     Ok(())
 }

@@ -1,0 +1,322 @@
+//! `pagelab plot` and `pagelab report`: stored results drawn and written up.
+//!
+//! Both select runs exactly as `compare` does ([`results_cmd::select`]), open the store
+//! read-only, and write nothing but the files asked for, each only once it is complete in
+//! memory, so that bad input leaves neither the store nor half a file behind. Both also accept
+//! an experiment in place of the labels (`pagelab report pft-pvl-2023`), which then stands for
+//! every label stored for it: its profiles first, then for instance the projector's labels.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use pagelab_bench::experiments;
+use pagelab_bench::results::{Origin, RunFilter};
+use pagelab_report::Results;
+use pagelab_report::html::{self, ExperimentInfo, Meta};
+use pagelab_report::plot::{self, Format, Kind};
+use pagelab_report::provenance;
+use pagelab_report::series::{self, Filter};
+
+use crate::command_line;
+use crate::results_cmd::{self, CompareSelect, open_read};
+
+#[derive(Args)]
+pub(crate) struct PlotArgs {
+    #[command(flatten)]
+    pub(crate) select: CompareSelect,
+    /// Only this metric (faults/sec, faults/cpu, ops/sec, ...); default: every metric.
+    #[arg(long)]
+    pub(crate) metric: Option<String>,
+    /// Only this mode (processes or threads); default: one panel per mode.
+    #[arg(long)]
+    pub(crate) mode: Option<String>,
+    /// Only runs of this origin: measured, projected or imported; default: all, drawn apart.
+    #[arg(long)]
+    pub(crate) origin: Option<String>,
+    /// scaling (the metric against the task count, with error bars and perfect scaling) or
+    /// change (percent change of each label against the baseline, positive is better).
+    #[arg(long, default_value = "scaling")]
+    pub(crate) kind: String,
+    /// svg or png. Default: the extension of --out, else svg.
+    #[arg(long)]
+    pub(crate) format: Option<String>,
+    /// A .svg or .png file for a single plot, or a directory that gets one file per workload
+    /// and metric (created if missing).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct ReportArgs {
+    #[command(flatten)]
+    pub(crate) select: CompareSelect,
+    /// The directory the report is written to (as report.html; created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: PathBuf,
+}
+
+/// `pagelab report EXPERIMENT` and `pagelab plot EXPERIMENT`: a single name that is not a
+/// stored label but names an experiment is taken as `--experiment`; with an experiment and no
+/// labels, the labels are the experiment's profiles, then every other label stored for it.
+/// Labels not in the store are left out (its profiles may not all have been run).
+fn resolve(mut sel: CompareSelect, db: Option<&Path>, what: &str) -> Result<CompareSelect, String> {
+    let store = open_read(db)?;
+    let known: Vec<String> = store
+        .labels()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(l, _)| l)
+        .collect();
+    if sel.experiment.is_none()
+        && let [name] = sel.labels.as_slice()
+        && !known.contains(name)
+        && experiments::load(name).is_ok()
+    {
+        sel.experiment = Some(name.clone());
+        sel.labels.clear();
+    }
+    if sel.labels.is_empty() {
+        let Some(name) = &sel.experiment else {
+            return Err(format!(
+                "nothing to {what}: name labels (baseline first) or an experiment; `pagelab runs` lists the labels"
+            ));
+        };
+        let exp = experiments::load(name)?;
+        let mut labels: Vec<String> = exp.profiles.iter().map(|p| p.name.clone()).collect();
+        let runs = store
+            .runs(&RunFilter {
+                experiment: Some(exp.name.clone()),
+                ..RunFilter::default()
+            })
+            .map_err(|e| e.to_string())?;
+        for r in runs {
+            if !labels.contains(&r.meta.label) {
+                labels.push(r.meta.label);
+            }
+        }
+        labels.retain(|l| known.contains(l));
+        if labels.is_empty() {
+            return Err(format!(
+                "nothing to {what}: no run of experiment {} is stored; run `pagelab reproduce {}` first",
+                exp.name, exp.name
+            ));
+        }
+        sel.labels = labels;
+    }
+    Ok(sel)
+}
+
+/// The selected runs with their samples (and, for reports, counters).
+fn results(sel: &CompareSelect, db: Option<&Path>, counters: bool) -> Result<Results, String> {
+    let s = results_cmd::select(sel, db)?;
+    let ids: Vec<i64> = s.runs.iter().map(|r| r.id).collect();
+    let samples = s.store.samples(&ids).map_err(|e| e.to_string())?;
+    let counters = if counters {
+        s.store.counters(&ids).map_err(|e| e.to_string())?
+    } else {
+        Vec::new()
+    };
+    Ok(Results {
+        labels: s.labels,
+        runs: s.runs,
+        samples,
+        counters,
+        rule: s.rule,
+    })
+}
+
+/// A file-name-safe form of a stored name: `faults/sec` -> `faults-sec`.
+fn file_part(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let trimmed = cleaned.trim_matches(|c| c == '-' || c == '.');
+    if trimmed.is_empty() {
+        "x".into()
+    } else {
+        trimmed.chars().take(60).collect()
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+fn create_dir(dir: &Path) -> Result<(), String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "{} exists and is not a directory; give a directory (or for one plot a .svg or .png file)",
+            dir.display()
+        ));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))
+}
+
+pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
+    let kind: Kind = a.kind.parse()?;
+    let origin: Option<Origin> = a.origin.as_deref().map(str::parse).transpose()?;
+    let ext = a
+        .out
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    let file_format = match ext.as_deref() {
+        Some("svg") => Some(Format::Svg),
+        Some("png") => Some(Format::Png),
+        _ => None,
+    };
+    let format = match (
+        a.format.as_deref().map(str::parse::<Format>).transpose()?,
+        file_format,
+    ) {
+        (Some(f), Some(g)) if f != g => {
+            return Err(format!(
+                "--format {f} does not match the file name {}",
+                a.out.display()
+            ));
+        }
+        (Some(f), _) | (None, Some(f)) => f,
+        (None, None) => Format::Svg,
+    };
+    let sel = resolve(a.select, db, "plot")?;
+    let mut res = results(&sel, db, false)?;
+    if let Some(o) = origin {
+        res.runs.retain(|r| r.meta.origin == o);
+        res.samples.retain(|s| s.origin == o);
+        if res.samples.is_empty() {
+            return Err(format!(
+                "nothing to plot: no {o} samples in the selected runs"
+            ));
+        }
+    }
+    let filter = Filter {
+        metric: a.metric.clone(),
+        mode: a.mode.clone(),
+    };
+    let charts = series::charts(&res, &filter);
+    if charts.is_empty() {
+        let all = series::charts(&res, &Filter::default());
+        let mut metrics: Vec<&str> = all.iter().map(|c| c.metric.as_str()).collect();
+        metrics.dedup();
+        let mut modes: Vec<&str> = all
+            .iter()
+            .flat_map(|c| c.panels.iter().map(|p| p.mode.as_str()))
+            .collect();
+        modes.sort_unstable();
+        modes.dedup();
+        return Err(format!(
+            "nothing to plot: no samples{}{} in the selected runs; metrics: {}; modes: {}",
+            a.metric
+                .as_deref()
+                .map_or(String::new(), |m| format!(" of metric `{m}`")),
+            a.mode
+                .as_deref()
+                .map_or(String::new(), |m| format!(" in mode `{m}`")),
+            metrics.join(", "),
+            modes.join(", ")
+        ));
+    }
+    if file_format.is_some() && charts.len() > 1 {
+        let names: Vec<String> = charts
+            .iter()
+            .map(|c| format!("{} {}", c.workload, c.metric))
+            .collect();
+        return Err(format!(
+            "{} plots match ({}); give a directory to --out, or choose one with --workload and --metric",
+            charts.len(),
+            names.join(", ")
+        ));
+    }
+    let baseline = res.labels[0].clone();
+    // Render everything first: a failure leaves no file behind.
+    let mut files = Vec::new();
+    for chart in &charts {
+        let ctx = plot::Context {
+            baseline: baseline.clone(),
+            provenance: provenance::summary(
+                res.runs
+                    .iter()
+                    .filter(|r| r.meta.workload == chart.workload),
+            ),
+            rule: res.rule,
+        };
+        let bytes = plot::render(chart, kind, format, &ctx)?;
+        let path = match file_format {
+            Some(_) => a.out.clone(),
+            None => a.out.join(format!(
+                "{}_{}_{}.{}",
+                file_part(&chart.workload),
+                file_part(&chart.metric),
+                kind.as_str(),
+                format.extension()
+            )),
+        };
+        files.push((path, bytes));
+    }
+    if file_format.is_none() {
+        create_dir(&a.out)?;
+    }
+    for (path, bytes) in &files {
+        write_file(path, bytes)?;
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
+    if a.out.exists() && !a.out.is_dir() {
+        return Err(format!(
+            "{} exists and is not a directory; --out names the directory the report is written to",
+            a.out.display()
+        ));
+    }
+    let sel = resolve(a.select, db, "report")?;
+    let experiment = sel
+        .experiment
+        .as_deref()
+        .map(experiments::load)
+        .transpose()?;
+    let res = results(&sel, db, true)?;
+    let title = match &experiment {
+        Some(e) => format!("pagelab report: {}", e.name),
+        None => format!("pagelab report: {}", res.labels.join(" vs ")),
+    };
+    let meta = Meta {
+        title,
+        experiment: experiment.map(|e| ExperimentInfo {
+            name: e.name,
+            description: e.description,
+            source: e.source,
+        }),
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: command_line(),
+    };
+    let page = html::render(&res, &meta)?;
+    create_dir(&a.out)?;
+    let path = a.out.join("report.html");
+    write_file(&path, page.as_bytes())?;
+    println!("{}", path.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_parts_are_safe_names() {
+        assert_eq!(file_part("faults/sec"), "faults-sec");
+        assert_eq!(file_part("../../etc"), "etc");
+        assert_eq!(file_part("<b>"), "b");
+        assert_eq!(file_part("///"), "x");
+        assert_eq!(file_part("latency-p99.9-us"), "latency-p99.9-us");
+    }
+}
