@@ -75,6 +75,11 @@ fn resolve(mut sel: CompareSelect, db: Option<&Path>, what: &str) -> Result<Comp
         sel.experiment = Some(name.clone());
         sel.labels.clear();
     }
+    for (i, l) in sel.labels.iter().enumerate() {
+        if sel.labels[..i].contains(l) {
+            return Err(format!("label `{l}` is named twice"));
+        }
+    }
     if sel.labels.is_empty() {
         let Some(name) = &sel.experiment else {
             return Err(format!(

@@ -7,7 +7,8 @@
 //! auto-escaping on every value. Every string from the store (labels, profile names and
 //! descriptions, command lines, host facts, workload and machine names) is user input; the
 //! template never marks anything safe, and plots are embedded as base64 `data:` URIs in `<img>`,
-//! where an SVG cannot run script either.
+//! where an SVG cannot run script either. A Content-Security-Policy forbids script and every
+//! load but `data:` images, so the page stays inert and offline even if markup got in.
 
 use std::collections::BTreeSet;
 
@@ -700,7 +701,13 @@ mod tests {
 
     #[test]
     fn template_never_marks_anything_safe_and_has_no_script() {
-        assert!(!TEMPLATE.contains("safe"), "no |safe in the template");
+        assert!(!TEMPLATE.contains("|safe") && !TEMPLATE.contains("| safe"));
+        // Whatever got in would neither run nor load: no script, nothing from the network.
+        assert!(
+            TEMPLATE.contains(
+                "content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\""
+            )
+        );
         assert!(!TEMPLATE.to_lowercase().contains("<script"));
         assert!(!TEMPLATE.contains("http://") && !TEMPLATE.contains("https://"));
     }
