@@ -241,8 +241,11 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         ));
     }
     let baseline = res.labels[0].clone();
-    // Render everything first: a failure leaves no file behind.
+    // Render everything first: a failure leaves no file behind. In a directory, a chart with
+    // nothing to draw (no change where only the baseline has samples) is skipped with a word
+    // on stderr, as long as something is drawn.
     let mut files = Vec::new();
+    let mut skipped = Vec::new();
     for chart in &charts {
         let ctx = plot::Context {
             baseline: baseline.clone(),
@@ -253,7 +256,14 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
             ),
             rule: res.rule,
         };
-        let bytes = plot::render(chart, kind, format, &ctx)?;
+        let bytes = match plot::render(chart, kind, format, &ctx) {
+            Ok(b) => b,
+            Err(e) if file_format.is_none() => {
+                skipped.push(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let path = match file_format {
             Some(_) => a.out.clone(),
             None => a.out.join(format!(
@@ -265,6 +275,15 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
             )),
         };
         files.push((path, bytes));
+    }
+    if files.is_empty() {
+        return Err(skipped
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "nothing to plot".into()));
+    }
+    for e in &skipped {
+        eprintln!("pagelab: skipped: {e}");
     }
     if file_format.is_none() {
         create_dir(&a.out)?;

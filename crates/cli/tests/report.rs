@@ -292,6 +292,20 @@ fn plot_draws_measured_and_projected_apart_as_svg_and_png() {
         ],
         "no change to plot",
     );
+    let nodir = d.path("no-dir");
+    fails(
+        &db,
+        &[
+            "plot",
+            "a",
+            "--kind",
+            "change",
+            "--out",
+            nodir.to_str().unwrap(),
+        ],
+        "no change to plot",
+    );
+    assert!(!nodir.exists(), "a failed plot created its directory");
     fails(
         &db,
         &["plot", "a", "--origin", "imported", "--out", b],

@@ -386,13 +386,12 @@ impl Figure {
                 seen.sort();
                 for (i, src) in &seen {
                     let (dash, marker) = look(src);
-                    let label = &chart
+                    let label = chart
                         .panels
                         .iter()
                         .flat_map(|p| p.series.iter())
                         .find(|s| s.label_index == *i)
-                        .map_or("", |s| s.label.as_str())
-                        .to_string();
+                        .map_or(String::new(), |s| s.label.clone());
                     legend_items.push((
                         Glyph::Line(colour(*i), dash, Some(marker), 2),
                         format!("{label} ({})", src.describe()),
