@@ -956,6 +956,21 @@ mod tests {
     }
 
     #[test]
+    fn imported_results_get_a_third_style() {
+        let mut r = example();
+        let imp = crate::series::tests::run(5, "base", Origin::Imported, Some("lab"));
+        let extra = crate::series::tests::samples(&imp, "threads", 2, "faults/sec", &[150.0]);
+        r.runs.push(imp);
+        r.samples.extend(extra);
+        let c = &charts(&r, &Filter::default())[0];
+        let svg =
+            String::from_utf8(render(c, Kind::Scaling, Format::Svg, &ctx()).unwrap()).unwrap();
+        assert!(svg.contains("base (imported from lab)"));
+        // Triangles: the legend's and the point's.
+        assert_eq!(svg.matches("<polygon").count(), 2, "{svg}");
+    }
+
+    #[test]
     fn change_plot_marks_significant_points_and_names_the_rule() {
         let c = &charts(&example(), &Filter::default())[0];
         let svg = String::from_utf8(render(c, Kind::Change, Format::Svg, &ctx()).unwrap()).unwrap();

@@ -52,11 +52,7 @@ pub fn summary<'a>(runs: impl IntoIterator<Item = &'a StoredRun>) -> String {
                     hosts.join(" and ")
                 ));
             }
-            Origin::Imported => parts.push(match &s.machine {
-                Some(m) => format!("imported from {m}"),
-                None => "imported".into(),
-            }),
-            Origin::Projected => parts.push(s.describe()),
+            Origin::Imported | Origin::Projected => parts.push(s.describe()),
         }
     }
     parts.join("; ")

@@ -54,12 +54,12 @@ impl Source {
         }
     }
 
-    /// `measured`, `imported (machine)`, `projected for machine`: how legends and headings name
-    /// the source.
+    /// `measured`, `imported from machine`, `projected for machine`: how legends and headings
+    /// name the source.
     pub fn describe(&self) -> String {
         match (self.origin, &self.machine) {
             (Origin::Measured, _) => "measured".into(),
-            (Origin::Imported, Some(m)) => format!("imported ({m})"),
+            (Origin::Imported, Some(m)) => format!("imported from {m}"),
             (Origin::Imported, None) => "imported".into(),
             (Origin::Projected, Some(m)) => format!("projected for {m}"),
             (Origin::Projected, None) => "projected".into(),
@@ -503,6 +503,12 @@ pub(crate) mod tests {
         };
         assert!(m < i && i < p);
         assert_eq!(i.describe(), "imported");
+        let lab = Source {
+            origin: Origin::Imported,
+            machine: Some("lab".into()),
+        };
+        assert_eq!(lab.describe(), "imported from lab");
+        assert_eq!(p.describe(), "projected for x");
         let r = run(9, "l", Origin::Measured, Some("ignored"));
         assert_eq!(Source::of(&r), m);
     }
