@@ -5,7 +5,9 @@
 //!   (mmtests' Hmean ± HStddev for rates, Amean ± Stddev for times) and the baseline's perfect
 //!   scaling as a grey guide;
 //! - [`Kind::Change`]: each label's percent change against the baseline (the first label) per
-//!   task count, positive is better as in `pagelab compare`, significant changes marked `*`.
+//!   task count, positive is better as in `pagelab compare`, significant changes marked `*`;
+//!   numbers from another source are compared among themselves (see
+//!   [`crate::series::Panel::changes`]).
 //!
 //! Task counts go on a log2 axis, where 1, 2, 4, ... are evenly spaced, as scalability plots
 //! usually draw them. A label keeps its colour everywhere; where a number comes from is drawn
@@ -423,6 +425,7 @@ impl Figure {
                 let mut lo: f64 = 0.0;
                 let mut hi: f64 = 0.0;
                 let mut any_star = false;
+                let mut all_changes = Vec::new();
                 for p in &chart.panels {
                     let changes = p.changes(chart.higher_is_better, ctx.rule);
                     let mut curves = Vec::new();
@@ -458,11 +461,12 @@ impl Figure {
                         mode: p.mode.clone(),
                         curves,
                     });
+                    all_changes.extend(changes);
                 }
                 if seen.is_empty() {
                     return Err(format!(
-                        "no change to plot for {} {}: no label besides the baseline `{}` has samples at its task counts from the same source",
-                        chart.workload, chart.metric, ctx.baseline
+                        "no change to plot for {} {}: no two labels have samples at the same task counts from the same source",
+                        chart.workload, chart.metric
                     ));
                 }
                 // The zero line is the baseline itself.
@@ -493,15 +497,20 @@ impl Figure {
                 ));
                 for (i, src) in &seen {
                     let (dash, marker) = look(src);
-                    let label = chart
-                        .panels
+                    let c = all_changes
                         .iter()
-                        .flat_map(|p| p.series.iter())
-                        .find(|s| s.label_index == *i)
-                        .map_or(String::new(), |s| s.label.clone());
+                        .find(|c| c.label_index == *i && c.source == *src);
+                    let label = c.map_or(String::new(), |c| c.label.clone());
+                    // A source without the report's baseline is compared with its own first label.
+                    let against = match c {
+                        Some(c) if c.baseline != ctx.baseline => {
+                            format!(", against {}", c.baseline)
+                        }
+                        _ => String::new(),
+                    };
                     legend_items.push((
                         Glyph::Line(colour(*i), dash, Some(marker), 2),
-                        format!("{label} ({})", src.describe()),
+                        format!("{label} ({}{against})", src.describe()),
                     ));
                 }
                 if any_star {

@@ -234,28 +234,35 @@ pub struct Change {
     pub significant: bool,
 }
 
-/// A label's change against the baseline label, both from the same source.
+/// A label's change against its source's baseline label (see [`Panel::changes`]).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ChangeSeries {
     pub label: String,
     pub label_index: usize,
     pub source: Source,
+    /// The label it is compared with.
+    pub baseline: String,
     pub points: Vec<Change>,
 }
 
 impl Panel {
-    /// Each non-baseline curve's percent change against the baseline curve of the same source,
-    /// at the task counts both have: projected numbers are compared with projected ones for
-    /// the same machine, never with what was measured here.
+    /// Each curve's percent change against its source's baseline, at the task counts both
+    /// have. Projected numbers are compared with projected ones for the same machine, never
+    /// with what was measured here; a source's baseline is its first label, the report's
+    /// baseline where the source has it (the projector stores its own labels,
+    /// `<profile>@<machine>`, whose first is then the reference).
     pub fn changes(&self, higher_is_better: bool, rule: Significance) -> Vec<ChangeSeries> {
         self.series
             .iter()
-            .filter(|s| s.label_index != 0)
             .filter_map(|s| {
                 let base = self
                     .series
                     .iter()
-                    .find(|b| b.label_index == 0 && b.source == s.source)?;
+                    .filter(|b| b.source == s.source)
+                    .min_by_key(|b| b.label_index)?;
+                if base.label_index == s.label_index {
+                    return None;
+                }
                 let points: Vec<Change> = s
                     .points
                     .iter()
@@ -282,6 +289,7 @@ impl Panel {
                     label: s.label.clone(),
                     label_index: s.label_index,
                     source: s.source.clone(),
+                    baseline: base.label.clone(),
                     points,
                 })
             })
@@ -456,6 +464,7 @@ pub(crate) mod tests {
         for p in &ch[1].points {
             assert!((p.pct + 10.0).abs() < 1e-9, "{p:?}");
         }
+        assert_eq!(ch[1].baseline, "base");
         // Lower is better: a smaller time is a positive change.
         let t = Panel {
             mode: "threads".into(),
@@ -488,6 +497,37 @@ pub(crate) mod tests {
         assert!((ch[0].points[0].pct - 20.0).abs() < 1e-9);
         // One sample a side is never significant, as in compare.
         assert!(!ch[0].points[0].significant);
+    }
+
+    /// The projector's own labels (`<profile>@<machine>`): the first of them is the reference
+    /// of the others, as the report's baseline has no projected numbers.
+    #[test]
+    fn a_source_without_the_baseline_compares_against_its_own_first_label() {
+        let mut r = example();
+        r.labels = vec![
+            "base".into(),
+            "new".into(),
+            "base@big-box".into(),
+            "new@big-box".into(),
+        ];
+        for run in &mut r.runs {
+            if run.meta.origin == Origin::Projected {
+                run.meta.label += "@big-box";
+            }
+        }
+        for s in &mut r.samples {
+            if s.origin == Origin::Projected {
+                s.label += "@big-box";
+            }
+        }
+        let c = charts(&r, &Filter::default());
+        let ch = c[0].panels[1].changes(true, Significance::Interval);
+        let got: Vec<(&str, &str)> = ch
+            .iter()
+            .map(|c| (c.label.as_str(), c.baseline.as_str()))
+            .collect();
+        assert_eq!(got, [("new", "base"), ("new@big-box", "base@big-box")]);
+        assert!((ch[1].points[3].pct + 10.0).abs() < 1e-9);
     }
 
     #[test]
