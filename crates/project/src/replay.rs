@@ -410,6 +410,8 @@ struct Sim<'r, 'a> {
     bins: Vec<u64>,
     ops_total: u64,
     stop_at: Option<u64>,
+    /// Cyclic runs: CPUs that have completed their cycle.
+    cycled: usize,
 }
 
 impl<'r, 'a> Sim<'r, 'a> {
@@ -530,6 +532,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             bins: Vec::new(),
             ops_total: 0,
             stop_at: None,
+            cycled: 0,
         }
     }
 
@@ -730,12 +733,22 @@ impl<'r, 'a> Sim<'r, 'a> {
         loop {
             let cpu = &mut self.cpus[c];
             if cpu.left == 0 {
-                cpu.st = St::Done;
+                let first = cpu.finished == 0;
                 cpu.finished = t;
-                if cyclic && self.stop_at.is_none() {
-                    self.stop_at = Some(t);
+                if !cyclic {
+                    cpu.st = St::Done;
+                    return;
                 }
-                return;
+                // A CPU that completed its cycle goes on (the load stays the same); the run
+                // ends when half the CPUs have completed theirs, so that a lucky first CPU
+                // does not cut short what a convoy needs to settle.
+                cpu.left = self.r.progs[cpu.prog].len() as u64;
+                self.cycled += usize::from(first);
+                if self.cycled * 2 >= self.cpus.len() && self.stop_at.is_none() {
+                    self.stop_at = Some(t);
+                    return;
+                }
+                continue;
             }
             let prog = &self.r.progs[cpu.prog];
             if cpu.pc >= prog.len() {
