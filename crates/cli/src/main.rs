@@ -14,6 +14,7 @@ use pagelab_bench::profiles;
 use pagelab_bench::store::Store;
 
 mod measure;
+mod project_cmd;
 mod report_cmd;
 mod results_cmd;
 
@@ -50,7 +51,15 @@ fn experiments_cmd(a: ExperimentsArgs) -> Result<(), String> {
 /// A laboratory for Linux memory-management scalability: the kernel's page allocator, fault and
 /// reclaim paths re-implemented in userspace, with every scalability technique a policy switch.
 #[derive(Parser)]
-#[command(name = "pagelab", version, about, long_about = None)]
+#[command(
+    name = "pagelab",
+    version,
+    about,
+    long_about = None,
+    after_help = "Documentation: docs/user-guide.md (measure, import, compare, write a profile, \
+reproduce, project), docs/model.md (the projector's assumptions and validation), \
+docs/contributor-guide.md (add a switch, a workload, a machine; the testing discipline)."
+)]
 struct Cli {
     /// The results store (SQLite). Default: $PAGELAB_DB, else the user's data directory
     /// (~/.local/share/pagelab/results.db).
@@ -90,6 +99,19 @@ enum Command {
     /// Write a self-contained HTML report of stored results: hosts, profiles, comparison
     /// tables, plots, engine counters, projections; LABEL may be an experiment.
     Report(report_cmd::ReportArgs),
+    /// List the shipped machine descriptions, or print one.
+    Machines(project_cmd::MachinesArgs),
+    /// Measure this host and write its machine description.
+    Calibrate(project_cmd::CalibrateArgs),
+    /// Capture a trace: one task on the engine, its shared-resource events and compute.
+    Capture(project_cmd::CaptureArgs),
+    /// Summarise a trace file.
+    Trace(project_cmd::TraceArgs),
+    /// Project a workload's profiles to a machine description and store the rows (projected).
+    Project(project_cmd::ProjectArgs),
+    /// Project every experiment with a published table and compare; check this host against the
+    /// engine measured here.
+    Validate(project_cmd::ValidateArgs),
 }
 
 #[derive(Args)]
@@ -412,6 +434,12 @@ fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Plot(a) => report_cmd::plot_cmd(a, db),
         Command::Report(a) => report_cmd::report_cmd(a, db),
         Command::Experiments(a) => experiments_cmd(a),
+        Command::Machines(a) => project_cmd::machines_cmd(a),
+        Command::Calibrate(a) => project_cmd::calibrate_cmd(a),
+        Command::Capture(a) => project_cmd::capture_cmd(a),
+        Command::Trace(a) => project_cmd::trace_cmd(a),
+        Command::Project(a) => project_cmd::project_cmd(a, db),
+        Command::Validate(a) => project_cmd::validate_cmd(a),
         Command::Info(a) => {
             let h = HostInfo::detect();
             if a.json {

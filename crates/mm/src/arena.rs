@@ -197,16 +197,20 @@ impl Arena {
     /// `clear_page`: zero a frame.
     #[inline]
     pub fn zero_page(&self, pfn: Pfn) {
+        let span = pagelab_sync::trace::write_span();
         for w in self.words(pfn) {
             w.store(0, Ordering::Relaxed);
         }
+        span.end(PAGE_SIZE as u32);
     }
 
     /// `copy_page`.
     pub fn copy_page(&self, dst: Pfn, src: Pfn) {
+        let span = pagelab_sync::trace::write_span();
         for (d, s) in self.words(dst).iter().zip(self.words(src)) {
             d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
         }
+        span.end(PAGE_SIZE as u32);
     }
 
     /// Whether every word of the frame is zero (tests and invariant checks).

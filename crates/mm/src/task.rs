@@ -110,6 +110,8 @@ impl Task {
 
     /// Take a page fault at `addr` (what an access that missed its translation does).
     pub fn fault(&self, addr: u64, write: bool) -> Result<(), FaultError> {
+        // The exception a real CPU would take here (entry and return are not modelled).
+        pagelab_sync::trace::trap();
         if self.time_faults.get() {
             let t = Instant::now();
             let r = self.fault_untimed(addr, write);

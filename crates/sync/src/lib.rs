@@ -33,6 +33,7 @@ pub mod shim;
 pub mod spinlock;
 pub mod stats;
 pub mod ticket;
+pub mod trace;
 
 pub use backoff::Backoff;
 pub use crossbeam_utils::CachePadded;
@@ -44,3 +45,4 @@ pub use seqcount::SeqCount;
 pub use spinlock::{LockKind, ParseLockKindError, SpinGuard, SpinLock};
 pub use stats::{LockStats, LockStatsSnapshot};
 pub use ticket::{TicketGuard, TicketLock};
+pub use trace::{LockClass, Scope};

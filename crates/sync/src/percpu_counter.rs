@@ -83,6 +83,12 @@ impl PerCpuCounter {
         }
     }
 
+    /// Gives the fold lock its class, so a trace shows the folds into the shared count.
+    pub fn with_class(mut self, class: &'static crate::trace::LockClass) -> Self {
+        self.lock = self.lock.with_class(class);
+        self
+    }
+
     /// A counter with the kernel's [`default_batch`] for `nr_cpus`.
     pub fn with_default_batch(nr_cpus: usize) -> Self {
         Self::new(nr_cpus, default_batch(nr_cpus))

@@ -59,6 +59,7 @@ use crate::shim::atomic::AtomicU64;
 use crate::shim::atomic::Ordering::{Acquire, Relaxed, Release};
 use crate::shim::cell::{ConstPtr, MutPtr, UnsafeCell};
 use crate::stats::{LockStats, LockStatsSnapshot, WaitTimer};
+use crate::trace::{self, Access, LockClass, LockModel};
 
 const WRITER: u64 = 1;
 const ADMIT: u64 = 1 << 1;
@@ -78,6 +79,8 @@ struct Header {
     count: AtomicU64,
     read_stats: LockStats,
     write_stats: LockStats,
+    /// What the semaphore protects and how far it is shared (for [`trace`]).
+    class: &'static LockClass,
 }
 
 /// A reader-writer semaphore protecting a `T`, with the kernel rwsem's single
@@ -112,8 +115,36 @@ impl<T> RwSem<T> {
                 count: AtomicU64::new(0),
                 read_stats: LockStats::new(),
                 write_stats: LockStats::new(),
+                class: &trace::UNCLASSIFIED,
             }),
             data: UnsafeCell::new(data),
+        }
+    }
+
+    /// Gives the semaphore its class (lockdep's `lockdep_set_class`).
+    pub fn with_class(mut self, class: &'static LockClass) -> Self {
+        self.hdr.class = class;
+        self
+    }
+
+    /// This semaphore's class.
+    pub fn class(&self) -> &'static LockClass {
+        self.hdr.class
+    }
+
+    #[inline]
+    fn trace_acquire(&self, access: Access, trylock: bool) {
+        if trace::active() {
+            let id = self as *const Self as usize;
+            trace::acquire(self.hdr.class, id, LockModel::RwSem, access, trylock);
+        }
+    }
+
+    #[inline]
+    fn trace_release(&self, access: Access) {
+        if trace::active() {
+            let id = self as *const Self as usize;
+            trace::release(self.hdr.class, id, LockModel::RwSem, access);
         }
     }
 
@@ -127,6 +158,7 @@ impl<T> RwSem<T> {
         } else {
             self.read_slow(old.wrapping_add(READER_ONE));
         }
+        self.trace_acquire(Access::Shared, false);
         RwSemReadGuard::new(self)
     }
 
@@ -179,6 +211,7 @@ impl<T> RwSem<T> {
             }
         }
         self.hdr.read_stats.record_shared();
+        self.trace_acquire(Access::Shared, true);
         Some(RwSemReadGuard::new(self))
     }
 
@@ -190,6 +223,7 @@ impl<T> RwSem<T> {
         } else {
             self.write_slow();
         }
+        self.trace_acquire(Access::Exclusive, false);
         RwSemWriteGuard::new(self)
     }
 
@@ -231,6 +265,7 @@ impl<T> RwSem<T> {
     pub fn try_write(&self) -> Option<RwSemWriteGuard<'_, T>> {
         if self.try_write_raw() {
             self.hdr.write_stats.record_exclusive();
+            self.trace_acquire(Access::Exclusive, true);
             Some(RwSemWriteGuard::new(self))
         } else {
             None
@@ -403,6 +438,7 @@ impl<T> Drop for RwSemReadGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: `data` is never used again; the access ends inside the critical section.
         unsafe { ManuallyDrop::drop(&mut self.data) };
+        self.sem.trace_release(Access::Shared);
         self.sem.read_unlock();
     }
 }
@@ -440,7 +476,9 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
         let sem = guard.sem;
         // Still exclusive here, so starting the shared access early is fine.
         let reader = RwSemReadGuard::new(sem);
+        sem.trace_release(Access::Exclusive);
         sem.release_writer(READER_ONE);
+        sem.trace_acquire(Access::Shared, false);
         reader
     }
 }
@@ -468,6 +506,7 @@ impl<T> Drop for RwSemWriteGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: `data` is never used again; the access ends inside the critical section.
         unsafe { ManuallyDrop::drop(&mut self.data) };
+        self.sem.trace_release(Access::Exclusive);
         self.sem.release_writer(0);
     }
 }

@@ -14,6 +14,7 @@ use core::str::FromStr;
 use crate::qspinlock::{QueuedSpinGuard, QueuedSpinLock};
 use crate::stats::LockStatsSnapshot;
 use crate::ticket::{TicketGuard, TicketLock};
+use crate::trace::{self, Access, LockClass, LockModel};
 
 /// Which spinlock algorithm a [`SpinLock`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -92,6 +93,8 @@ enum Inner<T> {
 /// ```
 pub struct SpinLock<T> {
     inner: Inner<T>,
+    /// What this lock protects and how far it is shared (for [`trace`]).
+    class: &'static LockClass,
 }
 
 impl<T> SpinLock<T> {
@@ -101,7 +104,38 @@ impl<T> SpinLock<T> {
             LockKind::Ticket => Inner::Ticket(TicketLock::new(data)),
             LockKind::Queued => Inner::Queued(QueuedSpinLock::new(data)),
         };
-        Self { inner }
+        Self {
+            inner,
+            class: &trace::UNCLASSIFIED,
+        }
+    }
+
+    /// Gives the lock its class (lockdep's `lockdep_set_class`): what traces call it and
+    /// how far its instances are shared.
+    pub fn with_class(mut self, class: &'static LockClass) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// This lock's class.
+    pub fn class(&self) -> &'static LockClass {
+        self.class
+    }
+
+    fn model(&self) -> LockModel {
+        match self.inner {
+            Inner::Ticket(_) => LockModel::Ticket,
+            Inner::Queued(_) => LockModel::Queued,
+        }
+    }
+
+    #[inline]
+    fn guard<'a>(&'a self, inner: GuardInner<'a, T>, trylock: bool) -> SpinGuard<'a, T> {
+        let id = self as *const Self as usize;
+        if trace::active() {
+            trace::acquire(self.class, id, self.model(), Access::Exclusive, trylock);
+        }
+        SpinGuard { inner, lock: self }
     }
 
     /// A queued spinlock, the kernel's default `spinlock_t`.
@@ -129,7 +163,7 @@ impl<T> SpinLock<T> {
             Inner::Ticket(l) => GuardInner::Ticket(l.lock()),
             Inner::Queued(l) => GuardInner::Queued(l.lock()),
         };
-        SpinGuard { inner }
+        self.guard(inner, false)
     }
 
     /// Acquires the lock only if that needs no waiting.
@@ -139,7 +173,7 @@ impl<T> SpinLock<T> {
             Inner::Ticket(l) => GuardInner::Ticket(l.try_lock()?),
             Inner::Queued(l) => GuardInner::Queued(l.try_lock()?),
         };
-        Some(SpinGuard { inner })
+        Some(self.guard(inner, true))
     }
 
     /// Whether the lock is held (a snapshot).
@@ -218,6 +252,23 @@ enum GuardInner<'a, T> {
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct SpinGuard<'a, T> {
     inner: GuardInner<'a, T>,
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // Runs before `inner` releases the lock, so the release is stamped inside the hold.
+        if trace::active() {
+            let l = self.lock;
+            trace::release(
+                l.class,
+                l as *const SpinLock<T> as usize,
+                l.model(),
+                Access::Exclusive,
+            );
+        }
+    }
 }
 
 impl<T> Deref for SpinGuard<'_, T> {

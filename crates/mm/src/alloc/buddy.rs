@@ -27,6 +27,10 @@ use pagelab_sync::SpinLock;
 use crate::list::PageList;
 use crate::page::{PageArray, Pfn, pg};
 
+/// `zone->lock`: one per zone, and a zone belongs to one node (a task allocates from its own).
+pub static ZONE_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("zone->lock", pagelab_sync::Scope::Node);
+
 /// Largest block order (`MAX_PAGE_ORDER`): 4 MiB blocks.
 pub const MAX_ORDER: u32 = 10;
 /// Orders above this are "costly" (`PAGE_ALLOC_COSTLY_ORDER`); pcp lists stop here.
@@ -157,7 +161,7 @@ impl Zone {
             end_pfn: end,
             managed,
             wmark: [min_pages, min_pages + step, min_pages + 2 * step],
-            lock: SpinLock::new(spinlock, FreeArea::new()),
+            lock: SpinLock::new(spinlock, FreeArea::new()).with_class(&ZONE_LOCK),
             nr_free: AtomicI64::new(0),
             pageblock_mt: (0..nr_blocks)
                 .map(|_| AtomicU8::new(MigrateType::Movable as u8))

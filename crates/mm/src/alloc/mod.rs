@@ -34,6 +34,10 @@ use buddy::{MAX_ORDER, MigrateType, Wmark, ZONE_BELOW_HIGH, Zone};
 use pcp::{PcpParams, PcpState};
 use prezero::PrezeroPool;
 
+/// `pcp->lock`: one per (zone, CPU), taken by its own CPU (and by remote drains).
+pub static PCP_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("pcp->lock", pagelab_sync::Scope::Cpu);
+
 /// What an allocation asks for (the parts of `gfp_t` the engine models).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gfp {
@@ -300,10 +304,10 @@ impl Mem {
             .collect();
         let pcp = (0..zones.len() * cfg.nr_cpus)
             .map(|i| {
-                CachePadded::new(SpinLock::new(
-                    kind,
-                    PcpState::new(&pcp_params[i / cfg.nr_cpus]),
-                ))
+                CachePadded::new(
+                    SpinLock::new(kind, PcpState::new(&pcp_params[i / cfg.nr_cpus]))
+                        .with_class(&PCP_LOCK),
+                )
             })
             .collect();
         let zonelists = (0..cfg.nr_cpus)

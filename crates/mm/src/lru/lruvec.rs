@@ -177,6 +177,13 @@ impl Lruvec {
     }
 }
 
+/// `lru_lock` when one protects every lruvec (`lock_scope = "global"`).
+pub static LRU_LOCK_GLOBAL: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("lru_lock", pagelab_sync::Scope::Machine);
+/// `lru_lock` per node (`pgdat->lru_lock`) or per (memcg, node) (`lruvec->lru_lock`).
+pub static LRU_LOCK_NODE: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("lru_lock", pagelab_sync::Scope::Node);
+
 /// A `lru_lock` and the lruvecs it protects.
 pub enum LruLock {
     /// `spinlock_t lru_lock`.
@@ -186,12 +193,19 @@ pub enum LruLock {
 }
 
 impl LruLock {
-    pub fn new(concurrent: bool, kind: LockKind, nr_lruvecs: usize) -> Self {
+    /// `global`: one lock for the machine, else one per node (or per memcg and node, which
+    /// for tasks of one memcg is also one per node).
+    pub fn new(concurrent: bool, kind: LockKind, nr_lruvecs: usize, global: bool) -> Self {
         let v: Box<[Lruvec]> = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
-        if concurrent {
-            LruLock::Rw(CachePadded::new(RwSem::new(v)))
+        let class = if global {
+            &LRU_LOCK_GLOBAL
         } else {
-            LruLock::Spin(CachePadded::new(SpinLock::new(kind, v)))
+            &LRU_LOCK_NODE
+        };
+        if concurrent {
+            LruLock::Rw(CachePadded::new(RwSem::new(v).with_class(class)))
+        } else {
+            LruLock::Spin(CachePadded::new(SpinLock::new(kind, v).with_class(class)))
         }
     }
 

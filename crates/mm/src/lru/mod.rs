@@ -70,6 +70,10 @@ use lruvec::{LruLock, Lruvec};
 use stats::LruEvents;
 pub use stats::{LruEvent, LruStats};
 
+/// The per-CPU LRU add batch (`cpu_fbatches.lru_add`; a local lock in the kernel).
+pub static LRU_BATCH: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("lru add batch", pagelab_sync::Scope::Cpu);
+
 /// The LRU lists of an lruvec: the classic four (`enum lru_list`, without the unevictable
 /// list) and, when MGLRU is on, `lrugen->folios[gen][type]` for the four generations (one zone
 /// per node here, so no zone index).
@@ -245,7 +249,14 @@ impl Lru {
         };
         let concurrent = policy.release == LruRelease::Concurrent;
         let locks = (0..nr_locks)
-            .map(|_| LruLock::new(concurrent, spinlock, per_lock))
+            .map(|_| {
+                LruLock::new(
+                    concurrent,
+                    spinlock,
+                    per_lock,
+                    policy.lock_scope == LruLockScope::Global,
+                )
+            })
             .collect();
         let nr_cpus = mem.nr_cpus();
         Lru {
@@ -258,7 +269,9 @@ impl Lru {
             nr_nodes,
             nr_memcgs,
             locks,
-            batches: PerCpu::new(nr_cpus, |_| SpinLock::new(spinlock, Batch::new())),
+            batches: PerCpu::new(nr_cpus, |_| {
+                SpinLock::new(spinlock, Batch::new()).with_class(&LRU_BATCH)
+            }),
             events: LruEvents::new(nr_cpus),
             #[cfg(loom)]
             loom_point: pagelab_sync::shim::atomic::AtomicU32::new(0),

@@ -29,6 +29,10 @@ use crate::kernel::Kernel;
 use crate::page::{Pfn, pg};
 use crate::vmstat::VmEvent;
 
+/// `mapping->i_pages` lock: one per file.
+pub static I_PAGES: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("i_pages", pagelab_sync::Scope::Private);
+
 /// A file with a page cache (`struct address_space` of an inode).
 pub struct File {
     kernel: std::sync::Weak<Kernel>,
@@ -62,7 +66,8 @@ impl File {
             id,
             nr_pages,
             cache: (0..nr_pages).map(|_| AtomicU32::new(0)).collect(),
-            i_pages: SpinLock::new(kind, ()),
+            // A file's cache lock; each task of the projected workloads maps its own file.
+            i_pages: SpinLock::new(kind, ()).with_class(&I_PAGES),
             store: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }

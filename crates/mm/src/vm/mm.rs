@@ -38,6 +38,13 @@ use crate::vm::vma::{Vma, VmaBacking, VmaTree};
 use crate::vm::vma_lock::{MmLockSeq, VmaLockKind};
 use crate::vmstat::VmEvent;
 
+/// `mm->mmap_lock`, a sleeping rwsem whose reader count is one shared line.
+pub static MMAP_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::sleeping("mmap_lock", pagelab_sync::Scope::Mm);
+/// The reverse map's per-mm lock (standing in for `anon_vma->rwsem`).
+pub static RMAP_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::sleeping("rmap_lock", pagelab_sync::Scope::Mm);
+
 /// Lowest address mmap hands out (`mmap_min_addr` and then some).
 pub const MMAP_MIN: u64 = 0x1000_0000;
 /// Top of the mmap area (below the stack, as `mmap_base`).
@@ -117,10 +124,10 @@ impl Mm {
         )?;
         Ok(Mm {
             id: k.next_id(),
-            mmap_lock: RwSem::new(()),
+            mmap_lock: RwSem::new(()).with_class(&MMAP_LOCK),
             mm_lock_seq: MmLockSeq::new(),
             vmas: RcuCell::new(k.rcu(), VmaTree::new()),
-            rmap_lock: RwSem::new(()),
+            rmap_lock: RwSem::new(()).with_class(&RMAP_LOCK),
             memcg: AtomicU32::new(crate::reclaim::memcg::ROOT_MEMCG),
             pgtable,
             rss: Rss::new(p.mm.rss, k.nr_cpus()),

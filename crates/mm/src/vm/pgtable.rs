@@ -82,6 +82,14 @@ use crate::cpu::CpuId;
 use crate::page::{PAGE_SHIFT, PAGE_SIZE, Pfn, pg};
 use crate::policy::Ptl;
 
+/// A split PTE-table lock (`ptlock_ptr`): one per table page, and the workloads the projector
+/// replays fault disjoint ranges per task, so each task has its own tables.
+pub static PTE_PTL: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("ptl", pagelab_sync::Scope::Private);
+/// `mm->page_table_lock`: one per address space.
+pub static PAGE_TABLE_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("page_table_lock", pagelab_sync::Scope::Mm);
+
 /// Entries per table at every level (`PTRS_PER_PTE` and friends).
 pub const PTRS_PER_TABLE: usize = 512;
 /// Address bits resolved by one level.
@@ -337,7 +345,7 @@ impl SplitPtl {
     pub fn new(nr_pages: usize, kind: LockKind) -> Self {
         SplitPtl {
             locks: (0..nr_pages)
-                .map(|_| PtlCell(SpinLock::new(kind, ())))
+                .map(|_| PtlCell(SpinLock::new(kind, ()).with_class(&PTE_PTL)))
                 .collect(),
         }
     }
@@ -456,7 +464,7 @@ impl PageTable {
             mode,
             split,
             mm: CachePadded::new(MmPtl {
-                page_table_lock: SpinLock::new(kind, ()),
+                page_table_lock: SpinLock::new(kind, ()).with_class(&PAGE_TABLE_LOCK),
                 nr_tables: AtomicUsize::new(1),
                 install_races: AtomicU64::new(0),
             }),

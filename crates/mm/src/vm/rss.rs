@@ -23,6 +23,10 @@ use pagelab_sync::shim::atomic::{AtomicI64, Ordering};
 use crate::cpu::CpuId;
 use crate::policy::RssCounter;
 
+/// `mm->rss_stat`: the mm's shared counters (or, per-CPU, the lock their folds take).
+pub static RSS_STAT: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("rss_stat", pagelab_sync::Scope::Mm);
+
 /// `NR_MM_COUNTERS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RssType {
@@ -58,7 +62,7 @@ impl Rss {
             RssCounter::PerCpu => {
                 let batch = pagelab_sync::default_batch(nr_cpus);
                 Rss::PerCpu(Box::new(std::array::from_fn(|_| {
-                    PerCpuCounter::new(nr_cpus, batch)
+                    PerCpuCounter::new(nr_cpus, batch).with_class(&RSS_STAT)
                 })))
             }
         }
@@ -69,6 +73,7 @@ impl Rss {
     pub fn add(&self, task: &TaskRss, cpu: CpuId, t: RssType, v: i64) {
         match self {
             Rss::Atomic(a) => {
+                pagelab_sync::trace::atomic(&RSS_STAT, &a[t as usize] as *const _ as usize);
                 a[t as usize].fetch_add(v, Ordering::Relaxed);
             }
             Rss::PerThread(_) => {
@@ -85,6 +90,7 @@ impl Rss {
     pub fn add_direct(&self, cpu: CpuId, t: RssType, v: i64) {
         match self {
             Rss::Atomic(a) | Rss::PerThread(a) => {
+                pagelab_sync::trace::atomic(&RSS_STAT, &a[t as usize] as *const _ as usize);
                 a[t as usize].fetch_add(v, Ordering::Relaxed);
             }
             Rss::PerCpu(c) => c[t as usize].add(cpu.idx(), v),
@@ -110,6 +116,7 @@ impl Rss {
             let d = task.delta.replace([0; NR_RSS]);
             for (i, v) in d.iter().enumerate() {
                 if *v != 0 {
+                    pagelab_sync::trace::atomic(&RSS_STAT, &a[i] as *const _ as usize);
                     a[i].fetch_add(*v, Ordering::Relaxed);
                 }
             }

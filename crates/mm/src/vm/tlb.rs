@@ -128,6 +128,8 @@ impl TlbState {
     /// Ask every CPU in user mode except `skip` to flush, and wait for each to acknowledge
     /// (or leave user mode). Counted on `cpu`.
     fn flush_cpus(&self, cpu: CpuId, skip: Option<CpuId>, events: &crate::vmstat::VmEvents) -> u64 {
+        // On a machine, an IPI to every other CPU running the mm; replay decides which.
+        pagelab_sync::trace::tlb_flush(&MM_CPUMASK, self as *const Self as usize);
         let mut sent: Vec<(usize, u64)> = Vec::new();
         for (i, m) in self.cpus.iter().enumerate() {
             if Some(i) != skip.map(CpuId::idx) && m.in_user.load(Ordering::SeqCst) {
@@ -149,6 +151,10 @@ impl TlbState {
         n
     }
 }
+
+/// `mm_cpumask(mm)`: the CPUs a TLB flush of the mm must reach, one set per mm.
+pub static MM_CPUMASK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("tlb shootdown", pagelab_sync::Scope::Mm);
 
 /// Pages waiting to be freed after the TLB flush (`struct mmu_gather`).
 pub struct MmuGather {

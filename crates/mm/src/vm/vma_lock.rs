@@ -24,6 +24,7 @@
 //! (`tests/loom_vma.rs`).
 
 use pagelab_sync::shim::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use pagelab_sync::trace::{Access, LockModel};
 use pagelab_sync::{Backoff, LockStatsSnapshot, RwSem, RwSemReadGuard};
 
 /// `VMA_LOCK_OFFSET`: added to `vm_refcnt` by a writer; readers are refused above it.
@@ -58,6 +59,10 @@ enum Inner {
     },
 }
 
+/// The per-VMA lock (the rwsem of 6.4, or `vm_refcnt` of 6.15): one per VMA.
+pub static VMA_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("vma lock", pagelab_sync::Scope::Vma);
+
 /// A per-VMA read hold; dropping it is `vma_end_read`.
 pub enum VmaReadGuard<'a> {
     Rwsem(RwSemReadGuard<'a, ()>),
@@ -68,6 +73,12 @@ impl Drop for VmaReadGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         if let VmaReadGuard::Refcount(r) = self {
+            pagelab_sync::trace::release(
+                &VMA_LOCK,
+                *r as *const AtomicU32 as usize,
+                LockModel::Refcount,
+                Access::Shared,
+            );
             // Release: the fault's work happens-before a writer's drain observes the drop.
             r.fetch_sub(1, Ordering::Release);
         }
@@ -116,7 +127,7 @@ impl VmaLock {
             vm_lock_seq: AtomicU64::new(0),
             inner: match kind {
                 VmaLockKind::Rwsem => Inner::Rwsem {
-                    lock: RwSem::new(()),
+                    lock: RwSem::new(()).with_class(&VMA_LOCK),
                     detached: AtomicBool::new(false),
                 },
                 VmaLockKind::Refcount => Inner::Refcount {
@@ -158,6 +169,13 @@ impl VmaLock {
                         Err(c) => cur = c,
                     }
                 }
+                pagelab_sync::trace::acquire(
+                    &VMA_LOCK,
+                    refcnt as *const AtomicU32 as usize,
+                    LockModel::Refcount,
+                    Access::Shared,
+                    true,
+                );
                 VmaReadGuard::Refcount(refcnt)
             }
         };
@@ -198,6 +216,7 @@ impl VmaLock {
                 drop(g);
             }
             Inner::Refcount { refcnt } => {
+                pagelab_sync::trace::atomic(&VMA_LOCK, refcnt as *const AtomicU32 as usize);
                 let attached = refcnt.fetch_add(VMA_LOCK_OFFSET, Ordering::Acquire) != 0;
                 let target = VMA_LOCK_OFFSET + u32::from(attached);
                 let mut b = Backoff::new();

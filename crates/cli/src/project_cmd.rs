@@ -1,0 +1,427 @@
+//! The projector's commands: `machines`, `calibrate`, `capture`, `trace`, `project`, `validate`.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use pagelab_bench::compare;
+use pagelab_bench::experiments;
+use pagelab_bench::host::HostInfo;
+use pagelab_bench::profiles;
+use pagelab_bench::run::parse_tasks;
+use pagelab_bench::stats::Significance;
+use pagelab_project::capture::{CaptureSpec, capture};
+use pagelab_project::machine::{self, Machine};
+use pagelab_project::project::{Progress, ProjectSpec, default_label, project, store_projection};
+use pagelab_project::trace::Trace;
+use pagelab_project::validate;
+use pagelab_workloads::{Mode, WorkloadKind};
+
+use crate::measure::check_label;
+use crate::results_cmd::{parse_format, render};
+use crate::{command_line, interrupt_flag, open_store};
+
+#[derive(Args)]
+pub(crate) struct MachinesArgs {
+    /// Print this machine (a shipped name or a .toml path) with every key.
+    machine: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct CalibrateArgs {
+    /// The name of the description written.
+    #[arg(long, default_value = "dev-host")]
+    name: String,
+    /// Write the description here (refused if the file exists, unless --force).
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+    /// Overwrite --out.
+    #[arg(long)]
+    force: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct CaptureArgs {
+    /// page_fault1, page_fault2, page_fault3, pft or pft-vma-per-thread.
+    workload: String,
+    /// The profile (a shipped name or a .toml path).
+    #[arg(long, default_value = "linux-6.7")]
+    profile: String,
+    /// Size the engine's per-CPU structures for this machine's CPU count.
+    #[arg(long, default_value = "dev-host")]
+    machine: String,
+    /// Where to write the trace.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct TraceArgs {
+    /// A trace file written by `pagelab capture`.
+    file: PathBuf,
+}
+
+#[derive(Args)]
+pub(crate) struct ProjectArgs {
+    /// The machine: a shipped name (`pagelab machines`) or a .toml path.
+    #[arg(long)]
+    machine: String,
+    /// Take workload, profiles and modes from this experiment (task counts default to the
+    /// machine's: 1, 2, 4, ... up to its CPUs).
+    #[arg(long)]
+    experiment: Option<String>,
+    /// Or: the workload ...
+    workload: Option<String>,
+    /// ... and its profiles, the baseline first (repeatable).
+    #[arg(long = "profile")]
+    profiles: Vec<String>,
+    /// processes, threads or both (default: the experiment's, else both).
+    #[arg(long)]
+    mode: Option<String>,
+    /// Task counts, mmtests style (1,4,16 or 1..8 or 2..64:2).
+    #[arg(long)]
+    tasks: Option<String>,
+    /// Sample windows (will-it-scale) or seeded repetitions (pft) per row.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    samples: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fixed-work workloads (pft): faults per replayed CPU.
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..))]
+    ops_per_cpu: u64,
+    /// Store under this label instead of `<profile>@<machine>` (one profile only).
+    #[arg(long)]
+    label: Option<String>,
+    /// text, markdown, json or csv.
+    #[arg(long, default_value = "text")]
+    format: String,
+}
+
+#[derive(Args)]
+pub(crate) struct ValidateArgs {
+    /// Only this published table (default: all of them).
+    #[arg(long)]
+    table: Option<String>,
+    /// Skip the self-consistency check (this host projected against the engine measured here).
+    #[arg(long)]
+    no_self_check: bool,
+    /// Skip the published tables (only the self-consistency check).
+    #[arg(long)]
+    self_check_only: bool,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    samples: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..))]
+    ops_per_cpu: u64,
+    /// Also write the reports as JSON here.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+pub(crate) fn machines_cmd(a: MachinesArgs) -> Result<(), String> {
+    match a.machine {
+        None => {
+            for (name, _) in machine::BUILTIN {
+                let m = Machine::load(name)?;
+                println!("{name:<24} {:>4} CPUs  {}", m.nr_cpus(), m.description);
+            }
+        }
+        Some(n) => print!("{}", Machine::load(&n)?.to_toml()),
+    }
+    Ok(())
+}
+
+pub(crate) fn calibrate_cmd(a: CalibrateArgs) -> Result<(), String> {
+    if let Some(out) = &a.out
+        && out.exists()
+        && !a.force
+    {
+        return Err(format!(
+            "{} exists; give --force to overwrite it",
+            out.display()
+        ));
+    }
+    let m = pagelab_project::calibrate::measure_host(&a.name, &mut |what| {
+        eprintln!("pagelab: measuring {what}")
+    })?;
+    let text = format!(
+        "# Measured by `pagelab calibrate --name {}` on {} ({}).\n{}",
+        a.name,
+        HostInfo::detect().hostname,
+        m.cpu.model,
+        m.to_toml()
+    );
+    match a.out {
+        Some(out) => std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+fn projectable(w: &str) -> Result<WorkloadKind, String> {
+    let w: WorkloadKind = w.parse()?;
+    pagelab_project::capture::shape(w)?;
+    Ok(w)
+}
+
+pub(crate) fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
+    let w = projectable(&a.workload)?;
+    let p = profiles::load(&a.profile)?;
+    let m = Machine::load(&a.machine)?;
+    if let Some(dir) = a.out.parent()
+        && !dir.as_os_str().is_empty()
+        && !dir.is_dir()
+    {
+        return Err(format!("{}: no such directory", dir.display()));
+    }
+    eprintln!(
+        "pagelab: capturing {w} with {} ({} virtual CPUs, as {})",
+        p.name,
+        m.nr_cpus(),
+        m.name
+    );
+    let t = capture(&CaptureSpec::new(w, p, m.nr_cpus()))?;
+    t.save(&a.out).map_err(|e| e.to_string())?;
+    let size = std::fs::metadata(&a.out).map_or(0, |m| m.len());
+    print!("{}", t.summary());
+    println!(
+        "wrote {} ({} bytes, {:.1} bytes per {})",
+        a.out.display(),
+        size,
+        size as f64 / t.meta.ops.max(1) as f64,
+        t.meta.op_unit.trim_end_matches('s')
+    );
+    Ok(())
+}
+
+pub(crate) fn trace_cmd(a: TraceArgs) -> Result<(), String> {
+    let t = Trace::load(&a.file).map_err(|e| e.to_string())?;
+    print!("{}", t.summary());
+    Ok(())
+}
+
+fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
+    match s {
+        "both" => Ok(vec![Mode::Processes, Mode::Threads]),
+        m => Ok(vec![m.parse()?]),
+    }
+}
+
+/// Task counts for a machine when none are given: powers of two up to its CPUs, and its CPUs.
+fn machine_tasks(m: &Machine) -> Vec<usize> {
+    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |x| Some(x * 2))
+        .take_while(|&x| x <= m.nr_cpus())
+        .collect();
+    if v.last() != Some(&m.nr_cpus()) {
+        v.push(m.nr_cpus());
+    }
+    v
+}
+
+fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
+    move |p| match p {
+        Progress::Capturing { profile } => {
+            eprintln!("pagelab: {total_label}: capturing a trace of {profile} on the engine")
+        }
+        Progress::Replayed { done, total } => {
+            eprintln!("pagelab: {total_label}: replayed {done}/{total} rows")
+        }
+    }
+}
+
+pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), String> {
+    let m = Machine::load(&a.machine)?;
+    let format = parse_format(&a.format)?;
+    let (workload, profs, modes, experiment, rule) = match (&a.experiment, &a.workload) {
+        (Some(_), Some(_)) => {
+            return Err("give an experiment or a workload with profiles, not both".into());
+        }
+        (Some(e), None) => {
+            if !a.profiles.is_empty() {
+                return Err("--profile does not go with --experiment (it names its own)".into());
+            }
+            let e = experiments::load(e)?;
+            (
+                e.workload,
+                e.profiles.clone(),
+                e.modes.clone(),
+                Some(e.name.clone()),
+                e.significance,
+            )
+        }
+        (None, Some(w)) => {
+            let w: WorkloadKind = w.parse()?;
+            let names = if a.profiles.is_empty() {
+                vec!["linux-6.7".to_string()]
+            } else {
+                a.profiles.clone()
+            };
+            let profs = names
+                .iter()
+                .map(|n| profiles::load(n))
+                .collect::<Result<Vec<_>, _>>()?;
+            let modes = match pagelab_project::capture::shape(w)?.0 {
+                pagelab_project::trace::Window::Cycle => vec![Mode::Processes, Mode::Threads],
+                pagelab_project::trace::Window::Once => vec![Mode::Threads],
+            };
+            (w, profs, modes, None, Significance::Interval)
+        }
+        (None, None) => {
+            return Err("nothing to project: give --experiment NAME or a workload".into());
+        }
+    };
+    let modes = match &a.mode {
+        Some(s) => parse_modes(s)?,
+        None => modes,
+    };
+    let tasks = match &a.tasks {
+        Some(t) => parse_tasks(t)?,
+        None => machine_tasks(&m),
+    };
+    if a.label.is_some() && profs.len() > 1 {
+        return Err(
+            "--label names one run; with several profiles each is stored as <profile>@<machine>"
+                .into(),
+        );
+    }
+    if let Some(l) = &a.label {
+        check_label(l)?;
+    }
+    let spec = ProjectSpec {
+        machine: m.clone(),
+        workload,
+        profiles: profs,
+        modes,
+        tasks,
+        samples: a.samples as usize,
+        seed: a.seed,
+        ops_per_cpu: a.ops_per_cpu,
+    };
+    spec.check()?;
+    // Open the store first: a store that cannot be written fails before minutes of work.
+    let store = open_store(db)?;
+    let stop = interrupt_flag();
+    let what = format!("{workload} on {}", m.name);
+    let (proj, interrupted) = project(&spec, &mut progress_printer(&what), &stop)?;
+    let host = serde_json::to_string(&HostInfo::detect()).ok();
+    let mut labels = Vec::new();
+    let mut ids = Vec::new();
+    for p in &proj {
+        let label = a
+            .label
+            .clone()
+            .unwrap_or_else(|| default_label(&p.profile.name, &m.name));
+        let id = store_projection(
+            &store,
+            p,
+            &label,
+            &m,
+            experiment.as_deref(),
+            &command_line(),
+            host.clone(),
+            !interrupted,
+        )?;
+        eprintln!(
+            "pagelab: stored run {id} as `{label}` (projected, {} rows, {:.1} M simulated events in {:.1} s)",
+            p.rows.len(),
+            p.rows.iter().map(|r| r.events).sum::<u64>() as f64 / 1e6,
+            p.rows.iter().map(|r| r.seconds).sum::<f64>()
+        );
+        labels.push(label);
+        ids.push(id);
+    }
+    if interrupted {
+        return Err("interrupted; what was projected is stored, marked incomplete".into());
+    }
+    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
+    let c = compare::build(&samples, &labels, rule)?;
+    print!("{}", render(&c, format));
+    for p in &proj {
+        let top = p
+            .rows
+            .iter()
+            .filter_map(|r| {
+                r.classes
+                    .iter()
+                    .filter(|c| c.wait_ns > 0.0)
+                    .max_by(|a, b| a.wait_ns.total_cmp(&b.wait_ns))
+                    .map(|c| (r, c))
+            })
+            .filter(|(r, _)| r.tasks == *spec.tasks.iter().max().unwrap_or(&1))
+            .map(|(r, c)| format!("{} {}: {}", r.mode, r.tasks, c.name))
+            .collect::<Vec<_>>();
+        if !top.is_empty() {
+            println!(
+                "most waited-for lock, {} at the largest task count: {}",
+                p.profile.name,
+                top.join("; ")
+            );
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_cmd(a: ValidateArgs) -> Result<(), String> {
+    let stop = interrupt_flag();
+    let mut json = serde_json::Map::new();
+    if !a.self_check_only {
+        let tables: Vec<&validate::Published> = match &a.table {
+            Some(t) => vec![validate::published(t)?],
+            None => validate::BUILTIN.iter().collect(),
+        };
+        let mut all_changes = Vec::new();
+        for t in tables {
+            let what = format!("validate {}", t.name);
+            let r = validate::validate_table(
+                t,
+                a.samples as usize,
+                a.seed,
+                a.ops_per_cpu,
+                &mut progress_printer(&what),
+                &stop,
+            )?;
+            print!("{}", r.render());
+            println!(
+                "replay: {:.1} M simulated events in {:.1} s ({:.1} M events/s)\n",
+                r.events as f64 / 1e6,
+                r.replay_seconds,
+                r.events as f64 / 1e6 / r.replay_seconds.max(1e-9)
+            );
+            all_changes.extend(r.changes.iter().cloned());
+            json.insert(
+                t.name.to_string(),
+                serde_json::to_value(&r).map_err(|e| e.to_string())?,
+            );
+        }
+        if !all_changes.is_empty() {
+            let right = all_changes.iter().filter(|c| c.sign_right()).count();
+            let mut errs: Vec<f64> = all_changes.iter().map(|c| c.error_points()).collect();
+            errs.sort_by(f64::total_cmp);
+            println!(
+                "all tables: {right} of {} changes with the published sign; median absolute error {:.2} points\n",
+                all_changes.len(),
+                errs[errs.len() / 2]
+            );
+        }
+    }
+    if !a.no_self_check {
+        let r = validate::self_check(
+            a.seed,
+            &mut |w| eprintln!("pagelab: self-check: {w}"),
+            &stop,
+        )?;
+        print!("{}", r.render());
+        json.insert(
+            "self-check".into(),
+            serde_json::to_value(&r).map_err(|e| e.to_string())?,
+        );
+    }
+    if let Some(p) = a.json {
+        std::fs::write(
+            &p,
+            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! Trace capture: one task runs a workload on the engine with a profile while
+//! `pagelab_sync::trace` records its shared-resource events.
+//!
+//! The workload code is the harness's own (`page_fault::task_loop`, `pft::run`); the capture
+//! only wraps the task's [`Vm`] to mark each store as one operation and to open and close the
+//! recording window at the workload's natural boundaries:
+//!
+//! - will-it-scale's page-fault tests loop map-touch-unmap until stopped: after one warm-up
+//!   iteration, windows of `cycles` iterations are timed without recording, then recorded;
+//!   the trace is whole iterations (unmaps included), which replay cycles through.
+//! - pft times the faulting of a region between two barriers: a warm-up repetition, then
+//!   repetitions timed without recording, then recorded from their first store to their unmap
+//!   (not included, as pft does not time it).
+//!
+//! Three windows of each kind run, because this host is shared: the untraced time is the
+//! least CPU time of the three (thread CPU time, so preemption does not count), and the
+//! recording kept is the one that lost least time to preemption. The untraced and traced
+//! timings of the same work give the capture overhead;
+//! [`pagelab_sync::trace::measure_overhead`] is what each recorded event adds to the gap
+//! before the next, which the trace subtracts before scaling its compute to the untraced
+//! time.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use pagelab_bench::profiles::Profile;
+use pagelab_bench::run::{Sizes, engine_arena};
+use pagelab_sync::trace as raw;
+use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
+use pagelab_workloads::pft::{self, PftParams};
+use pagelab_workloads::vm::Vm;
+use pagelab_workloads::{Mode, WorkloadError, WorkloadKind, engine};
+
+use crate::trace::{Pinning, Trace, TraceMeta, Window};
+
+/// What to capture.
+#[derive(Clone, Debug)]
+pub struct CaptureSpec {
+    pub workload: WorkloadKind,
+    pub profile: Profile,
+    /// Virtual CPUs of the engine (the target machine's count, so that per-CPU sizing such as
+    /// the percpu counter batch follows it).
+    pub kernel_cpus: usize,
+    /// page_fault1..3: iterations recorded (each maps 128 MiB: 32 768 faults).
+    pub cycles: usize,
+    /// pft: bytes the task faults in the recorded repetition.
+    pub pft_bytes: u64,
+}
+
+impl CaptureSpec {
+    /// The defaults: two iterations of will-it-scale, 64 MiB of pft.
+    pub fn new(workload: WorkloadKind, profile: Profile, kernel_cpus: usize) -> Self {
+        CaptureSpec {
+            workload,
+            profile,
+            kernel_cpus,
+            cycles: 2,
+            pft_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The workloads the projector can replay, and how each repeats and places its tasks.
+pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
+    match w {
+        WorkloadKind::PageFault1 | WorkloadKind::PageFault2 | WorkloadKind::PageFault3 => {
+            Ok((Window::Cycle, Pinning::Cores, false))
+        }
+        WorkloadKind::Pft => Ok((Window::Once, Pinning::Spread, true)),
+        WorkloadKind::PftVmaPerThread => Ok((Window::Once, Pinning::Spread, false)),
+        other => Err(format!(
+            "the projector replays page_fault1, page_fault2, page_fault3, pft and pft-vma-per-thread, not {other}"
+        )),
+    }
+}
+
+/// Windows of each kind: untimed runs of the same work, and recordings; the quietest of each
+/// counts (this host is shared, and a window in which the task was preempted says more about
+/// the neighbours than about the engine).
+const ROUNDS: usize = 3;
+
+/// The best recording so far: time lost to preemption (wall less CPU time), wall time, events.
+type Best = Option<(f64, f64, Vec<raw::Event>)>;
+
+/// Where the wrapped task is in its run, and what it recorded.
+///
+/// The run is cut into windows at the workload's boundaries: after every unmap for the
+/// will-it-scale loops (a window is `cycles` iterations), at a repetition's first store and
+/// its unmap for pft. After `warmup` boundaries come `ROUNDS` untraced windows, then `ROUNDS`
+/// recorded ones.
+struct Ctl {
+    window: Window,
+    warmup: usize,
+    cycles: usize,
+    boundaries: AtomicUsize,
+    maps: AtomicUsize,
+    in_window: AtomicBool,
+    stop: AtomicBool,
+    /// Start of the open window: wall clock and thread CPU time.
+    opened: Mutex<Option<(Instant, u64)>>,
+    /// CPU time of each untraced window, ns.
+    untraced: Mutex<Vec<f64>>,
+    best: Mutex<Best>,
+    overhead: Mutex<Option<f64>>,
+    capacity: usize,
+}
+
+impl Ctl {
+    fn new(window: Window, cycles: usize, capacity: usize) -> Ctl {
+        Ctl {
+            window,
+            warmup: 1,
+            cycles,
+            boundaries: AtomicUsize::new(0),
+            maps: AtomicUsize::new(0),
+            in_window: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            opened: Mutex::new(None),
+            untraced: Mutex::new(Vec::new()),
+            best: Mutex::new(None),
+            overhead: Mutex::new(None),
+            capacity,
+        }
+    }
+
+    /// Opens window `w` (untraced for `w < ROUNDS`, recorded after).
+    fn open(&self, w: usize) {
+        if w >= ROUNDS {
+            let mut o = self.overhead.lock().unwrap();
+            if o.is_none() {
+                *o = Some(raw::measure_overhead());
+            }
+            raw::start(self.capacity);
+        }
+        *self.opened.lock().unwrap() = Some((Instant::now(), pft::thread_cpu_ns()));
+    }
+
+    /// Closes window `w`.
+    fn close(&self, w: usize) {
+        let events = if w >= ROUNDS { raw::stop() } else { Vec::new() };
+        let Some((t0, c0)) = self.opened.lock().unwrap().take() else {
+            return;
+        };
+        let wall = t0.elapsed().as_nanos() as f64;
+        let cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
+        if w < ROUNDS {
+            self.untraced.lock().unwrap().push(cpu);
+        } else {
+            let lost = (wall - cpu).max(0.0);
+            let mut best = self.best.lock().unwrap();
+            if best.as_ref().is_none_or(|(l, _, _)| lost < *l) {
+                *best = Some((lost, wall, events));
+            }
+        }
+    }
+
+    /// A boundary of a will-it-scale loop (after an unmap).
+    fn cycle_boundary(&self) {
+        let b = self.boundaries.fetch_add(1, Ordering::Relaxed) + 1;
+        if b < self.warmup || !(b - self.warmup).is_multiple_of(self.cycles) {
+            return;
+        }
+        let w = (b - self.warmup) / self.cycles;
+        if w > 0 {
+            self.close(w - 1);
+        }
+        if w < 2 * ROUNDS {
+            self.open(w);
+        } else {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// pft repetition `rep` (1-based) starts or ends its timed section.
+    fn pft_window(&self, rep: usize, start: bool) {
+        if rep <= self.warmup || rep > self.warmup + 2 * ROUNDS {
+            return;
+        }
+        let w = rep - self.warmup - 1;
+        if start { self.open(w) } else { self.close(w) }
+    }
+}
+
+/// A task whose stores count as operations and whose recording window [`Ctl`] drives.
+struct TracedVm<V> {
+    inner: V,
+    ctl: Arc<Ctl>,
+}
+
+impl<V: Vm> Vm for TracedVm<V> {
+    type File = V::File;
+
+    fn mmap_anon(&self, len: u64) -> Result<u64, WorkloadError> {
+        self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        self.inner.mmap_anon(len)
+    }
+
+    fn create_file(&self, len: u64) -> Result<V::File, WorkloadError> {
+        self.inner.create_file(len)
+    }
+
+    fn mmap_file(&self, file: &V::File, len: u64, shared: bool) -> Result<u64, WorkloadError> {
+        self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        self.inner.mmap_file(file, len, shared)
+    }
+
+    fn store(&self, addr: u64) -> Result<(), WorkloadError> {
+        let c = &self.ctl;
+        if c.window == Window::Once && !c.in_window.swap(true, Ordering::Relaxed) {
+            // The first store of a repetition: the start of pft's timed section.
+            c.pft_window(c.maps.load(Ordering::Relaxed), true);
+        }
+        self.inner.store(addr)?;
+        raw::ops(1);
+        Ok(())
+    }
+
+    fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
+        let c = &self.ctl;
+        if c.window == Window::Once && c.in_window.swap(false, Ordering::Relaxed) {
+            c.pft_window(c.maps.load(Ordering::Relaxed), false);
+        }
+        self.inner.munmap(addr, len)?;
+        if c.window == Window::Cycle {
+            c.cycle_boundary();
+        }
+        Ok(())
+    }
+
+    fn idle(&self) {
+        self.inner.idle();
+    }
+
+    fn resume(&self) {
+        self.inner.resume();
+    }
+
+    fn fault_ns(&self) -> Option<u64> {
+        self.inner.fault_ns()
+    }
+}
+
+/// Captures `spec`'s trace. Takes a few seconds (the workload runs seven times over).
+pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
+    let (window, pinning, shared_vma) = shape(spec.workload)?;
+    if spec.cycles == 0 {
+        return Err("a capture needs at least one cycle".into());
+    }
+    let sizes = Sizes {
+        memsize: MEMSIZE,
+        pft_bytes: spec.pft_bytes,
+        ..Sizes::default()
+    };
+    let arena = engine_arena(spec.workload, 1, sizes);
+    let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(1))
+        .map_err(|e| format!("capture: {e}"))?;
+    let (_run, mut vms) =
+        engine::tasks(&kernel, 1, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
+    let capacity = match window {
+        Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * 24,
+        Window::Once => (spec.pft_bytes as usize / 4096) * 24,
+    };
+    let ctl = Arc::new(Ctl::new(window, spec.cycles, capacity));
+    let vm = TracedVm {
+        inner: vms.pop().expect("one task"),
+        ctl: ctl.clone(),
+    };
+    let never = AtomicBool::new(false);
+    match window {
+        Window::Cycle => {
+            let variant = match spec.workload {
+                WorkloadKind::PageFault1 => Variant::Anon,
+                WorkloadKind::PageFault2 => Variant::PrivateFile,
+                _ => Variant::SharedFile,
+            };
+            let counter = AtomicU64::new(0);
+            let (counter, stop) = (&counter, &ctl.stop);
+            std::thread::scope(|s| {
+                s.spawn(move || {
+                    pagelab_workloads::pin::pin_to_core(0);
+                    page_fault::task_loop(&vm, variant, MEMSIZE, counter, stop)
+                })
+                .join()
+                .map_err(|_| "capture: the workload panicked".to_string())?
+                .map_err(|e| format!("capture: {e}"))
+            })?;
+        }
+        Window::Once => {
+            let params = PftParams {
+                bytes: spec.pft_bytes,
+                repetitions: 1 + 2 * ROUNDS,
+                vma_per_task: !shared_vma,
+            };
+            pft::run(vec![vm], true, params, &never, &mut |_, _| {})
+                .map_err(|e| format!("capture: {e}"))?;
+        }
+    }
+    let Some((_, traced_ns, events)) = ctl.best.lock().unwrap().take() else {
+        return Err("capture: the recording window never closed".into());
+    };
+    let untraced_ns = ctl
+        .untraced
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    if events.is_empty() || !untraced_ns.is_finite() {
+        return Err("capture: the recording window never closed".into());
+    }
+    let meta = TraceMeta {
+        workload: spec.workload.name().to_string(),
+        profile: spec.profile.name.clone(),
+        profile_toml: spec.profile.policy.to_toml_string(),
+        op_unit: "faults".into(),
+        window,
+        pinning,
+        shared_vma,
+        kernel_cpus: spec.kernel_cpus,
+        host_cpu: pagelab_bench::host::HostInfo::detect().cpu_model,
+        host_ghz: crate::calibrate::clock_ghz(),
+        ops: 0,
+        raw_events: 0,
+        overhead_ns_per_event: ctl.overhead.lock().unwrap().unwrap_or(0.0),
+        traced_ns,
+        untraced_ns,
+        compute_scale: 1.0,
+    };
+    Ok(Trace::from_raw(meta, &events))
+}

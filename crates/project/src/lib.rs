@@ -1,0 +1,19 @@
+//! The projector: from what the engine measured here to machines with 16 to 512 CPUs.
+//!
+//! - [`trace`]: what one task on the engine did to shared locks and lines, and the compute in
+//!   between (captured by [`capture`], stored in a compact file);
+//! - [`machine`]: machine descriptions, physical parameters only;
+//! - [`replay`]: N virtual CPUs replaying a trace on a machine as a seeded discrete-event
+//!   simulation.
+
+pub mod calibrate;
+pub mod capture;
+pub mod machine;
+pub mod project;
+pub mod replay;
+pub mod trace;
+pub mod validate;
+
+pub use machine::Machine;
+pub use replay::{Replay, ReplayResult, ReplaySpec};
+pub use trace::{Trace, TraceMeta};

@@ -1,0 +1,286 @@
+//! Projection: an experiment's profiles, task counts and modes, replayed on a machine, as rows
+//! the results store keeps beside measured ones (origin `projected`).
+//!
+//! Each profile is captured once (one task on the engine, with as many virtual CPUs as the
+//! machine has) and the trace is replayed for every mode and task count. Cyclic workloads
+//! (will-it-scale) give `samples` sample windows from one replay, like will-it-scale's
+//! per-second samples; fixed-work ones (pft) give one value per replay, replayed with
+//! `samples` seeds, like pft's repetitions.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use pagelab_bench::profiles::Profile;
+use pagelab_bench::results::{Origin, RunMeta, SampleKey, Status};
+use pagelab_bench::store::Store;
+use pagelab_workloads::{Mode, WorkloadKind};
+
+use crate::capture::{CaptureSpec, capture, shape};
+use crate::machine::Machine;
+use crate::replay::{ClassStats, Replay, ReplaySpec};
+use crate::trace::{Trace, Window};
+
+/// What to project.
+#[derive(Clone, Debug)]
+pub struct ProjectSpec {
+    pub machine: Machine,
+    pub workload: WorkloadKind,
+    pub profiles: Vec<Profile>,
+    pub modes: Vec<Mode>,
+    pub tasks: Vec<usize>,
+    pub samples: usize,
+    pub seed: u64,
+    /// Fixed-work workloads: operations per replayed CPU (a prefix of the trace).
+    pub ops_per_cpu: u64,
+}
+
+impl ProjectSpec {
+    /// Checks the request against the machine before anything is captured.
+    pub fn check(&self) -> Result<(), String> {
+        shape(self.workload)?;
+        if self.profiles.is_empty() || self.modes.is_empty() || self.tasks.is_empty() {
+            return Err("nothing to project: give profiles, modes and task counts".into());
+        }
+        if self.samples == 0 {
+            return Err("--samples must be at least 1".into());
+        }
+        let max = self.tasks.iter().copied().max().unwrap_or(0);
+        if max > self.machine.nr_cpus() {
+            return Err(format!(
+                "{max} tasks is more than the {} CPUs of {}; the projector runs one task per CPU",
+                self.machine.nr_cpus(),
+                self.machine.name
+            ));
+        }
+        if self.tasks.contains(&0) {
+            return Err("a task count must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// One projected row: a profile at one mode and task count.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub mode: Mode,
+    pub tasks: usize,
+    /// `(metric, higher_is_better, samples)`.
+    pub metrics: Vec<(String, bool, Vec<f64>)>,
+    pub classes: Vec<ClassStats>,
+    /// Simulated events and the seconds they took (the speed benchmark).
+    pub events: u64,
+    pub seconds: f64,
+}
+
+impl Row {
+    /// The rows' counters as the store keeps them (`lock:<class>:...`).
+    pub fn counters(&self) -> Vec<(String, f64)> {
+        let mut out = Vec::new();
+        for c in &self.classes {
+            out.push((
+                format!("lock:{}:acquisitions", c.name),
+                c.acquisitions as f64,
+            ));
+            out.push((format!("lock:{}:contended", c.name), c.contended as f64));
+            out.push((format!("lock:{}:wait_ns", c.name), c.wait_ns));
+        }
+        out
+    }
+}
+
+/// A profile's projection.
+#[derive(Clone, Debug)]
+pub struct Projection {
+    pub profile: Profile,
+    pub trace: Trace,
+    pub rows: Vec<Row>,
+}
+
+/// Progress of a projection, for a bar or a log line.
+pub enum Progress<'a> {
+    Capturing { profile: &'a str },
+    Replayed { done: usize, total: usize },
+}
+
+/// Replays `trace` for one row.
+pub fn replay_row(
+    machine: &Machine,
+    trace: &Trace,
+    mode: Mode,
+    tasks: usize,
+    samples: usize,
+    seed: u64,
+    ops_per_cpu: u64,
+) -> Result<Row, String> {
+    let t0 = Instant::now();
+    let spec = ReplaySpec {
+        tasks,
+        threads: mode == Mode::Threads,
+        seed,
+        samples,
+        ops_per_cpu: Some(ops_per_cpu),
+    };
+    let replay = Replay::new(machine, trace, spec)?;
+    let mut events = 0;
+    let (metrics, classes) = match trace.meta.window {
+        Window::Cycle => {
+            let r = replay.run(seed);
+            events += r.events;
+            (vec![("faults/sec".to_string(), true, r.samples)], r.classes)
+        }
+        Window::Once => {
+            let (mut per_cpu, mut per_sec) = (Vec::new(), Vec::new());
+            let mut classes: Vec<ClassStats> = Vec::new();
+            for i in 0..samples {
+                let r = replay.run(seed.wrapping_add(i as u64));
+                events += r.events;
+                per_sec.push(r.samples[0]);
+                per_cpu.push(r.ops_per_cpu_sec.unwrap_or(0.0));
+                for c in r.classes {
+                    match classes.iter_mut().find(|x| x.name == c.name) {
+                        Some(x) => {
+                            x.acquisitions += c.acquisitions;
+                            x.contended += c.contended;
+                            x.wait_ns += c.wait_ns;
+                        }
+                        None => classes.push(c),
+                    }
+                }
+            }
+            (
+                vec![
+                    ("faults/cpu".to_string(), true, per_cpu),
+                    ("faults/sec".to_string(), true, per_sec),
+                ],
+                classes,
+            )
+        }
+    };
+    Ok(Row {
+        mode,
+        tasks,
+        metrics,
+        classes,
+        events,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Captures every profile and replays every row. Stops between rows when `stop` is set
+/// (returning what was projected, and `true`).
+pub fn project(
+    spec: &ProjectSpec,
+    progress: &mut dyn FnMut(Progress<'_>),
+    stop: &AtomicBool,
+) -> Result<(Vec<Projection>, bool), String> {
+    spec.check()?;
+    let total = spec.profiles.len() * spec.modes.len() * spec.tasks.len();
+    let mut done = 0;
+    let mut out = Vec::new();
+    for p in &spec.profiles {
+        if stop.load(Ordering::Relaxed) {
+            return Ok((out, true));
+        }
+        progress(Progress::Capturing { profile: &p.name });
+        let trace = capture(&CaptureSpec::new(
+            spec.workload,
+            p.clone(),
+            spec.machine.nr_cpus(),
+        ))?;
+        let mut rows = Vec::new();
+        for &mode in &spec.modes {
+            for &tasks in &spec.tasks {
+                if stop.load(Ordering::Relaxed) {
+                    out.push(Projection {
+                        profile: p.clone(),
+                        trace,
+                        rows,
+                    });
+                    return Ok((out, true));
+                }
+                rows.push(replay_row(
+                    &spec.machine,
+                    &trace,
+                    mode,
+                    tasks,
+                    spec.samples,
+                    spec.seed,
+                    spec.ops_per_cpu,
+                )?);
+                done += 1;
+                progress(Progress::Replayed { done, total });
+            }
+        }
+        out.push(Projection {
+            profile: p.clone(),
+            trace,
+            rows,
+        });
+    }
+    Ok((out, false))
+}
+
+/// The label a projected profile is stored under by default: `<profile>@<machine>`.
+pub fn default_label(profile: &str, machine: &str) -> String {
+    format!("{profile}@{machine}")
+}
+
+/// Stores one projection as a run of origin `projected`; returns its id.
+#[allow(clippy::too_many_arguments)]
+pub fn store_projection(
+    store: &Store,
+    p: &Projection,
+    label: &str,
+    machine: &Machine,
+    experiment: Option<&str>,
+    command: &str,
+    host_json: Option<String>,
+    complete: bool,
+) -> Result<i64, String> {
+    let meta = RunMeta {
+        label: label.to_string(),
+        workload: p.trace.meta.workload.clone(),
+        target: "projector".into(),
+        origin: Origin::Projected,
+        profile: Some(p.profile.name.clone()),
+        profile_toml: Some(p.trace.meta.profile_toml.clone()),
+        host_json,
+        machine: Some(machine.name.clone()),
+        experiment: experiment.map(str::to_string),
+        pagelab_version: env!("CARGO_PKG_VERSION").to_string(),
+        command: command.to_string(),
+    };
+    let id = store.begin_run(&meta).map_err(|e| e.to_string())?;
+    let result = (|| -> Result<(), String> {
+        for row in &p.rows {
+            for (metric, hib, values) in &row.metrics {
+                let key = SampleKey {
+                    mode: row.mode.to_string(),
+                    tasks: row.tasks as u32,
+                    metric: metric.clone(),
+                    higher_is_better: *hib,
+                };
+                store
+                    .add_samples(id, &key, 0, values)
+                    .map_err(|e| e.to_string())?;
+            }
+            store
+                .add_counters(
+                    id,
+                    &row.mode.to_string(),
+                    row.tasks as u32,
+                    0,
+                    &row.counters(),
+                )
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })();
+    let status = if result.is_ok() && complete {
+        Status::Complete
+    } else {
+        Status::Incomplete
+    };
+    store.finish_run(id, status).map_err(|e| e.to_string())?;
+    result.map(|()| id)
+}

@@ -1,0 +1,890 @@
+//! Replay: N virtual CPUs of a machine description run one trace each, as a deterministic
+//! discrete-event simulation.
+//!
+//! Every CPU executes the trace's events in order. Compute takes its captured time scaled from
+//! the capture host's clock to the machine's (and slowed when the core's other hardware thread
+//! is busy too). What other CPUs can see is costed by the machine:
+//!
+//! - **Cache lines.** Every shared lock word and counter is a line with an owner. An atomic on
+//!   it waits until the line is free, then pays the transfer latency from the last owner (by
+//!   SMT sibling, node, or NUMA distance) and keeps the line busy for the atomic itself; so a
+//!   line written by many CPUs serialises them, each paying a transfer (the rwsem reader count
+//!   of `mmap_lock`, a shared per-VMA lock, atomic RSS counters).
+//! - **Locks.** A held lock queues its waiters in FIFO order. The hand-off cost is the lock
+//!   algorithm's: a queued (MCS) spinlock hands over with one transfer to the next waiter,
+//!   whatever the queue length; a ticket lock's release is re-read by every spinning waiter
+//!   and the next owner's read is served at a uniformly random place among them (Boyd-Wickizer
+//!   et al., "Non-scalable locks are dangerous", 2012), so its hand-off grows with the
+//!   waiters. An rwsem's readers share it, but each reader's entry and exit is an atomic on its
+//!   one count line; writers exclude, and new readers wait behind a waiting writer. Waiters of
+//!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off.
+//! - **Memory bandwidth.** Page clearing and copying join their node's memory as processor
+//!   sharing: each writer gets the node's bandwidth divided among the writers, at most what
+//!   one core can do alone.
+//! - **TLB shootdowns.** A flush of an mm with other CPUs running it (threads) costs its
+//!   sender the IPI round trip and every other CPU of the mm the handler.
+//!
+//! Instances map by scope and mode: per-node ones to the instance of the CPU's node (tasks
+//! allocate locally), per-mm ones are one instance shared by threads and private to processes,
+//! per-VMA ones shared by threads only when the workload's threads fault one VMA, per-CPU and
+//! private ones never shared. A private instance can meet no other CPU, so its events cost what
+//! the trace's compute already contains and are dropped.
+//!
+//! Randomness (each CPU's starting point in a cyclic trace, the start skew of a fixed-work
+//! run, a ticket lock's service order) comes from one seeded generator: a seed gives the same
+//! result on every run.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use pagelab_sync::Scope;
+use pagelab_sync::trace::LockModel;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::machine::Machine;
+use crate::trace::{Event, Trace, Window};
+
+/// What to replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplaySpec {
+    pub tasks: usize,
+    /// Threads of one address space (else processes).
+    pub threads: bool,
+    pub seed: u64,
+    /// Sample windows to cut a cyclic run into.
+    pub samples: usize,
+    /// Fixed-work runs: at most this many operations per CPU (the trace's prefix); `None`
+    /// runs the whole trace.
+    pub ops_per_cpu: Option<u64>,
+}
+
+/// One lock class's (or line class's) contention over the run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClassStats {
+    pub name: String,
+    pub acquisitions: u64,
+    /// Acquisitions that had to wait (for the lock or for its line).
+    pub contended: u64,
+    pub wait_ns: f64,
+}
+
+/// What a replay measured.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplayResult {
+    /// Operations per second: per sample window (cyclic), or one value (fixed work).
+    pub samples: Vec<f64>,
+    /// Fixed work: operations per CPU-second (busy time, sleeping excluded).
+    pub ops_per_cpu_sec: Option<f64>,
+    /// Operations completed in the measured span, and that span, ns.
+    pub ops: u64,
+    pub span_ns: f64,
+    /// Per class, in the order first met.
+    pub classes: Vec<ClassStats>,
+    /// Simulated events processed (the speed benchmark's numerator).
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Op {
+    /// Picoseconds at the machine's clock.
+    Compute(u64),
+    Trap,
+    Atomic(u32),
+    Acquire(u32, bool),
+    Release(u32, bool),
+    Write(u32),
+    Flush,
+    Ops(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LockKind {
+    Ticket,
+    Queued,
+    RwSpin,
+    RwSleep,
+    /// Refcounts and plain lines: every acquire and release is one atomic.
+    Line,
+}
+
+struct Waiter {
+    cpu: u32,
+    shared: bool,
+    since: u64,
+}
+
+struct Resource {
+    kind: LockKind,
+    class: usize,
+    owner: u32,
+    busy_until: u64,
+    holder: Option<u32>,
+    readers: u32,
+    waiters: VecDeque<Waiter>,
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum St {
+    Ready,
+    WaitLock,
+    WaitBus,
+    Done,
+}
+
+struct Cpu {
+    node: usize,
+    prog: usize,
+    pc: usize,
+    /// Ops left before this CPU's quota is done.
+    left: u64,
+    /// SMT slowdown of its compute.
+    factor: f64,
+    st: St,
+    stolen: u64,
+    sleep_since: Option<u64>,
+    slept: u64,
+    started: u64,
+    finished: u64,
+}
+
+struct Bus {
+    /// Bytes per picosecond.
+    node_bw: f64,
+    core_bw: f64,
+    jobs: Vec<(u32, f64)>,
+    last: u64,
+    next_at: u64,
+}
+
+impl Bus {
+    fn rate(&self) -> f64 {
+        if self.jobs.is_empty() {
+            return 0.0;
+        }
+        self.core_bw.min(self.node_bw / self.jobs.len() as f64)
+    }
+
+    fn advance(&mut self, t: u64) {
+        let r = self.rate();
+        let dt = t.saturating_sub(self.last) as f64;
+        for j in &mut self.jobs {
+            j.1 -= r * dt;
+        }
+        self.last = t;
+    }
+
+    fn next_completion(&self, t: u64) -> Option<u64> {
+        let r = self.rate();
+        let min = self.jobs.iter().map(|j| j.1).fold(f64::INFINITY, f64::min);
+        (min.is_finite()).then(|| t + (min.max(0.0) / r).ceil() as u64)
+    }
+}
+
+/// A trace compiled for one machine and task layout, ready to run with many seeds.
+pub struct Replay<'a> {
+    machine: &'a Machine,
+    trace: &'a Trace,
+    spec: ReplaySpec,
+    /// One program per NUMA node (node-scoped instances differ between them).
+    progs: Vec<Vec<Op>>,
+    /// Which program and node each task gets.
+    placement: Vec<(usize, usize)>,
+    /// Per program, the points where the task holds nothing (after each operation): where a
+    /// cyclic replay may start.
+    starts: Vec<Vec<usize>>,
+    resources_proto: Vec<(LockKind, usize)>,
+    class_names: Vec<String>,
+    trap_ps: u64,
+    atomic_ps: u64,
+    wakeup_ps: u64,
+    ipi_ps: u64,
+    ipi_handler_ps: u64,
+    /// transfer[i][j] between the tasks' CPUs, ps.
+    transfer: Vec<Vec<u64>>,
+    factors: Vec<f64>,
+}
+
+fn ps(ns: f64) -> u64 {
+    (ns * 1000.0).round().max(0.0) as u64
+}
+
+impl<'a> Replay<'a> {
+    /// Compiles `trace` for `spec.tasks` tasks on `machine`.
+    pub fn new(machine: &'a Machine, trace: &'a Trace, spec: ReplaySpec) -> Result<Self, String> {
+        if spec.tasks == 0 {
+            return Err("a replay needs at least one task".into());
+        }
+        if spec.tasks > machine.nr_cpus() {
+            return Err(format!(
+                "{} tasks is more than the {} CPUs of {}",
+                spec.tasks,
+                machine.nr_cpus(),
+                machine.name
+            ));
+        }
+        if trace.meta.ops == 0 {
+            return Err(format!(
+                "the trace of {} with {} counted no operation",
+                trace.meta.workload, trace.meta.profile
+            ));
+        }
+        let cpus: Vec<usize> = (0..spec.tasks)
+            .map(|i| machine.cpu_of(i, trace.meta.pinning))
+            .collect();
+        let nodes: Vec<usize> = cpus.iter().map(|&c| machine.pos(c).node).collect();
+        let mut used_nodes: Vec<usize> = nodes.clone();
+        used_nodes.sort_unstable();
+        used_nodes.dedup();
+        let mut class_names: Vec<String> = Vec::new();
+        let mut class_of = |name: &str| -> usize {
+            match class_names.iter().position(|n| n == name) {
+                Some(i) => i,
+                None => {
+                    class_names.push(name.to_string());
+                    class_names.len() - 1
+                }
+            }
+        };
+        let mut resources_proto: Vec<(LockKind, usize)> = Vec::new();
+        let mut res_ids: HashMap<(u32, usize), u32> = HashMap::new();
+        let threads = spec.threads;
+        let scale = trace.meta.host_ghz / machine.cpu.ghz;
+        let mut progs = Vec::new();
+        let mut starts = Vec::new();
+        let mut prog_of_node = HashMap::new();
+        for &node in &used_nodes {
+            let mut prog: Vec<Op> = Vec::with_capacity(trace.events.len());
+            let mut pending = 0.0f64;
+            let mut map = |inst: u32| -> Option<u32> {
+                let i = &trace.instances[inst as usize];
+                let key = match i.scope {
+                    Scope::Machine => 0,
+                    Scope::Node => node,
+                    Scope::Mm if threads => 0,
+                    Scope::Vma if threads && trace.meta.shared_vma => 0,
+                    _ => return None,
+                };
+                Some(*res_ids.entry((inst, key)).or_insert_with(|| {
+                    let kind = match (i.model, i.sleeps) {
+                        (LockModel::Ticket, _) => LockKind::Ticket,
+                        (LockModel::Queued, _) => LockKind::Queued,
+                        (LockModel::RwSem, false) => LockKind::RwSpin,
+                        (LockModel::RwSem, true) => LockKind::RwSleep,
+                        (LockModel::Refcount | LockModel::Line, _) => LockKind::Line,
+                    };
+                    resources_proto.push((kind, class_of(&i.class)));
+                    (resources_proto.len() - 1) as u32
+                }))
+            };
+            let flush = threads && spec.tasks > 1;
+            // Hold depth per instance: a release of something the trace never took (a guard
+            // older than the recording) is dropped.
+            let mut held: HashMap<u32, u32> = HashMap::new();
+            for e in &trace.events {
+                match *e {
+                    Event::Acquire { inst, .. } => *held.entry(inst).or_default() += 1,
+                    Event::Release { inst, .. } => match held.get_mut(&inst) {
+                        Some(d) if *d > 0 => *d -= 1,
+                        _ => continue,
+                    },
+                    _ => {}
+                }
+                let op = match *e {
+                    Event::Compute { ns } => {
+                        pending += ns * scale;
+                        continue;
+                    }
+                    Event::Acquire { inst, shared, .. } => {
+                        map(inst).map(|r| Op::Acquire(r, shared))
+                    }
+                    Event::Release { inst, shared } => map(inst).map(|r| Op::Release(r, shared)),
+                    Event::Atomic { inst } => map(inst).map(Op::Atomic),
+                    Event::Write { bytes, .. } => Some(Op::Write(bytes)),
+                    Event::Trap => Some(Op::Trap),
+                    Event::TlbFlush { .. } => flush.then_some(Op::Flush),
+                    Event::Ops { n } => Some(Op::Ops(n)),
+                };
+                if let Some(op) = op {
+                    if pending > 0.0 {
+                        prog.push(Op::Compute(ps(pending)));
+                        pending = 0.0;
+                    }
+                    prog.push(op);
+                }
+            }
+            if pending > 0.0 {
+                prog.push(Op::Compute(ps(pending)));
+            }
+            let mut depth = 0i64;
+            let mut st = Vec::new();
+            for (j, op) in prog.iter().enumerate() {
+                match op {
+                    Op::Acquire(..) => depth += 1,
+                    Op::Release(..) => depth -= 1,
+                    Op::Ops(_) if depth == 0 => st.push((j + 1) % prog.len()),
+                    _ => {}
+                }
+            }
+            if st.is_empty() {
+                st.push(0);
+            }
+            starts.push(st);
+            prog_of_node.insert(node, progs.len());
+            progs.push(prog);
+        }
+        let placement = cpus
+            .iter()
+            .zip(&nodes)
+            .map(|(_, &n)| (prog_of_node[&n], n))
+            .collect();
+        let transfer = cpus
+            .iter()
+            .map(|&a| {
+                cpus.iter()
+                    .map(|&b| ps(machine.transfer_ns(a, b)))
+                    .collect()
+            })
+            .collect();
+        // A core's compute slows when both its hardware threads have a task.
+        let factors = cpus
+            .iter()
+            .map(|&c| {
+                let core = machine.pos(c).core;
+                let shared = cpus
+                    .iter()
+                    .filter(|&&o| o != c && machine.pos(o).core == core)
+                    .count()
+                    > 0;
+                if shared {
+                    2.0 / machine.cpu.smt_throughput
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        let k = &machine.kernel;
+        Ok(Replay {
+            machine,
+            trace,
+            spec,
+            progs,
+            placement,
+            starts,
+            resources_proto,
+            class_names,
+            trap_ps: ps(k.trap_ns),
+            atomic_ps: ps(machine.latency.atomic_ns),
+            wakeup_ps: ps(k.wakeup_ns),
+            ipi_ps: ps(k.ipi_ns),
+            ipi_handler_ps: ps(k.ipi_handler_ns),
+            transfer,
+            factors,
+        })
+    }
+
+    /// Shared resources the tasks meet (locks and lines that are not private).
+    pub fn nr_shared(&self) -> usize {
+        self.resources_proto.len()
+    }
+
+    /// Runs the simulation with `seed`.
+    pub fn run(&self, seed: u64) -> ReplayResult {
+        Sim::new(self, seed).run()
+    }
+}
+
+struct Sim<'r, 'a> {
+    r: &'r Replay<'a>,
+    rng: ChaCha8Rng,
+    cpus: Vec<Cpu>,
+    res: Vec<Resource>,
+    buses: Vec<Bus>,
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    stats: Vec<ClassStats>,
+    events: u64,
+    /// Cyclic runs: operations per time bin.
+    bin_ps: u64,
+    bins: Vec<u64>,
+    ops_total: u64,
+    stop_at: Option<u64>,
+    /// Cyclic runs: CPUs that have completed their cycle.
+    cycled: usize,
+}
+
+impl<'r, 'a> Sim<'r, 'a> {
+    fn new(r: &'r Replay<'a>, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let cyclic = r.trace.meta.window == Window::Cycle;
+        let nodes = r.machine.nr_nodes();
+        let gbs_to_bpps = |g: f64| g * 1e9 / 1e12;
+        let buses = (0..nodes)
+            .map(|_| Bus {
+                node_bw: gbs_to_bpps(r.machine.memory.node_bandwidth_gbs),
+                core_bw: gbs_to_bpps(r.machine.memory.core_bandwidth_gbs),
+                jobs: Vec::new(),
+                last: 0,
+                next_at: u64::MAX,
+            })
+            .collect();
+        let mut cpus = Vec::with_capacity(r.spec.tasks);
+        let mut heap = BinaryHeap::new();
+        for (i, &(prog, node)) in r.placement.iter().enumerate() {
+            let len = r.progs[prog].len();
+            let ops_in = |p: &[Op]| -> u64 {
+                p.iter()
+                    .map(|o| if let Op::Ops(n) = o { u64::from(*n) } else { 0 })
+                    .sum()
+            };
+            let (pc, start, left) = if cyclic {
+                // Start at a random operation of the cycle (holding nothing); run one whole
+                // cycle's worth of events.
+                let st = &r.starts[prog];
+                (st[rng.gen_range(0..st.len())], 0, len as u64)
+            } else {
+                let prog = &r.progs[prog];
+                let mut left = len as u64;
+                if let Some(max) = r.spec.ops_per_cpu
+                    && ops_in(prog) > max
+                {
+                    let mut seen = 0;
+                    for (j, o) in prog.iter().enumerate() {
+                        if let Op::Ops(n) = o {
+                            seen += u64::from(*n);
+                            if seen >= max {
+                                left = j as u64 + 1;
+                                break;
+                            }
+                        }
+                    }
+                }
+                // Tasks released by one barrier start within a microsecond of each other.
+                (0, rng.gen_range(0..1_000_000u64), left)
+            };
+            cpus.push(Cpu {
+                node,
+                prog,
+                pc,
+                left,
+                factor: r.factors[i],
+                st: St::Ready,
+                stolen: 0,
+                sleep_since: None,
+                slept: 0,
+                started: start,
+                finished: 0,
+            });
+            heap.push(Reverse((start, i as u32)));
+        }
+        let res = r
+            .resources_proto
+            .iter()
+            .map(|&(kind, class)| Resource {
+                kind,
+                class,
+                owner: NONE,
+                busy_until: 0,
+                holder: None,
+                readers: 0,
+                waiters: VecDeque::new(),
+            })
+            .collect();
+        let stats = r
+            .class_names
+            .iter()
+            .map(|n| ClassStats {
+                name: n.clone(),
+                ..Default::default()
+            })
+            .collect();
+        // Bins small against one cycle's uncontended length, so that window edges are exact
+        // to a fraction of a percent.
+        let cycle_ps: u64 = r
+            .progs
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|o| match o {
+                        Op::Compute(d) => *d,
+                        Op::Trap => r.trap_ps,
+                        Op::Write(b) => {
+                            (f64::from(*b) / gbs_to_bpps(r.machine.memory.core_bandwidth_gbs))
+                                as u64
+                        }
+                        _ => 0,
+                    })
+                    .sum::<u64>()
+            })
+            .min()
+            .unwrap_or(1);
+        Sim {
+            r,
+            rng,
+            cpus,
+            res,
+            buses,
+            heap,
+            stats,
+            events: 0,
+            bin_ps: (cycle_ps / 2048).max(1000),
+            bins: Vec::new(),
+            ops_total: 0,
+            stop_at: None,
+            cycled: 0,
+        }
+    }
+
+    fn schedule(&mut self, cpu: usize, t: u64) {
+        self.heap.push(Reverse((t, cpu as u32)));
+    }
+
+    fn transfer(&self, from: u32, to: usize) -> u64 {
+        if from == NONE {
+            0
+        } else {
+            self.r.transfer[from as usize][to]
+        }
+    }
+
+    /// An atomic on resource `ri`'s line by `cpu` at `t`; returns when the CPU has it.
+    fn line_access(&mut self, ri: usize, cpu: usize, t: u64) -> u64 {
+        let owner = self.res[ri].owner;
+        let x = self.transfer(owner, cpu);
+        let res = &mut self.res[ri];
+        let start = t.max(res.busy_until);
+        res.busy_until = start + x + self.r.atomic_ps;
+        res.owner = cpu as u32;
+        let s = &mut self.stats[res.class];
+        s.acquisitions += 1;
+        if start > t {
+            s.contended += 1;
+            s.wait_ns += (start - t) as f64 / 1000.0;
+        }
+        start + x
+    }
+
+    /// Hands resource `ri` to waiter `w` released by `from` at `t`.
+    fn grant(&mut self, ri: usize, w: Waiter, from: usize, t: u64, queue_len: usize) {
+        let kind = self.res[ri].kind;
+        let x = self.r.transfer[from][w.cpu as usize];
+        let handoff = match kind {
+            LockKind::Ticket => {
+                // The next owner's re-read is served at a random place among the spinners.
+                let place = self.rng.gen_range(1..=queue_len.max(1)) as u64;
+                x.max(1) * place
+            }
+            LockKind::Queued | LockKind::RwSpin | LockKind::Line => x,
+            LockKind::RwSleep => x + self.r.wakeup_ps,
+        };
+        let at = t + handoff;
+        let res = &mut self.res[ri];
+        res.owner = w.cpu;
+        res.busy_until = res.busy_until.max(at + self.r.atomic_ps);
+        if w.shared {
+            res.readers += 1;
+        } else {
+            res.holder = Some(w.cpu);
+        }
+        let s = &mut self.stats[res.class];
+        s.acquisitions += 1;
+        s.contended += 1;
+        s.wait_ns += (at - w.since) as f64 / 1000.0;
+        let c = &mut self.cpus[w.cpu as usize];
+        if let Some(since) = c.sleep_since.take() {
+            c.slept += at - since;
+        }
+        c.st = St::Ready;
+        self.schedule(w.cpu as usize, at);
+    }
+
+    fn wait(&mut self, ri: usize, cpu: usize, shared: bool, t: u64) {
+        self.res[ri].waiters.push_back(Waiter {
+            cpu: cpu as u32,
+            shared,
+            since: t,
+        });
+        let sleeps = self.res[ri].kind == LockKind::RwSleep;
+        let c = &mut self.cpus[cpu];
+        c.st = St::WaitLock;
+        if sleeps {
+            c.sleep_since = Some(t);
+        }
+    }
+
+    /// Acquire; `Some(t)` when the CPU goes on at `t`, `None` when it waits.
+    fn acquire(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> Option<u64> {
+        let r = &self.res[ri];
+        let free = match r.kind {
+            LockKind::Line => true,
+            LockKind::Ticket | LockKind::Queued => r.holder.is_none() && r.waiters.is_empty(),
+            LockKind::RwSpin | LockKind::RwSleep => {
+                r.holder.is_none() && r.waiters.is_empty() && (shared || r.readers == 0)
+            }
+        };
+        if !free {
+            self.wait(ri, cpu, shared, t);
+            return None;
+        }
+        let at = self.line_access(ri, cpu, t);
+        let r = &mut self.res[ri];
+        match r.kind {
+            LockKind::Line => {}
+            _ if shared && matches!(r.kind, LockKind::RwSpin | LockKind::RwSleep) => r.readers += 1,
+            _ => r.holder = Some(cpu as u32),
+        }
+        Some(at)
+    }
+
+    fn release(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> u64 {
+        let kind = self.res[ri].kind;
+        match kind {
+            LockKind::Line => self.line_access(ri, cpu, t),
+            LockKind::Ticket | LockKind::Queued => {
+                self.res[ri].holder = None;
+                let n = self.res[ri].waiters.len();
+                if let Some(w) = self.res[ri].waiters.pop_front() {
+                    self.grant(ri, w, cpu, t, n);
+                }
+                t
+            }
+            LockKind::RwSpin | LockKind::RwSleep => {
+                // The count word is written on the way out too.
+                let at = self.line_access(ri, cpu, t);
+                let r = &mut self.res[ri];
+                if shared && r.readers > 0 {
+                    r.readers -= 1;
+                } else {
+                    r.holder = None;
+                }
+                if r.readers == 0 && r.holder.is_none() {
+                    let n = r.waiters.len();
+                    if let Some(w) = r.waiters.pop_front() {
+                        let reader = w.shared;
+                        self.grant(ri, w, cpu, at, n);
+                        // A writer's release admits every reader queued before the next
+                        // writer, all at once.
+                        while reader && self.res[ri].waiters.front().is_some_and(|w| w.shared) {
+                            let w = self.res[ri].waiters.pop_front().expect("front");
+                            self.grant(ri, w, cpu, at, n);
+                        }
+                    }
+                }
+                at
+            }
+        }
+    }
+
+    fn count_ops(&mut self, n: u32, t: u64) {
+        self.ops_total += u64::from(n);
+        let b = (t / self.bin_ps) as usize;
+        if b >= self.bins.len() {
+            self.bins.resize(b + 1, 0);
+        }
+        self.bins[b] += u64::from(n);
+    }
+
+    fn bus_event(&mut self, node: usize, t: u64) {
+        if self.buses[node].next_at != t {
+            return; // superseded
+        }
+        let bus = &mut self.buses[node];
+        bus.advance(t);
+        let mut done = Vec::new();
+        bus.jobs.retain(|&(c, rem)| {
+            if rem <= 1e-6 {
+                done.push(c);
+                false
+            } else {
+                true
+            }
+        });
+        for c in done {
+            self.cpus[c as usize].st = St::Ready;
+            self.schedule(c as usize, t);
+        }
+        self.reschedule_bus(node, t);
+    }
+
+    fn reschedule_bus(&mut self, node: usize, t: u64) {
+        let nr = self.cpus.len() as u32;
+        let bus = &mut self.buses[node];
+        match bus.next_completion(t) {
+            Some(at) => {
+                bus.next_at = at;
+                self.heap.push(Reverse((at, nr + node as u32)));
+            }
+            None => bus.next_at = u64::MAX,
+        }
+    }
+
+    /// Runs CPU `c` from time `t` until it waits or schedules itself.
+    fn step(&mut self, c: usize, t: u64) {
+        if self.cpus[c].st != St::Ready {
+            return;
+        }
+        if self.cpus[c].stolen > 0 {
+            let s = std::mem::take(&mut self.cpus[c].stolen);
+            self.schedule(c, t + s);
+            return;
+        }
+        let cyclic = self.r.trace.meta.window == Window::Cycle;
+        loop {
+            let cpu = &mut self.cpus[c];
+            if cpu.left == 0 {
+                let first = cpu.finished == 0;
+                cpu.finished = t;
+                if !cyclic {
+                    cpu.st = St::Done;
+                    return;
+                }
+                // A CPU that completed its cycle goes on (the load stays the same); the run
+                // ends when half the CPUs have completed theirs, so that a lucky first CPU
+                // does not cut short what a convoy needs to settle.
+                cpu.left = self.r.progs[cpu.prog].len() as u64;
+                self.cycled += usize::from(first);
+                if self.cycled * 2 >= self.cpus.len() && self.stop_at.is_none() {
+                    self.stop_at = Some(t);
+                    return;
+                }
+                continue;
+            }
+            let prog = &self.r.progs[cpu.prog];
+            if cpu.pc >= prog.len() {
+                cpu.pc = 0;
+            }
+            let op = prog[cpu.pc];
+            cpu.pc += 1;
+            cpu.left -= 1;
+            self.events += 1;
+            let factor = cpu.factor;
+            match op {
+                Op::Compute(d) => {
+                    self.schedule(c, t + (d as f64 * factor) as u64);
+                    return;
+                }
+                Op::Trap => {
+                    self.schedule(c, t + (self.r.trap_ps as f64 * factor) as u64);
+                    return;
+                }
+                Op::Ops(n) => self.count_ops(n, t),
+                Op::Atomic(ri) => {
+                    let at = self.line_access(ri as usize, c, t);
+                    if at > t {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
+                Op::Acquire(ri, shared) => match self.acquire(ri as usize, shared, c, t) {
+                    Some(at) if at > t => {
+                        self.schedule(c, at);
+                        return;
+                    }
+                    Some(_) => {}
+                    None => return,
+                },
+                Op::Release(ri, shared) => {
+                    let at = self.release(ri as usize, shared, c, t);
+                    if at > t {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
+                Op::Write(bytes) => {
+                    let node = self.cpus[c].node;
+                    let bus = &mut self.buses[node];
+                    bus.advance(t);
+                    bus.jobs.push((c as u32, f64::from(bytes)));
+                    self.cpus[c].st = St::WaitBus;
+                    self.reschedule_bus(node, t);
+                    return;
+                }
+                Op::Flush => {
+                    let handler = self.r.ipi_handler_ps;
+                    for (i, o) in self.cpus.iter_mut().enumerate() {
+                        if i != c && o.st == St::Ready {
+                            o.stolen += handler;
+                        }
+                    }
+                    self.schedule(c, t + self.r.ipi_ps);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn run(mut self) -> ReplayResult {
+        let nr = self.cpus.len() as u32;
+        while let Some(Reverse((t, who))) = self.heap.pop() {
+            if let Some(stop) = self.stop_at
+                && t > stop
+            {
+                break;
+            }
+            if who < nr {
+                self.step(who as usize, t);
+            } else {
+                self.bus_event((who - nr) as usize, t);
+            }
+        }
+        self.result()
+    }
+
+    fn result(self) -> ReplayResult {
+        let mut out = ReplayResult {
+            classes: self.stats,
+            events: self.events,
+            ..Default::default()
+        };
+        match self.r.trace.meta.window {
+            Window::Cycle => {
+                let stop = self
+                    .stop_at
+                    .unwrap_or_else(|| self.cpus.iter().map(|c| c.finished).max().unwrap_or(0));
+                // CPUs start at random points of their cycle, so there is no start-up phase
+                // to discard (locks start free, and queues form within microseconds); for one
+                // CPU the window is then exactly one cycle.
+                let warm = 0;
+                let n = self.r.spec.samples.max(1) as u64;
+                let width = ((stop - warm) / n).max(1);
+                let ops_between = |a: u64, b: u64| -> f64 {
+                    // Whole bins inside, pro-rated bins at the edges.
+                    let mut sum = 0.0;
+                    let (ba, bb) = (a / self.bin_ps, b / self.bin_ps);
+                    for bi in ba..=bb {
+                        let v = *self.bins.get(bi as usize).unwrap_or(&0) as f64;
+                        let lo = (bi * self.bin_ps).max(a);
+                        let hi = ((bi + 1) * self.bin_ps).min(b);
+                        if hi > lo {
+                            sum += v * (hi - lo) as f64 / self.bin_ps as f64;
+                        }
+                    }
+                    sum
+                };
+                for i in 0..n {
+                    let (a, b) = (warm + i * width, warm + (i + 1) * width);
+                    out.samples
+                        .push(ops_between(a, b) / ((b - a) as f64 / 1e12));
+                }
+                out.ops = ops_between(warm, warm + n * width).round() as u64;
+                out.span_ns = (n * width) as f64 / 1000.0;
+            }
+            Window::Once => {
+                let start = self.cpus.iter().map(|c| c.started).min().unwrap_or(0);
+                let end = self.cpus.iter().map(|c| c.finished).max().unwrap_or(0);
+                let wall = (end - start).max(1) as f64 / 1e12;
+                let busy: f64 = self
+                    .cpus
+                    .iter()
+                    .map(|c| (c.finished - c.started - c.slept) as f64 / 1e12)
+                    .sum();
+                out.ops = self.ops_total;
+                out.span_ns = wall * 1e9;
+                out.samples.push(self.ops_total as f64 / wall);
+                out.ops_per_cpu_sec = Some(self.ops_total as f64 / busy.max(1e-12));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,798 @@
+//! The trace: what one task did to shared resources, operation by operation, and the time it
+//! computed in between, as the projector replays it.
+//!
+//! A trace is built from the raw events `pagelab_sync::trace` records on the capturing thread
+//! ([`Trace::from_raw`]): lock and line addresses become small instance numbers with their
+//! class, scope and lock algorithm; the gaps between events become compute time, less the
+//! measured cost of recording an event; memory writes keep their size (replay costs them by the
+//! target's bandwidth) and trap events mark the page-fault exceptions the engine does not pay.
+//!
+//! # File format (`.pltrace`)
+//!
+//! ```text
+//! magic      8 bytes  "PLTRACE1"
+//! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
+//! events     u64 LE count, then per event a tag byte and LEB128 varints:
+//!              0 compute   tenths of a nanosecond
+//!              1 acquire   instance, flags (bit 0 shared, bit 1 trylock)
+//!              2 release   instance, flags
+//!              3 atomic    instance
+//!              4 write     bytes, host tenths of a nanosecond
+//!              5 trap
+//!              6 tlb flush instance
+//!              7 ops       count
+//! checksum   u32 LE CRC-32 of everything before it
+//! ```
+//!
+//! A fault of page_fault1 costs 10 to 20 bytes, so a two-iteration capture (65 536 faults)
+//! is about a megabyte.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use pagelab_sync::trace::{self as raw, Access, LockModel};
+use pagelab_sync::{LockClass, Scope};
+use serde::{Deserialize, Serialize};
+
+/// What went wrong reading or writing a trace.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}: not a pagelab trace (bad magic)")]
+    Magic(String),
+    #[error("{0}: the trace is corrupt ({1})")]
+    Corrupt(String, String),
+}
+
+/// How the workload's operations repeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Window {
+    /// The trace is whole iterations of a loop that runs until stopped (will-it-scale): each
+    /// replayed CPU cycles through it from a random point, and throughput is sampled.
+    Cycle,
+    /// The trace is one task's share of a fixed amount of work started together (pft): each
+    /// replayed CPU runs it once; the wall time until the last finishes is the result.
+    Once,
+}
+
+/// Where the benchmark puts its tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pinning {
+    /// will-it-scale: task i bound to core i in hwloc's order (the cores of the first socket,
+    /// then the next), wrapping onto the second hardware thread of each core.
+    Cores,
+    /// Not pinned: the scheduler spreads tasks over nodes, one per core before any core gets
+    /// two (mmtests pft).
+    Spread,
+}
+
+/// What a trace is of, and how it was captured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceMeta {
+    pub workload: String,
+    pub profile: String,
+    /// The profile as run (every key).
+    pub profile_toml: String,
+    /// The metric an `Ops` event counts (`faults`).
+    pub op_unit: String,
+    pub window: Window,
+    pub pinning: Pinning,
+    /// Threads of the workload fault one VMA together (pft with one shared VMA), so a
+    /// `vma`-scoped instance is shared in threads mode.
+    pub shared_vma: bool,
+    /// Virtual CPUs of the capture's kernel (per-CPU sizing such as the percpu counter batch
+    /// follows it; captures for a machine use its CPU count).
+    pub kernel_cpus: usize,
+    /// The capture host's CPU model and its measured clock, which compute times are scaled
+    /// from.
+    pub host_cpu: String,
+    pub host_ghz: f64,
+    /// Operations in the trace.
+    pub ops: u64,
+    /// Events recorded, and the cost of recording one, in nanoseconds (subtracted from every
+    /// gap).
+    pub raw_events: u64,
+    pub overhead_ns_per_event: f64,
+    /// Wall time of the traced window, and of the same window run without recording: the
+    /// capture overhead is their ratio.
+    pub traced_ns: f64,
+    pub untraced_ns: f64,
+    /// What the compute gaps were multiplied by so that the trace adds up to the untraced
+    /// run (recording's cache and timer costs that the per-event overhead leaves over).
+    pub compute_scale: f64,
+}
+
+impl TraceMeta {
+    /// Traced over untraced wall time, less one: what recording cost.
+    pub fn capture_overhead(&self) -> f64 {
+        self.traced_ns / self.untraced_ns - 1.0
+    }
+}
+
+/// One lock or shared line the task touched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Its class name (`zone->lock`).
+    pub class: String,
+    #[serde(with = "scope_serde")]
+    pub scope: Scope,
+    #[serde(with = "model_serde")]
+    pub model: LockModel,
+    /// Waiters sleep (rwsem) rather than spin.
+    pub sleeps: bool,
+}
+
+/// One event of a trace.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Event {
+    /// Computing for this many nanoseconds on the capture host.
+    Compute {
+        ns: f64,
+    },
+    Acquire {
+        inst: u32,
+        shared: bool,
+        trylock: bool,
+    },
+    Release {
+        inst: u32,
+        shared: bool,
+    },
+    /// An atomic read-modify-write of a shared line.
+    Atomic {
+        inst: u32,
+    },
+    /// `bytes` written to memory (`host_ns` is what it took on the capture host).
+    Write {
+        bytes: u32,
+        host_ns: f64,
+    },
+    /// A page-fault exception.
+    Trap,
+    /// A TLB flush of the mm `inst`.
+    TlbFlush {
+        inst: u32,
+    },
+    /// `n` operations completed.
+    Ops {
+        n: u32,
+    },
+}
+
+/// A whole trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    pub meta: TraceMeta,
+    pub instances: Vec<Instance>,
+    pub events: Vec<Event>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    meta: TraceMeta,
+    instances: Vec<Instance>,
+}
+
+const MAGIC: &[u8; 8] = b"PLTRACE1";
+
+impl Trace {
+    /// Builds a trace from what `pagelab_sync::trace` recorded. `meta.raw_events` and
+    /// `meta.ops` are filled in here; the gaps lose `meta.overhead_ns_per_event` each.
+    pub fn from_raw(mut meta: TraceMeta, events: &[raw::Event]) -> Trace {
+        let tpn = raw::ticks_per_ns();
+        let overhead = meta.overhead_ns_per_event;
+        let mut ids: HashMap<(usize, *const LockClass), u32> = HashMap::new();
+        let mut instances = Vec::new();
+        let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
+        let mut intern = |e: &raw::Event| -> u32 {
+            *ids.entry((e.instance, e.class as *const LockClass))
+                .or_insert_with(|| {
+                    instances.push(Instance {
+                        class: e.class.name.to_string(),
+                        scope: e.class.scope,
+                        model: e.model,
+                        sleeps: e.class.sleeps,
+                    });
+                    (instances.len() - 1) as u32
+                })
+        };
+        let mut ops = 0u64;
+        let mut prev: Option<u64> = None;
+        for e in events {
+            if let Some(p) = prev {
+                let gap = e.t.saturating_sub(p) as f64 / tpn - overhead;
+                push_compute(&mut out, gap.max(0.0));
+            }
+            let ev = match e.kind {
+                raw::Kind::Acquire { access, trylock } => Event::Acquire {
+                    inst: intern(e),
+                    shared: access == Access::Shared,
+                    trylock,
+                },
+                raw::Kind::Release { access } => Event::Release {
+                    inst: intern(e),
+                    shared: access == Access::Shared,
+                },
+                raw::Kind::Atomic => Event::Atomic { inst: intern(e) },
+                raw::Kind::Write { bytes, end } => Event::Write {
+                    bytes,
+                    host_ns: end.saturating_sub(e.t) as f64 / tpn,
+                },
+                raw::Kind::Trap => Event::Trap,
+                raw::Kind::TlbFlush => Event::TlbFlush { inst: intern(e) },
+                raw::Kind::Ops(n) => {
+                    ops += u64::from(n);
+                    Event::Ops { n }
+                }
+            };
+            out.push(ev);
+            prev = Some(match e.kind {
+                raw::Kind::Write { end, .. } => end,
+                _ => e.t,
+            });
+        }
+        meta.raw_events = events.len() as u64;
+        meta.ops = ops;
+        // What recording costs beyond the measured per-event overhead (cache misses on the
+        // buffer, mostly) is spread over the gaps: the untraced run of the same work is the
+        // total the trace must add up to.
+        let (mut compute, mut writes) = (0.0, 0.0);
+        for e in &out {
+            match *e {
+                Event::Compute { ns } => compute += ns,
+                Event::Write { host_ns, .. } => writes += host_ns,
+                _ => {}
+            }
+        }
+        meta.compute_scale = 1.0;
+        if meta.untraced_ns > writes && compute > 0.0 {
+            let f = (meta.untraced_ns - writes) / compute;
+            meta.compute_scale = f;
+            for e in &mut out {
+                if let Event::Compute { ns } = e {
+                    *ns *= f;
+                }
+            }
+        }
+        Trace {
+            meta,
+            instances,
+            events: out,
+        }
+    }
+
+    /// Sum of compute and host write time: what the trace says one task took on the host.
+    pub fn host_ns(&self) -> f64 {
+        self.events
+            .iter()
+            .map(|e| match *e {
+                Event::Compute { ns } => ns,
+                Event::Write { host_ns, .. } => host_ns,
+                _ => 0.0,
+            })
+            .sum()
+    }
+
+    /// Events per operation, by kind, and per instance class: what `pagelab trace show`
+    /// prints.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write as _;
+        let ops = self.meta.ops.max(1) as f64;
+        let mut s = String::new();
+        let m = &self.meta;
+        let _ = writeln!(
+            s,
+            "{} on the engine with {} ({} {}; {} events; captured on {} at {:.2} GHz)",
+            m.workload,
+            m.profile,
+            m.ops,
+            m.op_unit,
+            self.events.len(),
+            m.host_cpu,
+            m.host_ghz
+        );
+        let _ = writeln!(
+            s,
+            "host time {:.1} ns per op (untraced {:.1}, traced {:.1}); capture overhead {:+.1}%; {:.1} ns per recorded event subtracted, compute then scaled by {:.3}",
+            self.host_ns() / ops,
+            m.untraced_ns / ops,
+            m.traced_ns / ops,
+            100.0 * m.capture_overhead(),
+            m.overhead_ns_per_event,
+            m.compute_scale
+        );
+        let mut per: Vec<(String, [u64; 3])> = Vec::new();
+        let mut bump = |inst: u32, k: usize| {
+            let i = &self.instances[inst as usize];
+            let name = format!("{} ({})", i.class, i.scope.as_str());
+            match per.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => c[k] += 1,
+                None => {
+                    let mut c = [0; 3];
+                    c[k] = 1;
+                    per.push((name, c));
+                }
+            }
+        };
+        let (mut writes, mut traps, mut flushes) = (0u64, 0u64, 0u64);
+        for e in &self.events {
+            match *e {
+                Event::Acquire { inst, .. } => bump(inst, 0),
+                Event::Atomic { inst } => bump(inst, 1),
+                Event::TlbFlush { inst } => bump(inst, 2),
+                Event::Write { bytes, .. } => writes += u64::from(bytes),
+                Event::Trap => traps += 1,
+                _ => {}
+            }
+            if let Event::TlbFlush { .. } = e {
+                flushes += 1;
+            }
+        }
+        let _ = writeln!(
+            s,
+            "per op: {:.3} traps, {:.1} bytes written, {:.5} TLB flushes",
+            traps as f64 / ops,
+            writes as f64 / ops,
+            flushes as f64 / ops
+        );
+        per.sort();
+        let _ = writeln!(
+            s,
+            "{:<32} {:>14} {:>14}",
+            "class (scope)", "acquires/op", "atomics/op"
+        );
+        for (n, c) in per {
+            if c[0] + c[1] > 0 {
+                let _ = writeln!(
+                    s,
+                    "{:<32} {:>14.4} {:>14.4}",
+                    n,
+                    c[0] as f64 / ops,
+                    c[1] as f64 / ops
+                );
+            }
+        }
+        s
+    }
+
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = serde_json::to_vec(&Header {
+            meta: self.meta.clone(),
+            instances: self.instances.clone(),
+        })
+        .expect("a trace header serialises");
+        let mut b = Vec::with_capacity(header.len() + self.events.len() * 4 + 32);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        b.extend_from_slice(&header);
+        b.extend_from_slice(&(self.events.len() as u64).to_le_bytes());
+        for e in &self.events {
+            match *e {
+                Event::Compute { ns } => {
+                    b.push(0);
+                    varint(&mut b, deci(ns));
+                }
+                Event::Acquire {
+                    inst,
+                    shared,
+                    trylock,
+                } => {
+                    b.push(1);
+                    varint(&mut b, u64::from(inst));
+                    b.push(u8::from(shared) | (u8::from(trylock) << 1));
+                }
+                Event::Release { inst, shared } => {
+                    b.push(2);
+                    varint(&mut b, u64::from(inst));
+                    b.push(u8::from(shared));
+                }
+                Event::Atomic { inst } => {
+                    b.push(3);
+                    varint(&mut b, u64::from(inst));
+                }
+                Event::Write { bytes, host_ns } => {
+                    b.push(4);
+                    varint(&mut b, u64::from(bytes));
+                    varint(&mut b, deci(host_ns));
+                }
+                Event::Trap => b.push(5),
+                Event::TlbFlush { inst } => {
+                    b.push(6);
+                    varint(&mut b, u64::from(inst));
+                }
+                Event::Ops { n } => {
+                    b.push(7);
+                    varint(&mut b, u64::from(n));
+                }
+            }
+        }
+        let crc = crc32fast::hash(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Parses a file's bytes (`what` names it in errors).
+    pub fn decode(bytes: &[u8], what: &str) -> Result<Trace, TraceError> {
+        let bad = |m: &str| TraceError::Corrupt(what.to_string(), m.to_string());
+        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+            return Err(TraceError::Magic(what.to_string()));
+        }
+        if bytes.len() < MAGIC.len() + 4 + 8 + 4 {
+            return Err(bad("truncated"));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err(bad("checksum mismatch"));
+        }
+        let mut r = Reader {
+            b: body,
+            at: MAGIC.len(),
+        };
+        let hlen = u32::from_le_bytes(r.take(4).ok_or_else(|| bad("header"))?.try_into().unwrap());
+        let header: Header =
+            serde_json::from_slice(r.take(hlen as usize).ok_or_else(|| bad("header"))?)
+                .map_err(|e| bad(&format!("header: {e}")))?;
+        let n = u64::from_le_bytes(r.take(8).ok_or_else(|| bad("count"))?.try_into().unwrap());
+        let nr_inst = header.instances.len() as u64;
+        let inst = |r: &mut Reader<'_>| -> Result<u32, TraceError> {
+            let i = r.varint().ok_or_else(|| bad("instance"))?;
+            if i >= nr_inst {
+                return Err(bad(&format!("instance {i} of {nr_inst}")));
+            }
+            Ok(i as u32)
+        };
+        let mut events = Vec::with_capacity(n.min(1 << 28) as usize);
+        for _ in 0..n {
+            let tag = r.byte().ok_or_else(|| bad("event"))?;
+            let e = match tag {
+                0 => Event::Compute {
+                    ns: r.varint().ok_or_else(|| bad("compute"))? as f64 / 10.0,
+                },
+                1 => {
+                    let i = inst(&mut r)?;
+                    let f = r.byte().ok_or_else(|| bad("flags"))?;
+                    Event::Acquire {
+                        inst: i,
+                        shared: f & 1 != 0,
+                        trylock: f & 2 != 0,
+                    }
+                }
+                2 => {
+                    let i = inst(&mut r)?;
+                    let f = r.byte().ok_or_else(|| bad("flags"))?;
+                    Event::Release {
+                        inst: i,
+                        shared: f & 1 != 0,
+                    }
+                }
+                3 => Event::Atomic {
+                    inst: inst(&mut r)?,
+                },
+                4 => Event::Write {
+                    bytes: u32::try_from(r.varint().ok_or_else(|| bad("write"))?)
+                        .map_err(|_| bad("write size"))?,
+                    host_ns: r.varint().ok_or_else(|| bad("write"))? as f64 / 10.0,
+                },
+                5 => Event::Trap,
+                6 => Event::TlbFlush {
+                    inst: inst(&mut r)?,
+                },
+                7 => Event::Ops {
+                    n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?)
+                        .map_err(|_| bad("ops"))?,
+                },
+                t => return Err(bad(&format!("unknown event tag {t}"))),
+            };
+            events.push(e);
+        }
+        if r.at != body.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(Trace {
+            meta: header.meta,
+            instances: header.instances,
+            events,
+        })
+    }
+
+    /// Writes the trace to `path`.
+    pub fn save(&self, path: &Path) -> Result<(), TraceError> {
+        let io = |source| TraceError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let mut f = std::fs::File::create(path).map_err(io)?;
+        f.write_all(&self.encode()).map_err(io)
+    }
+
+    /// Reads the trace at `path`.
+    pub fn load(path: &Path) -> Result<Trace, TraceError> {
+        let io = |source| TraceError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let mut b = Vec::new();
+        std::fs::File::open(path)
+            .map_err(io)?
+            .read_to_end(&mut b)
+            .map_err(io)?;
+        Trace::decode(&b, &path.display().to_string())
+    }
+}
+
+/// Appends compute time, merging with a compute event just before.
+fn push_compute(out: &mut Vec<Event>, ns: f64) {
+    if ns <= 0.0 {
+        return;
+    }
+    if let Some(Event::Compute { ns: prev }) = out.last_mut() {
+        *prev += ns;
+    } else {
+        out.push(Event::Compute { ns });
+    }
+}
+
+fn deci(ns: f64) -> u64 {
+    (ns * 10.0).round().max(0.0) as u64
+}
+
+fn varint(b: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        b.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    b.push(v as u8);
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        let v = *self.b.get(self.at)?;
+        self.at += 1;
+        Some(v)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.byte()?;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+}
+
+mod scope_serde {
+    use pagelab_sync::Scope;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(s: &Scope, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(s.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Scope, D::Error> {
+        let s = String::deserialize(d)?;
+        Scope::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown scope `{s}`")))
+    }
+}
+
+mod model_serde {
+    use pagelab_sync::trace::LockModel;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const NAMES: [(LockModel, &str); 5] = [
+        (LockModel::Ticket, "ticket"),
+        (LockModel::Queued, "queued"),
+        (LockModel::RwSem, "rwsem"),
+        (LockModel::Refcount, "refcount"),
+        (LockModel::Line, "line"),
+    ];
+
+    pub fn serialize<S: Serializer>(m: &LockModel, ser: S) -> Result<S::Ok, S::Error> {
+        let name = NAMES
+            .iter()
+            .find(|(x, _)| x == m)
+            .map_or("line", |(_, n)| n);
+        ser.serialize_str(name)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<LockModel, D::Error> {
+        let s = String::deserialize(d)?;
+        NAMES
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(m, _)| *m)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown lock model `{s}`")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn meta() -> TraceMeta {
+        TraceMeta {
+            workload: "page_fault1".into(),
+            profile: "linux-6.7".into(),
+            profile_toml: String::new(),
+            op_unit: "faults".into(),
+            window: Window::Cycle,
+            pinning: Pinning::Cores,
+            shared_vma: false,
+            kernel_cpus: 4,
+            host_cpu: "test".into(),
+            host_ghz: 3.0,
+            ops: 0,
+            raw_events: 0,
+            overhead_ns_per_event: 0.0,
+            traced_ns: 1.0,
+            untraced_ns: 1.0,
+            compute_scale: 1.0,
+        }
+    }
+
+    fn sample() -> Trace {
+        Trace {
+            meta: meta(),
+            instances: vec![Instance {
+                class: "zone->lock".into(),
+                scope: Scope::Node,
+                model: LockModel::Queued,
+                sleeps: false,
+            }],
+            events: vec![
+                Event::Compute { ns: 12.3 },
+                Event::Acquire {
+                    inst: 0,
+                    shared: false,
+                    trylock: true,
+                },
+                Event::Compute { ns: 100_000.0 },
+                Event::Release {
+                    inst: 0,
+                    shared: true,
+                },
+                Event::Atomic { inst: 0 },
+                Event::Write {
+                    bytes: 4096,
+                    host_ns: 250.5,
+                },
+                Event::Trap,
+                Event::TlbFlush { inst: 0 },
+                Event::Ops { n: 300 },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trips_through_the_file_format() {
+        let t = sample();
+        let b = t.encode();
+        assert_eq!(Trace::decode(&b, "x").unwrap(), t);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.pltrace");
+        t.save(&p).unwrap();
+        assert_eq!(Trace::load(&p).unwrap(), t);
+    }
+
+    #[test]
+    fn corrupt_files_are_refused_with_a_reason() {
+        let b = sample().encode();
+        assert!(matches!(
+            Trace::decode(b"hello world, not a trace", "f"),
+            Err(TraceError::Magic(_))
+        ));
+        let mut flipped = b.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x55;
+        let e = Trace::decode(&flipped, "f").unwrap_err().to_string();
+        assert!(e.contains("checksum"), "{e}");
+        let e = Trace::decode(&b[..b.len() - 7], "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("corrupt"), "{e}");
+        let e = Trace::load(Path::new("/nonexistent/x.pltrace"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/nonexistent/x.pltrace:"), "{e}");
+    }
+
+    #[test]
+    fn raw_events_become_instances_and_compute_gaps() {
+        static C: LockClass = LockClass::new("c", Scope::Mm);
+        let tpn = raw::ticks_per_ns();
+        let at = |ns: f64| (ns * tpn) as u64;
+        let ev = |t: f64, kind: raw::Kind, inst: usize| raw::Event {
+            t: at(t),
+            kind,
+            class: &C,
+            instance: inst,
+            model: LockModel::RwSem,
+        };
+        let raw_events = [
+            ev(
+                1000.0,
+                raw::Kind::Acquire {
+                    access: Access::Shared,
+                    trylock: false,
+                },
+                0xa0,
+            ),
+            ev(
+                1100.0,
+                raw::Kind::Write {
+                    bytes: 4096,
+                    end: at(1400.0),
+                },
+                0,
+            ),
+            ev(
+                1500.0,
+                raw::Kind::Release {
+                    access: Access::Shared,
+                },
+                0xa0,
+            ),
+            ev(1600.0, raw::Kind::Atomic, 0xb0),
+            ev(1600.0, raw::Kind::Ops(1), 0),
+        ];
+        let mut m = meta();
+        m.overhead_ns_per_event = 10.0;
+        let t = Trace::from_raw(m, &raw_events);
+        assert_eq!(t.instances.len(), 2, "two addresses, two instances");
+        assert_eq!(t.meta.ops, 1);
+        assert_eq!(t.meta.raw_events, 5);
+        let approx = |a: f64, b: f64| (a - b).abs() < 1.0;
+        match t.events.as_slice() {
+            [
+                Event::Acquire {
+                    inst: 0,
+                    shared: true,
+                    ..
+                },
+                Event::Compute { ns: a },
+                Event::Write {
+                    bytes: 4096,
+                    host_ns,
+                },
+                Event::Compute { ns: b },
+                Event::Release { inst: 0, .. },
+                Event::Compute { ns: c },
+                Event::Atomic { inst: 1 },
+                Event::Ops { n: 1 },
+            ] => {
+                // Gaps less the overhead; the write's own time is not compute; a gap smaller
+                // than the overhead is no compute at all.
+                assert!(approx(*a, 90.0), "{a}");
+                assert!(approx(*host_ns, 300.0), "{host_ns}");
+                assert!(approx(*b, 90.0), "{b}");
+                assert!(approx(*c, 90.0), "{c}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Capture on the real engine, and the whole pipeline from a capture to a projection: the trace
+//! counts what the workload did, holds the shared locks its profile takes, survives its file
+//! format, and replays with the mode deciding what is shared.
+
+use pagelab_bench::profiles;
+use pagelab_project::capture::{CaptureSpec, capture};
+use pagelab_project::machine::Machine;
+use pagelab_project::project::replay_row;
+use pagelab_project::trace::{Event, Trace, Window};
+use pagelab_sync::Scope;
+use pagelab_workloads::{Mode, WorkloadKind};
+
+fn classes(t: &Trace) -> Vec<&str> {
+    let mut v: Vec<&str> = t.instances.iter().map(|i| i.class.as_str()).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+#[test]
+fn page_fault1_traces_whole_iterations_of_shared_events() {
+    let p = profiles::load("mm-unstable-20230210").unwrap();
+    let mut spec = CaptureSpec::new(WorkloadKind::PageFault1, p, 16);
+    spec.cycles = 1;
+    let t = capture(&spec).unwrap();
+    assert_eq!(t.meta.window, Window::Cycle);
+    // One iteration: 128 MiB, one fault per page, each a trap and a page cleared.
+    assert_eq!(t.meta.ops, 32_768);
+    let traps = t.events.iter().filter(|e| **e == Event::Trap).count();
+    assert_eq!(traps, 32_768);
+    let cleared: u64 = t
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::Write { bytes, .. } => u64::from(*bytes),
+            _ => 0,
+        })
+        .sum();
+    assert!(cleared >= 32_768 * 4096, "{cleared}");
+    // Without per-VMA locks every fault takes mmap_lock; the per-CPU and private locks are not
+    // recorded at all.
+    let c = classes(&t);
+    assert!(c.contains(&"mmap_lock") && c.contains(&"zone->lock") && c.contains(&"lru_lock"));
+    assert!(!c.contains(&"pcp->lock") && !c.contains(&"ptl"), "{c:?}");
+    assert!(t.instances.iter().all(|i| i.scope.is_shared()));
+    let mmap_reads = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Acquire { inst, shared: true, .. } if t.instances[*inst as usize].class == "mmap_lock"))
+        .count();
+    assert_eq!(mmap_reads, 32_768);
+    assert!(
+        t.meta.compute_scale > 0.1 && t.meta.compute_scale <= 1.5,
+        "{}",
+        t.meta.compute_scale
+    );
+    assert!((t.host_ns() - t.meta.untraced_ns).abs() / t.meta.untraced_ns < 0.01);
+    // Every acquire has its release.
+    let acq = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Acquire { .. }))
+        .count();
+    let rel = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Release { .. }))
+        .count();
+    assert_eq!(acq, rel);
+    // The file keeps it exactly.
+    let again = Trace::decode(&t.encode(), "t").unwrap();
+    assert_eq!(again.events.len(), t.events.len());
+    assert_eq!(again.meta, t.meta);
+
+    // mmap_lock is per mm: threads meet at it, processes do not.
+    let m = Machine::load("broadwell-2s-44c").unwrap();
+    let rate = |mode| mean(&replay_row(&m, &t, mode, 16, 3, 1, 4096).unwrap().metrics[0].2);
+    let (procs, threads) = (rate(Mode::Processes), rate(Mode::Threads));
+    assert!(
+        threads < 0.8 * procs,
+        "threads {threads} against processes {procs}"
+    );
+}
+
+#[test]
+fn pft_with_per_vma_locks_shares_its_one_vma_between_threads() {
+    let p = profiles::load("pvl-v2").unwrap();
+    let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
+    spec.pft_bytes = 16 << 20;
+    let t = capture(&spec).unwrap();
+    assert_eq!(t.meta.window, Window::Once);
+    assert!(t.meta.shared_vma);
+    assert_eq!(t.meta.ops, 4096);
+    let vma = t
+        .instances
+        .iter()
+        .position(|i| i.class == "vma lock")
+        .expect("a vma lock");
+    assert_eq!(t.instances[vma].scope, Scope::Vma);
+    // Faults take the VMA's lock; mmap_lock only for the first, which finds no anon_vma yet
+    // (6.4's fallback).
+    let count = |class: &str| {
+        t.events
+            .iter()
+            .filter(|e| matches!(e, Event::Acquire { inst, .. } if t.instances[*inst as usize].class == class))
+            .count()
+    };
+    assert_eq!(count("vma lock"), 4096 - count("mmap_lock"));
+    assert!(count("mmap_lock") < 8, "{}", count("mmap_lock"));
+    let m = Machine::load("icelake-2s-64c").unwrap();
+    let row = replay_row(&m, &t, Mode::Threads, 32, 2, 1, 2048).unwrap();
+    let vma_stats = row.classes.iter().find(|c| c.name == "vma lock").unwrap();
+    assert!(
+        vma_stats.contended > 0,
+        "32 threads on one VMA line never waited"
+    );
+    let names: Vec<&str> = row.metrics.iter().map(|m| m.0.as_str()).collect();
+    assert_eq!(names, ["faults/cpu", "faults/sec"]);
+}
+
+#[test]
+fn workloads_the_projector_cannot_replay_are_refused() {
+    let p = profiles::load("linux-6.7").unwrap();
+    let e = capture(&CaptureSpec::new(WorkloadKind::Netpipe, p, 2)).unwrap_err();
+    assert!(e.contains("replays page_fault1"), "{e}");
+}

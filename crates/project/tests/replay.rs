@@ -1,0 +1,355 @@
+//! The replay against closed forms: an uncontended path costs the sum of its parts; one lock
+//! under (nearly) Poisson arrivals waits as queueing theory says; the lock algorithms, the
+//! rwsem, the mode mapping and the memory bandwidth behave as their models state; a seed
+//! reproduces a run exactly.
+
+use pagelab_project::machine::Machine;
+use pagelab_project::replay::{Replay, ReplaySpec};
+use pagelab_project::trace::{Event, Instance, Pinning, Trace, TraceMeta, Window};
+use pagelab_sync::Scope;
+use pagelab_sync::trace::LockModel;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A one-socket machine of `cores` cores with the given latencies and bandwidths.
+fn machine(cores: usize, core_ns: f64, atomic_ns: f64, core_gbs: f64, node_gbs: f64) -> Machine {
+    Machine::parse(
+        &format!(
+            r#"
+name = "test"
+description = "test machine"
+[cpu]
+model = "test"
+ghz = 2.0
+[topology]
+sockets = 1
+cores_per_socket = {cores}
+threads_per_core = 1
+[numa]
+distance = [[10]]
+[latency]
+smt_ns = 1.0
+core_ns = {core_ns}
+atomic_ns = {atomic_ns}
+[latency.remote_ns]
+[memory]
+node_bandwidth_gbs = {node_gbs}
+core_bandwidth_gbs = {core_gbs}
+[kernel]
+trap_ns = 300.0
+wakeup_ns = 2000.0
+ipi_ns = 1000.0
+ipi_handler_ns = 500.0
+"#
+        ),
+        "test",
+    )
+    .unwrap()
+}
+
+fn meta(window: Window) -> TraceMeta {
+    TraceMeta {
+        workload: "synthetic".into(),
+        profile: "test".into(),
+        profile_toml: String::new(),
+        op_unit: "ops".into(),
+        window,
+        pinning: Pinning::Cores,
+        shared_vma: false,
+        kernel_cpus: 1,
+        host_cpu: "test".into(),
+        // The same clock as the test machine: compute is replayed unscaled.
+        host_ghz: 2.0,
+        ops: 1,
+        raw_events: 0,
+        overhead_ns_per_event: 0.0,
+        traced_ns: 1.0,
+        untraced_ns: 1.0,
+        compute_scale: 1.0,
+    }
+}
+
+fn inst(class: &str, scope: Scope, model: LockModel, sleeps: bool) -> Instance {
+    Instance {
+        class: class.into(),
+        scope,
+        model,
+        sleeps,
+    }
+}
+
+fn spec(tasks: usize, threads: bool) -> ReplaySpec {
+    ReplaySpec {
+        tasks,
+        threads,
+        seed: 7,
+        samples: 4,
+        ops_per_cpu: None,
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+#[test]
+fn an_uncontended_path_costs_the_sum_of_its_parts() {
+    let m = machine(4, 50.0, 5.0, 8.0, 20.0);
+    let mut t = Trace {
+        meta: meta(Window::Once),
+        instances: vec![
+            inst("zone->lock", Scope::Node, LockModel::Queued, false),
+            inst("rss", Scope::Mm, LockModel::Line, false),
+        ],
+        events: vec![
+            Event::Compute { ns: 100.0 },
+            Event::Trap,
+            Event::Acquire {
+                inst: 0,
+                shared: false,
+                trylock: false,
+            },
+            Event::Compute { ns: 40.0 },
+            Event::Release {
+                inst: 0,
+                shared: false,
+            },
+            Event::Atomic { inst: 1 },
+            Event::Write {
+                bytes: 4096,
+                host_ns: 999.0,
+            },
+            Event::Ops { n: 1 },
+            Event::Compute { ns: 60.0 },
+        ],
+    };
+    t.meta.ops = 1;
+    // 100 + 300 (trap) + 40 + 4096 B at 8 GB/s (512 ns) + 60; the lock and line stay on this
+    // CPU, so they add nothing.
+    let expected_ns = 100.0 + 300.0 + 40.0 + 512.0 + 60.0;
+    for threads in [false, true] {
+        let r = Replay::new(&m, &t, spec(1, threads)).unwrap().run(1);
+        assert!(
+            (r.span_ns - expected_ns).abs() < 0.01,
+            "{} ns, expected {expected_ns}",
+            r.span_ns
+        );
+        assert_eq!(r.ops, 1);
+        assert!((r.samples[0] - 1e9 / expected_ns).abs() < 1.0);
+        assert!(r.classes.iter().all(|c| c.contended == 0));
+    }
+}
+
+/// A long cyclic trace: think (exponential, mean `think_ns`), take lock 0, hold (exponential
+/// or fixed, mean `hold_ns`), release, count one op.
+fn lock_trace(
+    model: LockModel,
+    scope: Scope,
+    think_ns: f64,
+    hold_ns: f64,
+    exp_hold: bool,
+) -> Trace {
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let mut exp = |mean: f64| -> f64 { -mean * (1.0 - rng.r#gen::<f64>()).ln() };
+    let mut events = Vec::new();
+    let n = 40_000;
+    for _ in 0..n {
+        events.push(Event::Compute { ns: exp(think_ns) });
+        events.push(Event::Acquire {
+            inst: 0,
+            shared: false,
+            trylock: false,
+        });
+        let h = if exp_hold { exp(hold_ns) } else { hold_ns };
+        events.push(Event::Compute { ns: h });
+        events.push(Event::Release {
+            inst: 0,
+            shared: false,
+        });
+        events.push(Event::Ops { n: 1 });
+    }
+    let mut m = meta(Window::Cycle);
+    m.ops = n;
+    Trace {
+        meta: m,
+        instances: vec![inst("the lock", scope, model, false)],
+        events,
+    }
+}
+
+/// The machine-repairman model (M/M/1//N): N sources thinking Exp(Z), one server Exp(S).
+fn repairman_throughput(n: usize, z: f64, s: f64) -> f64 {
+    let rho = s / z;
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    for k in 1..=n {
+        term *= (n - k + 1) as f64 * rho;
+        sum += term;
+    }
+    let p0 = 1.0 / sum;
+    (1.0 - p0) / s
+}
+
+#[test]
+fn one_lock_under_poisson_arrivals_matches_the_machine_repairman_model() {
+    // Transfers and atomics free, so the lock is a pure FIFO server.
+    let m = machine(64, 0.001, 0.0, 100.0, 100.0);
+    for (n, z, s) in [
+        (8usize, 4000.0, 400.0),
+        (32, 6000.0, 200.0),
+        (64, 20_000.0, 300.0),
+    ] {
+        let t = lock_trace(LockModel::Queued, Scope::Machine, z, s, true);
+        let r = Replay::new(&m, &t, spec(n, true)).unwrap().run(3);
+        let got = mean(&r.samples) / 1e9; // ops per ns
+        let want = repairman_throughput(n, z, s);
+        let err = (got - want).abs() / want;
+        assert!(
+            err < 0.04,
+            "N={n} Z={z} S={s}: replay {got:.6}/ns, M/M/1//N {want:.6}/ns ({:.1}% off)",
+            100.0 * err
+        );
+    }
+}
+
+#[test]
+fn waits_at_one_lock_match_pollaczek_khinchine_for_many_light_sources() {
+    // 256 sources each offering little load: arrivals are close to Poisson, so the mean wait
+    // of a fixed hold S at utilisation u is M/D/1's  u S / (2 (1 - u)).
+    let m = machine(256, 0.001, 0.0, 100.0, 100.0);
+    let s = 100.0;
+    let n = 256;
+    for u in [0.3, 0.6] {
+        // Per-source cycle Z + S + W must give total rate u / S; W is small for light sources,
+        // so aim with Z and check the utilisation the replay reached.
+        let z = n as f64 * s / u - s;
+        let t = lock_trace(LockModel::Queued, Scope::Machine, z, s, false);
+        let r = Replay::new(&m, &t, spec(n, true)).unwrap().run(5);
+        let rate = mean(&r.samples) / 1e9;
+        let util = rate * s;
+        let c = &r.classes[0];
+        let wait = c.wait_ns / c.acquisitions as f64;
+        let want = util * s / (2.0 * (1.0 - util));
+        assert!(
+            (wait - want).abs() / want < 0.12,
+            "u={util:.3}: mean wait {wait:.1} ns, M/D/1 {want:.1} ns"
+        );
+    }
+}
+
+#[test]
+fn a_ticket_lock_hands_over_slower_as_waiters_grow_and_a_queued_one_does_not() {
+    let m = machine(64, 80.0, 5.0, 100.0, 100.0);
+    let rate = |model: LockModel, n: usize| {
+        let t = lock_trace(model, Scope::Machine, 500.0, 100.0, false);
+        mean(&Replay::new(&m, &t, spec(n, true)).unwrap().run(1).samples)
+    };
+    assert!((rate(LockModel::Ticket, 1) - rate(LockModel::Queued, 1)).abs() < 1.0);
+    let (t8, q8) = (rate(LockModel::Ticket, 8), rate(LockModel::Queued, 8));
+    let (t48, q48) = (rate(LockModel::Ticket, 48), rate(LockModel::Queued, 48));
+    assert!(t8 < q8, "8 CPUs: ticket {t8} >= queued {q8}");
+    // The queued lock holds its saturated rate; the ticket lock's falls with more waiters.
+    assert!((q48 - q8).abs() / q8 < 0.05, "queued {q8} -> {q48}");
+    assert!(t48 < 0.8 * t8, "ticket {t8} -> {t48}");
+}
+
+#[test]
+fn rwsem_readers_share_and_writers_exclude() {
+    let m = machine(16, 0.001, 0.0, 100.0, 100.0);
+    let with = |shared: bool| {
+        let mut t = lock_trace(LockModel::RwSem, Scope::Machine, 100.0, 900.0, false);
+        for e in &mut t.events {
+            match e {
+                Event::Acquire { shared: s, .. } | Event::Release { shared: s, .. } => *s = shared,
+                _ => {}
+            }
+        }
+        t.instances[0].sleeps = true;
+        mean(&Replay::new(&m, &t, spec(8, true)).unwrap().run(1).samples) / 1e9
+    };
+    // Readers: 8 CPUs each doing one op per 1000 ns. Writers: one hold at a time, plus a
+    // wake-up (2000 ns) per hand-off.
+    let readers = with(true);
+    assert!(
+        (readers - 8.0 / 1000.0).abs() / (8.0 / 1000.0) < 0.02,
+        "{readers}"
+    );
+    let writers = with(false);
+    assert!(writers <= 1.0 / 900.0 * 1.001, "{writers}");
+    assert!(writers < 1.0 / (900.0 + 2000.0) * 1.05, "{writers}");
+}
+
+#[test]
+fn per_mm_instances_are_shared_by_threads_and_private_to_processes() {
+    let m = machine(16, 50.0, 5.0, 100.0, 100.0);
+    let t = lock_trace(LockModel::Queued, Scope::Mm, 200.0, 200.0, false);
+    let rate = |n, threads| {
+        mean(
+            &Replay::new(&m, &t, spec(n, threads))
+                .unwrap()
+                .run(1)
+                .samples,
+        )
+    };
+    let one = rate(1, false);
+    let procs = rate(16, false);
+    let threads = rate(16, true);
+    assert!(
+        (procs / one - 16.0).abs() < 0.2,
+        "processes scale: {}",
+        procs / one
+    );
+    assert!(
+        threads <= 1e9 / 200.0 * 1.001,
+        "threads serialise: {threads}"
+    );
+    // Per-CPU and private instances never meet another CPU, whatever the mode.
+    let t = lock_trace(LockModel::Queued, Scope::Cpu, 200.0, 200.0, false);
+    let threads = mean(&Replay::new(&m, &t, spec(16, true)).unwrap().run(1).samples);
+    assert!((threads / one - 16.0).abs() < 0.2);
+}
+
+#[test]
+fn memory_writes_share_the_node_bandwidth() {
+    // One core clears at 10 GB/s, the node at 40: 4096-byte writes saturate at 4 cores.
+    let m = machine(16, 50.0, 5.0, 10.0, 40.0);
+    let mut events = Vec::new();
+    for _ in 0..2000 {
+        events.push(Event::Write {
+            bytes: 4096,
+            host_ns: 1.0,
+        });
+        events.push(Event::Ops { n: 1 });
+    }
+    let mut mt = meta(Window::Cycle);
+    mt.ops = 2000;
+    let t = Trace {
+        meta: mt,
+        instances: Vec::new(),
+        events,
+    };
+    let rate = |n| mean(&Replay::new(&m, &t, spec(n, false)).unwrap().run(1).samples);
+    let per_core = 10e9 / 4096.0;
+    assert!((rate(1) - per_core).abs() / per_core < 0.01);
+    assert!((rate(2) - 2.0 * per_core).abs() / per_core < 0.02);
+    let node = 40e9 / 4096.0;
+    assert!((rate(16) - node).abs() / node < 0.02, "{}", rate(16));
+}
+
+#[test]
+fn a_seed_gives_the_same_run_and_another_seed_another() {
+    let m = Machine::load("broadwell-2s-44c").unwrap();
+    let t = lock_trace(LockModel::Ticket, Scope::Node, 300.0, 150.0, true);
+    let r = Replay::new(&m, &t, spec(40, false)).unwrap();
+    let (a, b, c) = (r.run(11), r.run(11), r.run(12));
+    assert_eq!(a, b);
+    assert_ne!(a.samples, c.samples);
+}
+
+#[test]
+fn too_many_tasks_for_the_machine_are_refused() {
+    let m = machine(4, 50.0, 5.0, 10.0, 40.0);
+    let t = lock_trace(LockModel::Queued, Scope::Machine, 1.0, 1.0, false);
+    let e = Replay::new(&m, &t, spec(5, true)).err().unwrap();
+    assert!(e.contains("more than the 4 CPUs"), "{e}");
+}
