@@ -151,7 +151,8 @@ fn encode_png(rgb: &[u8], w: u32, h: u32) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// Colour-blind-safe colours (Okabe and Ito), one per label in label order.
+/// Colour-blind-safe colours (Okabe and Ito), one per colour slot
+/// ([`crate::series::Series::colour`]).
 const PALETTE: [RGBColor; 8] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
@@ -166,8 +167,8 @@ const GUIDE: RGBColor = RGBColor(150, 150, 150);
 const INK: RGBColor = RGBColor(33, 33, 33);
 const MUTED: RGBColor = RGBColor(100, 100, 100);
 
-fn colour(label_index: usize) -> RGBColor {
-    PALETTE[label_index % PALETTE.len()]
+fn colour(slot: usize) -> RGBColor {
+    PALETTE[slot % PALETTE.len()]
 }
 
 fn font(size: f64) -> FontDesc<'static> {
@@ -325,11 +326,24 @@ impl Figure {
                     .fold(0.0, f64::max);
                 let y_top = if top > 0.0 { top * 1.12 } else { 1.0 };
                 let linear = scales_with_tasks(&chart.metric, chart.higher_is_better);
-                let mut guides_seen: Vec<Source> = Vec::new();
+                // (source, label whose 1-task mean the guide starts from)
+                let mut guides_seen: Vec<(Source, String)> = Vec::new();
                 for p in &chart.panels {
                     let mut curves = Vec::new();
-                    // The baseline's perfect scaling, per source, from its 1-task mean.
-                    for s in p.series.iter().filter(|s| s.label_index == 0) {
+                    // Perfect scaling per source, from the 1-task mean of the source's first
+                    // label (the baseline, where the source has it).
+                    let mut sources: Vec<&Source> = p.series.iter().map(|s| &s.source).collect();
+                    sources.sort();
+                    sources.dedup();
+                    for src in sources {
+                        let Some(s) = p
+                            .series
+                            .iter()
+                            .filter(|s| s.source == *src)
+                            .min_by_key(|s| s.label_index)
+                        else {
+                            continue;
+                        };
                         let Some(one) = s.points.iter().find(|p| p.tasks == 1) else {
                             continue;
                         };
@@ -352,14 +366,15 @@ impl Figure {
                             width: 2,
                             dots: guide(one.mean, reach, linear, y_top),
                         });
-                        if !guides_seen.contains(&s.source) {
-                            guides_seen.push(s.source.clone());
+                        let key = (s.source.clone(), s.label.clone());
+                        if !guides_seen.contains(&key) {
+                            guides_seen.push(key);
                         }
                     }
                     for s in &p.series {
                         let (dash, marker) = look(&s.source);
                         curves.push(Curve {
-                            colour: colour(s.label_index),
+                            colour: colour(s.colour),
                             dash,
                             marker: Some(marker),
                             width: 2,
@@ -388,19 +403,21 @@ impl Figure {
                 seen.sort();
                 for (i, src) in &seen {
                     let (dash, marker) = look(src);
-                    let label = chart
+                    let Some(s) = chart
                         .panels
                         .iter()
                         .flat_map(|p| p.series.iter())
                         .find(|s| s.label_index == *i)
-                        .map_or(String::new(), |s| s.label.clone());
+                    else {
+                        continue;
+                    };
                     legend_items.push((
-                        Glyph::Line(colour(*i), dash, Some(marker), 2),
-                        format!("{label} ({})", src.describe()),
+                        Glyph::Line(colour(s.colour), dash, Some(marker), 2),
+                        format!("{} ({})", s.label, src.describe()),
                     ));
                 }
                 guides_seen.sort();
-                for src in &guides_seen {
+                for (src, from) in &guides_seen {
                     let (dash, _) = look(src);
                     let how = if linear {
                         "1-task mean × tasks"
@@ -409,11 +426,7 @@ impl Figure {
                     };
                     legend_items.push((
                         Glyph::Line(GUIDE, dash, None, 2),
-                        format!(
-                            "perfect scaling of {} ({how}, {})",
-                            ctx.baseline,
-                            src.describe()
-                        ),
+                        format!("perfect scaling of {from} ({how}, {})", src.describe()),
                     ));
                 }
                 title = format!("{}: {} by task count", chart.workload, chart.metric);
@@ -437,7 +450,7 @@ impl Figure {
                             any_star |= pt.significant;
                         }
                         curves.push(Curve {
-                            colour: colour(c.label_index),
+                            colour: colour(c.colour),
                             dash,
                             marker: Some(marker),
                             width: 2,
@@ -500,17 +513,16 @@ impl Figure {
                     let c = all_changes
                         .iter()
                         .find(|c| c.label_index == *i && c.source == *src);
-                    let label = c.map_or(String::new(), |c| c.label.clone());
+                    let Some(c) = c else { continue };
                     // A source without the report's baseline is compared with its own first label.
-                    let against = match c {
-                        Some(c) if c.baseline != ctx.baseline => {
-                            format!(", against {}", c.baseline)
-                        }
-                        _ => String::new(),
+                    let against = if c.baseline != ctx.baseline {
+                        format!(", against {}", c.baseline)
+                    } else {
+                        String::new()
                     };
                     legend_items.push((
-                        Glyph::Line(colour(*i), dash, Some(marker), 2),
-                        format!("{label} ({}{against})", src.describe()),
+                        Glyph::Line(colour(c.colour), dash, Some(marker), 2),
+                        format!("{} ({}{against})", c.label, src.describe()),
                     ));
                 }
                 if any_star {

@@ -8,7 +8,7 @@
 //! must show them as such.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use pagelab_bench::results::{Origin, StoredRun};
 use pagelab_bench::stats::{self, Significance};
@@ -111,8 +111,10 @@ pub struct Point {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Series {
     pub label: String,
-    /// Its position in [`Results::labels`]: 0 is the baseline; it also picks the colour.
+    /// Its position in [`Results::labels`]: 0 is the baseline.
     pub label_index: usize,
+    /// Its colour slot (see [`colour_slots`]).
+    pub colour: usize,
     pub source: Source,
     /// By task count.
     pub points: Vec<Point>,
@@ -143,10 +145,51 @@ pub struct Filter {
     pub mode: Option<String>,
 }
 
+/// A colour slot per label, in label order. A label takes the colour of an earlier label of
+/// the same profile whose runs come from other sources (the projector stores
+/// `<profile>@<machine>` next to the measured `<profile>`): a profile keeps its colour whether
+/// measured or projected, which the line and marker styles tell apart. Every other label gets
+/// a colour of its own.
+pub fn colour_slots(res: &Results) -> Vec<usize> {
+    let profile = |l: &String| {
+        res.runs
+            .iter()
+            .find(|r| &r.meta.label == l)
+            .and_then(|r| r.meta.profile.as_deref())
+    };
+    let sources = |l: &String| -> BTreeSet<Source> {
+        res.runs
+            .iter()
+            .filter(|r| &r.meta.label == l)
+            .map(Source::of)
+            .collect()
+    };
+    let mut slots: Vec<usize> = Vec::new();
+    let mut next = 0;
+    for (i, l) in res.labels.iter().enumerate() {
+        let shared = profile(l).and_then(|p| {
+            (0..i).find(|&j| {
+                profile(&res.labels[j]) == Some(p)
+                    && sources(l).is_disjoint(&sources(&res.labels[j]))
+                    && !slots[j + 1..i].contains(&slots[j])
+            })
+        });
+        slots.push(match shared {
+            Some(j) => slots[j],
+            None => {
+                next += 1;
+                next - 1
+            }
+        });
+    }
+    slots
+}
+
 /// The charts of the selected results: one per (workload, metric), in the order the samples
 /// first name them (as compare orders its rows); samples of labels not selected are ignored.
 pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
     let source_of: HashMap<i64, Source> = res.runs.iter().map(|r| (r.id, Source::of(r))).collect();
+    let slots = colour_slots(res);
     type Key<'a> = (&'a str, &'a str, bool);
     // (workload, metric, higher) -> mode -> (label index, source) -> tasks -> samples
     type Curves = BTreeMap<(usize, Source), BTreeMap<u32, Vec<f64>>>;
@@ -197,6 +240,7 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
                         .map(|((label_index, source), by_tasks)| Series {
                             label: res.labels[label_index].clone(),
                             label_index,
+                            colour: slots[label_index],
                             source,
                             points: by_tasks
                                 .into_iter()
@@ -239,6 +283,7 @@ pub struct Change {
 pub struct ChangeSeries {
     pub label: String,
     pub label_index: usize,
+    pub colour: usize,
     pub source: Source,
     /// The label it is compared with.
     pub baseline: String,
@@ -288,6 +333,7 @@ impl Panel {
                 (!points.is_empty()).then(|| ChangeSeries {
                     label: s.label.clone(),
                     label_index: s.label_index,
+                    colour: s.colour,
                     source: s.source.clone(),
                     baseline: base.label.clone(),
                     points,
@@ -472,6 +518,7 @@ pub(crate) mod tests {
                 Series {
                     label: "a".into(),
                     label_index: 0,
+                    colour: 0,
                     source: Source::measured(),
                     points: vec![Point {
                         tasks: 1,
@@ -483,6 +530,7 @@ pub(crate) mod tests {
                 Series {
                     label: "b".into(),
                     label_index: 1,
+                    colour: 1,
                     source: Source::measured(),
                     points: vec![Point {
                         tasks: 1,
@@ -520,6 +568,11 @@ pub(crate) mod tests {
                 s.label += "@big-box";
             }
         }
+        for run in &mut r.runs {
+            run.meta.profile = Some(run.meta.label.trim_end_matches("@big-box").to_string());
+        }
+        // A profile keeps its colour across sources.
+        assert_eq!(colour_slots(&r), [0, 1, 0, 1]);
         let c = charts(&r, &Filter::default());
         let ch = c[0].panels[1].changes(true, Significance::Interval);
         let got: Vec<(&str, &str)> = ch
@@ -528,6 +581,19 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(got, [("new", "base"), ("new@big-box", "base@big-box")]);
         assert!((ch[1].points[3].pct + 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn labels_of_one_profile_from_the_same_source_keep_their_own_colours() {
+        let mut r = example();
+        // base and new both ran the same profile, here: two colours.
+        for run in &mut r.runs {
+            run.meta.profile = Some("linux-6.7".into());
+        }
+        assert_eq!(colour_slots(&r), [0, 1]);
+        // Without profiles (host kernel, imports) every label has its own.
+        r.labels.push("other".into());
+        assert_eq!(colour_slots(&r), [0, 1, 2]);
     }
 
     #[test]
