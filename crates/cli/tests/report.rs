@@ -695,3 +695,67 @@ fn report_of_an_experiment_takes_its_labels_and_says_what_it_is() {
     );
     assert!(!fresh.exists(), "a failed report created its directory");
 }
+
+/// The real projector's rows (`pagelab project`, labels `<profile>@<machine>`) next to the
+/// same profiles measured here: the experiment (given by path) stands for both, the projected
+/// section names the machine, and the projected labels are compared among themselves.
+#[test]
+fn report_and_plot_a_real_projection_beside_measured_runs() {
+    let d = Dir::new("proj");
+    let db = d.db();
+    // pft-pvl-2023, made small.
+    let exp = d.path("tiny-pvl.toml");
+    std::fs::write(
+        &exp,
+        "description = \"tiny\"\nsource = \"a test\"\nworkload = \"pft\"\n\
+         profiles = [\"mm-unstable-20230210\", \"pvl-v2\"]\nmodes = [\"threads\"]\n\
+         tasks = \"1,2\"\nsamples = 3\nsize = \"32M\"\nsignificance = \"ttest\"\n",
+    )
+    .unwrap();
+    let exp = exp.to_str().unwrap();
+    ok(&db, &["reproduce", exp]);
+    ok(
+        &db,
+        &[
+            "project",
+            "--machine",
+            "broadwell-2s-44c",
+            "--experiment",
+            exp,
+            "--tasks",
+            "1,4",
+            "--samples",
+            "2",
+        ],
+    );
+    let out = d.path("r");
+    ok(&db, &["report", exp, "--out", out.to_str().unwrap()]);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<title>pagelab report: tiny-pvl</title>"));
+    assert!(html.contains("<h2>Measured</h2>"));
+    assert!(html.contains("<h2>Projected for broadwell-2s-44c</h2>"));
+    assert!(html.contains("pvl-v2@broadwell-2s-44c"));
+    assert!(html.contains(
+        "The baseline mm-unstable-20230210 has no projected for broadwell-2s-44c results"
+    ));
+
+    let svg = d.path("change.svg");
+    ok(
+        &db,
+        &[
+            "plot",
+            exp,
+            "--kind",
+            "change",
+            "--metric",
+            "faults/sec",
+            "--out",
+            svg.to_str().unwrap(),
+        ],
+    );
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(svg.contains("pvl-v2 (measured)"), "{svg}");
+    assert!(svg.contains(
+        "pvl-v2@broadwell-2s-44c (projected for broadwell-2s-44c, against mm-unstable-20230210@broadwell-2s-44c)"
+    ));
+}
