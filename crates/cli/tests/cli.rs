@@ -3,62 +3,12 @@
 //! incomplete run; bad input is one line on stderr, a non-zero exit, and leaves the store's
 //! bytes as they were.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn pagelab(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pagelab"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("PAGELAB_DB")
-        .output()
-        .expect("the pagelab binary runs")
-}
-
-fn ok(db: &Path, args: &[&str]) -> String {
-    let o = pagelab(db, args);
-    assert!(
-        o.status.success(),
-        "pagelab {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// Fails with exactly one line on stderr that contains `want`.
-fn fails(db: &Path, args: &[&str], want: &str) {
-    let o = pagelab(db, args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "pagelab {args:?} succeeded");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "pagelab {args:?}: not one line: {err}");
-    assert!(
-        lines[0].starts_with("pagelab: error: ") && lines[0].contains(want),
-        "pagelab {args:?}: {err}"
-    );
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("pagelab-cli-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn db(&self) -> PathBuf {
-        self.0.join("results.db")
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{Dir, fails, ok, pagelab};
 
 /// A quick pft run on the engine: 32 MiB, 3 repetitions.
 fn quick_pft(db: &Path, profile: &str, label: &str) -> String {
@@ -85,7 +35,7 @@ fn quick_pft(db: &Path, profile: &str, label: &str) -> String {
 
 #[test]
 fn run_store_list_compare_export_and_reimport() {
-    let d = Dir::new("flow");
+    let d = Dir::new("cli-flow");
     let db = d.db();
     let out = quick_pft(&db, "mm-unstable-20230210", "base");
     assert!(out.contains("stored as run 1 (label base)"), "{out}");
@@ -162,7 +112,7 @@ fn run_store_list_compare_export_and_reimport() {
 
 #[test]
 fn reproduce_runs_an_experiment_file_and_prints_its_comparison() {
-    let d = Dir::new("repro");
+    let d = Dir::new("cli-repro");
     let exp = d.0.join("tiny.toml");
     std::fs::write(
         &exp,
@@ -200,7 +150,7 @@ fn reproduce_runs_an_experiment_file_and_prints_its_comparison() {
 /// the run incomplete and exits non-zero.
 #[test]
 fn interrupted_run_is_stored_incomplete() {
-    let d = Dir::new("intr");
+    let d = Dir::new("cli-intr");
     let db = d.db();
     let child = Command::new(env!("CARGO_BIN_EXE_pagelab"))
         .arg("--db")
@@ -283,7 +233,7 @@ fn content(db: &Path) -> String {
 
 #[test]
 fn bad_input_is_one_line_and_alters_nothing() {
-    let d = Dir::new("bad");
+    let d = Dir::new("cli-bad");
     let db = d.db();
     quick_pft(&db, "linux-6.7", "keep");
     let before = content(&db);
@@ -441,7 +391,7 @@ fn bad_input_is_one_line_and_alters_nothing() {
 
 #[test]
 fn profiles_show_and_diff() {
-    let d = Dir::new("prof");
+    let d = Dir::new("cli-prof");
     let out = ok(
         &d.db(),
         &["profiles", "linux-2.6.13", "linux-2.6.13-split-ptl"],

@@ -2,70 +2,12 @@
 //! projected rows that `runs` and `compare` see; a trace file is written and read back;
 //! validation prints its summary; bad input is one line, a non-zero exit and an untouched store.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn pagelab(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pagelab"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("PAGELAB_DB")
-        .output()
-        .expect("the pagelab binary runs")
-}
-
-fn ok(db: &Path, args: &[&str]) -> String {
-    let o = pagelab(db, args);
-    assert!(
-        o.status.success(),
-        "pagelab {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-fn fails(db: &Path, args: &[&str], want: &str) {
-    let before = std::fs::read(db).ok();
-    let o = pagelab(db, args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "pagelab {args:?} succeeded");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "pagelab {args:?}: not one line: {err}");
-    assert!(
-        lines[0].starts_with("pagelab: error: ") && lines[0].contains(want),
-        "pagelab {args:?}: {err}"
-    );
-    assert_eq!(
-        std::fs::read(db).ok(),
-        before,
-        "pagelab {args:?} changed the store"
-    );
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("pagelab-proj-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn db(&self) -> PathBuf {
-        self.0.join("results.db")
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{Dir, fails_untouched as fails, ok};
 
 #[test]
 fn a_projection_is_stored_as_projected_rows_and_compares() {
-    let d = Dir::new("store");
+    let d = Dir::new("proj-store");
     let db = d.db();
     let out = ok(
         &db,
@@ -113,7 +55,7 @@ fn a_projection_is_stored_as_projected_rows_and_compares() {
 
 #[test]
 fn bad_projections_are_refused_before_anything_is_stored() {
-    let d = Dir::new("bad");
+    let d = Dir::new("proj-bad");
     let db = d.db();
     fails(
         &db,
@@ -173,7 +115,7 @@ fn bad_projections_are_refused_before_anything_is_stored() {
 
 #[test]
 fn traces_are_written_and_read_back() {
-    let d = Dir::new("trace");
+    let d = Dir::new("proj-trace");
     let db = d.db();
     let f = d.0.join("pft.pltrace");
     let out = ok(
@@ -206,7 +148,7 @@ fn traces_are_written_and_read_back() {
 
 #[test]
 fn validation_prints_rows_changes_and_a_summary() {
-    let d = Dir::new("validate");
+    let d = Dir::new("proj-validate");
     let out = ok(
         &d.db(),
         &[

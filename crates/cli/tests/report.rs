@@ -8,68 +8,15 @@
 //! fails and says what to install.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use pagelab_bench::results::{Origin, RunData, RunMeta, SampleKey, Status};
 use pagelab_bench::store::Store;
 
-fn pagelab(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pagelab"))
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("PAGELAB_DB")
-        .output()
-        .expect("the pagelab binary runs")
-}
-
-fn ok(db: &Path, args: &[&str]) -> String {
-    let o = pagelab(db, args);
-    assert!(
-        o.status.success(),
-        "pagelab {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
-
-/// Fails with exactly one line on stderr that contains `want`.
-fn fails(db: &Path, args: &[&str], want: &str) {
-    let o = pagelab(db, args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "pagelab {args:?} succeeded");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "pagelab {args:?}: not one line: {err}");
-    assert!(
-        lines[0].starts_with("pagelab: error: ") && lines[0].contains(want),
-        "pagelab {args:?}: {err}"
-    );
-}
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("pagelab-report-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-    fn db(&self) -> PathBuf {
-        self.0.join("results.db")
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{Dir, fails, ok};
 
 /// A short page_fault1 run on the engine, both modes, 1 and 2 tasks, 2 samples each.
 fn engine_run(db: &Path, profile: &str, label: &str) {
@@ -170,7 +117,7 @@ fn ink(channels: usize, px: &[u8]) -> (usize, usize) {
 
 #[test]
 fn plot_draws_measured_and_projected_apart_as_svg_and_png() {
-    let d = Dir::new("plot");
+    let d = Dir::new("report-plot");
     let db = d.db();
     engine_run(&db, "mm-unstable-20230210", "a");
     engine_run(&db, "pvl-v2", "b");
@@ -469,7 +416,7 @@ fn elements(dom: &str) -> Vec<Element> {
 
 #[test]
 fn report_renders_in_chromium_with_its_numbers_plots_and_no_injected_markup() {
-    let d = Dir::new("html");
+    let d = Dir::new("report-html");
     let db = d.db();
     let l1 = "<script>alert(1)</script>";
     let l2 = "\"><img/src=x/onerror=alert(2)>";
@@ -608,7 +555,7 @@ fn report_renders_in_chromium_with_its_numbers_plots_and_no_injected_markup() {
 
 #[test]
 fn report_of_an_experiment_takes_its_labels_and_says_what_it_is() {
-    let d = Dir::new("exp");
+    let d = Dir::new("report-exp");
     let db = d.db();
     let store = Store::open(&db).unwrap();
     let samples = |v: f64| {
@@ -701,7 +648,7 @@ fn report_of_an_experiment_takes_its_labels_and_says_what_it_is() {
 /// section names the machine, and the projected labels are compared among themselves.
 #[test]
 fn report_and_plot_a_real_projection_beside_measured_runs() {
-    let d = Dir::new("proj");
+    let d = Dir::new("report-proj");
     let db = d.db();
     // pft-pvl-2023, made small.
     let exp = d.path("tiny-pvl.toml");
