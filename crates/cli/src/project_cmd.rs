@@ -102,7 +102,7 @@ pub(crate) struct ValidateArgs {
     #[arg(long)]
     table: Option<String>,
     /// Skip the self-consistency check (this host projected against the engine measured here).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "self_check_only")]
     no_self_check: bool,
     /// Skip the published tables (only the self-consistency check).
     #[arg(long)]
@@ -331,7 +331,11 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         ids.push(id);
     }
     if interrupted {
-        return Err("interrupted; what was projected is stored, marked incomplete".into());
+        return Err(if proj.is_empty() {
+            "interrupted while capturing; nothing was stored".into()
+        } else {
+            "interrupted; what was projected is stored, marked incomplete".into()
+        });
     }
     let samples = store.samples(&ids).map_err(|e| e.to_string())?;
     let c = compare::build(&samples, &labels, rule)?;
@@ -395,12 +399,11 @@ pub(crate) fn validate_cmd(a: ValidateArgs) -> Result<(), String> {
         }
         if !all_changes.is_empty() {
             let right = all_changes.iter().filter(|c| c.sign_right()).count();
-            let mut errs: Vec<f64> = all_changes.iter().map(|c| c.error_points()).collect();
-            errs.sort_by(f64::total_cmp);
+            let errs: Vec<f64> = all_changes.iter().map(|c| c.error_points()).collect();
             println!(
                 "all tables: {right} of {} changes with the published sign; median absolute error {:.2} points\n",
                 all_changes.len(),
-                errs[errs.len() / 2]
+                validate::median(errs)
             );
         }
     }

@@ -311,7 +311,11 @@ pub fn measure_host(name: &str, progress: &mut dyn FnMut(&str)) -> Result<Machin
     let atomic = atomic_ns();
     progress("clearing bandwidth, one core and all cores");
     let core_bw = clear_bandwidth_gbs(1, 256 << 20);
-    let node_bw = clear_bandwidth_gbs(cpus, 128 << 20).max(core_bw);
+    // Every allowed CPU clears at once (a few GiB in all, whatever the CPU count); the sum is
+    // shared by the nodes.
+    let per_thread = ((4usize << 30) / cpus).clamp(8 << 20, 128 << 20);
+    let nodes = sockets;
+    let node_bw = (clear_bandwidth_gbs(cpus, per_thread) / nodes as f64).max(core_bw);
     progress("wake-up latency");
     let wakeup = wakeup_ns();
     progress("TLB shootdown");
@@ -319,7 +323,6 @@ pub fn measure_host(name: &str, progress: &mut dyn FnMut(&str)) -> Result<Machin
     progress("page-fault cost beyond the engine (host page_fault1 against the engine's)");
     let profile = pagelab_bench::profiles::load("linux-6.7")?;
     let trap = trap_ns(&profile)?;
-    let nodes = sockets;
     let m = Machine {
         name: name.to_string(),
         description: format!(

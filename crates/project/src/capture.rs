@@ -80,7 +80,7 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
 /// the neighbours than about the engine).
 const ROUNDS: usize = 3;
 
-/// The best recording so far: time lost to preemption (wall less CPU time), wall time, events.
+/// The best recording so far: time lost to preemption (wall less CPU time), CPU time, events.
 type Best = Option<(f64, f64, Vec<raw::Event>)>;
 
 /// Where the wrapped task is in its run, and what it recorded.
@@ -150,7 +150,7 @@ impl Ctl {
             let lost = (wall - cpu).max(0.0);
             let mut best = self.best.lock().unwrap();
             if best.as_ref().is_none_or(|(l, _, _)| lost < *l) {
-                *best = Some((lost, wall, events));
+                *best = Some((lost, cpu, events));
             }
         }
     }
@@ -307,7 +307,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         .copied()
         .fold(f64::INFINITY, f64::min);
     if events.is_empty() || !untraced_ns.is_finite() {
-        return Err("capture: the recording window never closed".into());
+        return Err("capture: the workload ended before its untraced windows were timed".into());
     }
     let meta = TraceMeta {
         workload: spec.workload.name().to_string(),

@@ -192,7 +192,7 @@ impl Machine {
         }
         if !t.cores_per_socket.is_multiple_of(t.nodes_per_socket) {
             return Err(format!(
-                "topology.cores_per_socket ({}) must divide evenly into nodes_per_socket ({})",
+                "topology.cores_per_socket ({}) must be a multiple of nodes_per_socket ({})",
                 t.cores_per_socket, t.nodes_per_socket
             ));
         }

@@ -128,7 +128,7 @@ pub fn replay_row(
     let mut events = 0;
     let (metrics, classes) = match trace.meta.window {
         Window::Cycle => {
-            let r = replay.run(seed);
+            let r = replay.run(seed)?;
             events += r.events;
             (vec![("faults/sec".to_string(), true, r.samples)], r.classes)
         }
@@ -136,7 +136,7 @@ pub fn replay_row(
             let (mut per_cpu, mut per_sec) = (Vec::new(), Vec::new());
             let mut classes: Vec<ClassStats> = Vec::new();
             for i in 0..samples {
-                let r = replay.run(seed.wrapping_add(i as u64));
+                let r = replay.run(seed.wrapping_add(i as u64))?;
                 events += r.events;
                 per_sec.push(r.samples[0]);
                 per_cpu.push(r.ops_per_cpu_sec.unwrap_or(0.0));

@@ -252,6 +252,22 @@ impl<'a> Replay<'a> {
         let mut res_ids: HashMap<(u32, usize), u32> = HashMap::new();
         let threads = spec.threads;
         let scale = trace.meta.host_ghz / machine.cpu.ghz;
+        // Acquires and releases that pair up within the trace; a release of something taken
+        // before the recording started, or an acquire still held when it stopped, is dropped.
+        let mut keep = vec![true; trace.events.len()];
+        let mut open: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (i, e) in trace.events.iter().enumerate() {
+            match *e {
+                Event::Acquire { inst, .. } => open.entry(inst).or_default().push(i),
+                Event::Release { inst, .. } if open.get_mut(&inst).and_then(Vec::pop).is_none() => {
+                    keep[i] = false;
+                }
+                _ => {}
+            }
+        }
+        for i in open.into_values().flatten() {
+            keep[i] = false;
+        }
         let mut progs = Vec::new();
         let mut starts = Vec::new();
         let mut prog_of_node = HashMap::new();
@@ -280,18 +296,7 @@ impl<'a> Replay<'a> {
                 }))
             };
             let flush = threads && spec.tasks > 1;
-            // Hold depth per instance: a release of something the trace never took (a guard
-            // older than the recording) is dropped.
-            let mut held: HashMap<u32, u32> = HashMap::new();
-            for e in &trace.events {
-                match *e {
-                    Event::Acquire { inst, .. } => *held.entry(inst).or_default() += 1,
-                    Event::Release { inst, .. } => match held.get_mut(&inst) {
-                        Some(d) if *d > 0 => *d -= 1,
-                        _ => continue,
-                    },
-                    _ => {}
-                }
+            for (e, _) in trace.events.iter().zip(&keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
                         pending += ns * scale;
@@ -390,8 +395,8 @@ impl<'a> Replay<'a> {
         self.resources_proto.len()
     }
 
-    /// Runs the simulation with `seed`.
-    pub fn run(&self, seed: u64) -> ReplayResult {
+    /// Runs the simulation with `seed`. Fails if the CPUs end up waiting for each other.
+    pub fn run(&self, seed: u64) -> Result<ReplayResult, String> {
         Sim::new(self, seed).run()
     }
 }
@@ -444,19 +449,25 @@ impl<'r, 'a> Sim<'r, 'a> {
                 let st = &r.starts[prog];
                 (st[rng.gen_range(0..st.len())], 0, len as u64)
             } else {
+                let prog_i = prog;
                 let prog = &r.progs[prog];
                 let mut left = len as u64;
                 if let Some(max) = r.spec.ops_per_cpu
                     && ops_in(prog) > max
                 {
+                    // Cut after the first operation that reaches `max` with nothing held.
                     let mut seen = 0;
-                    for (j, o) in prog.iter().enumerate() {
-                        if let Op::Ops(n) = o {
-                            seen += u64::from(*n);
-                            if seen >= max {
-                                left = j as u64 + 1;
-                                break;
-                            }
+                    let mut from = 0;
+                    for &end in &r.starts[prog_i] {
+                        let end = if end == 0 { prog.len() } else { end };
+                        if end <= from {
+                            continue;
+                        }
+                        seen += ops_in(&prog[from..end]);
+                        from = end;
+                        if seen >= max {
+                            left = end as u64;
+                            break;
                         }
                     }
                 }
@@ -549,7 +560,8 @@ impl<'r, 'a> Sim<'r, 'a> {
     }
 
     /// An atomic on resource `ri`'s line by `cpu` at `t`; returns when the CPU has it.
-    fn line_access(&mut self, ri: usize, cpu: usize, t: u64) -> u64 {
+    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait).
+    fn line_access(&mut self, ri: usize, cpu: usize, t: u64, acquire: bool) -> u64 {
         let owner = self.res[ri].owner;
         let x = self.transfer(owner, cpu);
         let res = &mut self.res[ri];
@@ -557,11 +569,11 @@ impl<'r, 'a> Sim<'r, 'a> {
         res.busy_until = start + x + self.r.atomic_ps;
         res.owner = cpu as u32;
         let s = &mut self.stats[res.class];
-        s.acquisitions += 1;
-        if start > t {
-            s.contended += 1;
-            s.wait_ns += (start - t) as f64 / 1000.0;
+        if acquire {
+            s.acquisitions += 1;
+            s.contended += u64::from(start > t);
         }
+        s.wait_ns += (start - t) as f64 / 1000.0;
         start + x
     }
 
@@ -627,7 +639,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             self.wait(ri, cpu, shared, t);
             return None;
         }
-        let at = self.line_access(ri, cpu, t);
+        let at = self.line_access(ri, cpu, t, true);
         let r = &mut self.res[ri];
         match r.kind {
             LockKind::Line => {}
@@ -640,7 +652,7 @@ impl<'r, 'a> Sim<'r, 'a> {
     fn release(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> u64 {
         let kind = self.res[ri].kind;
         match kind {
-            LockKind::Line => self.line_access(ri, cpu, t),
+            LockKind::Line => self.line_access(ri, cpu, t, false),
             LockKind::Ticket | LockKind::Queued => {
                 self.res[ri].holder = None;
                 let n = self.res[ri].waiters.len();
@@ -651,7 +663,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             }
             LockKind::RwSpin | LockKind::RwSleep => {
                 // The count word is written on the way out too.
-                let at = self.line_access(ri, cpu, t);
+                let at = self.line_access(ri, cpu, t, false);
                 let r = &mut self.res[ri];
                 if shared && r.readers > 0 {
                     r.readers -= 1;
@@ -660,15 +672,20 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 if r.readers == 0 && r.holder.is_none() {
                     let n = r.waiters.len();
-                    if let Some(w) = r.waiters.pop_front() {
-                        let reader = w.shared;
-                        self.grant(ri, w, cpu, at, n);
-                        // A writer's release admits every reader queued before the next
-                        // writer, all at once.
-                        while reader && self.res[ri].waiters.front().is_some_and(|w| w.shared) {
-                            let w = self.res[ri].waiters.pop_front().expect("front");
+                    if r.waiters.front().is_some_and(|w| w.shared) {
+                        // Readers first in line: every waiting reader is admitted at once,
+                        // writers keep their places (`rwsem_mark_wake` since 5.3, and the
+                        // engine's rwsem).
+                        let (readers, writers): (VecDeque<Waiter>, VecDeque<Waiter>) =
+                            std::mem::take(&mut r.waiters)
+                                .into_iter()
+                                .partition(|w| w.shared);
+                        self.res[ri].waiters = writers;
+                        for w in readers {
                             self.grant(ri, w, cpu, at, n);
                         }
+                    } else if let Some(w) = r.waiters.pop_front() {
+                        self.grant(ri, w, cpu, at, n);
                     }
                 }
                 at
@@ -770,7 +787,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 Op::Ops(n) => self.count_ops(n, t),
                 Op::Atomic(ri) => {
-                    let at = self.line_access(ri as usize, c, t);
+                    let at = self.line_access(ri as usize, c, t, true);
                     if at > t {
                         self.schedule(c, at);
                         return;
@@ -802,8 +819,10 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 Op::Flush => {
                     let handler = self.r.ipi_handler_ps;
+                    // Every other CPU that is not asleep takes the interrupt (a spinning waiter
+                    // too; it pays once it runs again).
                     for (i, o) in self.cpus.iter_mut().enumerate() {
-                        if i != c && o.st == St::Ready {
+                        if i != c && o.st != St::Done && o.sleep_since.is_none() {
                             o.stolen += handler;
                         }
                     }
@@ -814,7 +833,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
     }
 
-    fn run(mut self) -> ReplayResult {
+    fn run(mut self) -> Result<ReplayResult, String> {
         let nr = self.cpus.len() as u32;
         while let Some(Reverse((t, who))) = self.heap.pop() {
             if let Some(stop) = self.stop_at
@@ -828,7 +847,21 @@ impl<'r, 'a> Sim<'r, 'a> {
                 self.bus_event((who - nr) as usize, t);
             }
         }
-        self.result()
+        let stuck = self
+            .cpus
+            .iter()
+            .filter(|c| matches!(c.st, St::WaitLock | St::WaitBus))
+            .count();
+        let cyclic = self.r.trace.meta.window == Window::Cycle;
+        if (cyclic && self.stop_at.is_none()) || (!cyclic && stuck > 0) {
+            return Err(format!(
+                "the replay of {} with {} stopped with {stuck} of {} CPUs waiting for each other",
+                self.r.trace.meta.workload,
+                self.r.trace.meta.profile,
+                self.cpus.len()
+            ));
+        }
+        Ok(self.result())
     }
 
     fn result(self) -> ReplayResult {
@@ -839,9 +872,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         };
         match self.r.trace.meta.window {
             Window::Cycle => {
-                let stop = self
-                    .stop_at
-                    .unwrap_or_else(|| self.cpus.iter().map(|c| c.finished).max().unwrap_or(0));
+                let stop = self.stop_at.unwrap_or(0);
                 // CPUs start at random points of their cycle, so there is no start-up phase
                 // to discard (locks start free, and queues form within microseconds); for one
                 // CPU the window is then exactly one cycle.
@@ -877,7 +908,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 let busy: f64 = self
                     .cpus
                     .iter()
-                    .map(|c| (c.finished - c.started - c.slept) as f64 / 1e12)
+                    .map(|c| c.finished.saturating_sub(c.started + c.slept) as f64 / 1e12)
                     .sum();
                 out.ops = self.ops_total;
                 out.span_ns = wall * 1e9;

@@ -100,7 +100,7 @@ pub struct TraceMeta {
     /// gap).
     pub raw_events: u64,
     pub overhead_ns_per_event: f64,
-    /// Wall time of the traced window, and of the same window run without recording: the
+    /// CPU time of the traced window, and of the same window run without recording: the
     /// capture overhead is their ratio.
     pub traced_ns: f64,
     pub untraced_ns: f64,
@@ -449,7 +449,8 @@ impl Trace {
             }
             Ok(i as u32)
         };
-        let mut events = Vec::with_capacity(n.min(1 << 28) as usize);
+        // Every event takes at least one byte: a count beyond what is left is a lie.
+        let mut events = Vec::with_capacity(n.min((body.len() - r.at) as u64) as usize);
         for _ in 0..n {
             let tag = r.byte().ok_or_else(|| bad("event"))?;
             let e = match tag {

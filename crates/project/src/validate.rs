@@ -106,8 +106,19 @@ pub struct Change {
 }
 
 impl Change {
+    /// Both changes have the same sign (no change counts as neither sign: right only if the
+    /// other is no change too).
     pub fn sign_right(&self) -> bool {
-        self.published_pct.signum() == self.projected_pct.signum()
+        let sign = |v: f64| {
+            if v > 0.0 {
+                1
+            } else if v < 0.0 {
+                -1
+            } else {
+                0
+            }
+        };
+        sign(self.published_pct) == sign(self.projected_pct)
     }
 
     pub fn error_points(&self) -> f64 {
@@ -128,7 +139,8 @@ pub struct TableReport {
     pub replay_seconds: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median (the mean of the middle two for an even count); NaN for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
@@ -299,8 +311,8 @@ pub fn validate_table(
     for r in &rows {
         let Some(q) = projected(&r.profile, r.mode, r.tasks, &r.metric) else {
             return Err(format!(
-                "published table {}: profile `{}` is not in experiment {}",
-                p.name, r.profile, p.experiment
+                "published table {}: no projection of `{}` {} {} tasks `{}` in experiment {}",
+                p.name, r.profile, r.mode, r.tasks, r.metric, p.experiment
             ));
         };
         let one_pub = published(&r.profile, r.mode, 1, &r.metric);

@@ -128,7 +128,10 @@ fn an_uncontended_path_costs_the_sum_of_its_parts() {
     // CPU, so they add nothing.
     let expected_ns = 100.0 + 300.0 + 40.0 + 512.0 + 60.0;
     for threads in [false, true] {
-        let r = Replay::new(&m, &t, spec(1, threads)).unwrap().run(1);
+        let r = Replay::new(&m, &t, spec(1, threads))
+            .unwrap()
+            .run(1)
+            .unwrap();
         assert!(
             (r.span_ns - expected_ns).abs() < 0.01,
             "{} ns, expected {expected_ns}",
@@ -200,7 +203,7 @@ fn one_lock_under_poisson_arrivals_matches_the_machine_repairman_model() {
         (64, 20_000.0, 300.0),
     ] {
         let t = lock_trace(LockModel::Queued, Scope::Machine, z, s, true);
-        let r = Replay::new(&m, &t, spec(n, true)).unwrap().run(3);
+        let r = Replay::new(&m, &t, spec(n, true)).unwrap().run(3).unwrap();
         let got = mean(&r.samples) / 1e9; // ops per ns
         let want = repairman_throughput(n, z, s);
         let err = (got - want).abs() / want;
@@ -224,7 +227,7 @@ fn waits_at_one_lock_match_pollaczek_khinchine_for_many_light_sources() {
         // so aim with Z and check the utilisation the replay reached.
         let z = n as f64 * s / u - s;
         let t = lock_trace(LockModel::Queued, Scope::Machine, z, s, false);
-        let r = Replay::new(&m, &t, spec(n, true)).unwrap().run(5);
+        let r = Replay::new(&m, &t, spec(n, true)).unwrap().run(5).unwrap();
         let rate = mean(&r.samples) / 1e9;
         let util = rate * s;
         let c = &r.classes[0];
@@ -242,7 +245,13 @@ fn a_ticket_lock_hands_over_slower_as_waiters_grow_and_a_queued_one_does_not() {
     let m = machine(64, 80.0, 5.0, 100.0, 100.0);
     let rate = |model: LockModel, n: usize| {
         let t = lock_trace(model, Scope::Machine, 500.0, 100.0, false);
-        mean(&Replay::new(&m, &t, spec(n, true)).unwrap().run(1).samples)
+        mean(
+            &Replay::new(&m, &t, spec(n, true))
+                .unwrap()
+                .run(1)
+                .unwrap()
+                .samples,
+        )
     };
     assert!((rate(LockModel::Ticket, 1) - rate(LockModel::Queued, 1)).abs() < 1.0);
     let (t8, q8) = (rate(LockModel::Ticket, 8), rate(LockModel::Queued, 8));
@@ -265,7 +274,13 @@ fn rwsem_readers_share_and_writers_exclude() {
             }
         }
         t.instances[0].sleeps = true;
-        mean(&Replay::new(&m, &t, spec(8, true)).unwrap().run(1).samples) / 1e9
+        mean(
+            &Replay::new(&m, &t, spec(8, true))
+                .unwrap()
+                .run(1)
+                .unwrap()
+                .samples,
+        ) / 1e9
     };
     // Readers: 8 CPUs each doing one op per 1000 ns. Writers: one hold at a time, plus a
     // wake-up (2000 ns) per hand-off.
@@ -288,6 +303,7 @@ fn per_mm_instances_are_shared_by_threads_and_private_to_processes() {
             &Replay::new(&m, &t, spec(n, threads))
                 .unwrap()
                 .run(1)
+                .unwrap()
                 .samples,
         )
     };
@@ -305,7 +321,13 @@ fn per_mm_instances_are_shared_by_threads_and_private_to_processes() {
     );
     // Per-CPU and private instances never meet another CPU, whatever the mode.
     let t = lock_trace(LockModel::Queued, Scope::Cpu, 200.0, 200.0, false);
-    let threads = mean(&Replay::new(&m, &t, spec(16, true)).unwrap().run(1).samples);
+    let threads = mean(
+        &Replay::new(&m, &t, spec(16, true))
+            .unwrap()
+            .run(1)
+            .unwrap()
+            .samples,
+    );
     assert!((threads / one - 16.0).abs() < 0.2);
 }
 
@@ -328,7 +350,15 @@ fn memory_writes_share_the_node_bandwidth() {
         instances: Vec::new(),
         events,
     };
-    let rate = |n| mean(&Replay::new(&m, &t, spec(n, false)).unwrap().run(1).samples);
+    let rate = |n| {
+        mean(
+            &Replay::new(&m, &t, spec(n, false))
+                .unwrap()
+                .run(1)
+                .unwrap()
+                .samples,
+        )
+    };
     let per_core = 10e9 / 4096.0;
     assert!((rate(1) - per_core).abs() / per_core < 0.01);
     assert!((rate(2) - 2.0 * per_core).abs() / per_core < 0.02);
@@ -341,7 +371,7 @@ fn a_seed_gives_the_same_run_and_another_seed_another() {
     let m = Machine::load("broadwell-2s-44c").unwrap();
     let t = lock_trace(LockModel::Ticket, Scope::Node, 300.0, 150.0, true);
     let r = Replay::new(&m, &t, spec(40, false)).unwrap();
-    let (a, b, c) = (r.run(11), r.run(11), r.run(12));
+    let (a, b, c) = (r.run(11).unwrap(), r.run(11).unwrap(), r.run(12).unwrap());
     assert_eq!(a, b);
     assert_ne!(a.samples, c.samples);
 }
@@ -352,4 +382,38 @@ fn too_many_tasks_for_the_machine_are_refused() {
     let t = lock_trace(LockModel::Queued, Scope::Machine, 1.0, 1.0, false);
     let e = Replay::new(&m, &t, spec(5, true)).err().unwrap();
     assert!(e.contains("more than the 4 CPUs"), "{e}");
+}
+
+#[test]
+fn a_lock_still_held_when_the_recording_stopped_is_dropped_not_deadlocked_on() {
+    let m = machine(8, 50.0, 5.0, 10.0, 40.0);
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        events.push(Event::Compute { ns: 100.0 });
+        events.push(Event::Ops { n: 1 });
+    }
+    // Taken at the very end, never released in the trace; and a release with no acquire.
+    events.insert(
+        0,
+        Event::Release {
+            inst: 0,
+            shared: false,
+        },
+    );
+    events.push(Event::Acquire {
+        inst: 0,
+        shared: false,
+        trylock: false,
+    });
+    events.push(Event::Compute { ns: 100.0 });
+    let mut mt = meta(Window::Once);
+    mt.ops = 100;
+    let t = Trace {
+        meta: mt,
+        instances: vec![inst("l", Scope::Machine, LockModel::Queued, false)],
+        events,
+    };
+    let r = Replay::new(&m, &t, spec(8, true)).unwrap().run(1).unwrap();
+    assert_eq!(r.ops, 800);
+    assert!(r.classes.iter().all(|c| c.acquisitions == 0));
 }

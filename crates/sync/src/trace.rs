@@ -175,8 +175,19 @@ pub struct Event {
 
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// This thread's recording; a thread that exits while recording gives its count back.
+struct Buf(RefCell<Option<Vec<Event>>>);
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if self.0.get_mut().take().is_some() {
+            ACTIVE.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
 thread_local! {
-    static BUF: RefCell<Option<Vec<Event>>> = const { RefCell::new(None) };
+    static BUF: Buf = const { Buf(RefCell::new(None)) };
 }
 
 /// Whether any thread is recording (one `Relaxed` load: the hooks' fast path).
@@ -189,7 +200,7 @@ pub fn active() -> bool {
 pub fn start(capacity: usize) {
     ticks_per_ns();
     BUF.with(|b| {
-        let mut b = b.borrow_mut();
+        let mut b = b.0.borrow_mut();
         if b.is_none() {
             *b = Some(Vec::with_capacity(capacity));
             ACTIVE.fetch_add(1, Relaxed);
@@ -199,7 +210,7 @@ pub fn start(capacity: usize) {
 
 /// Stops recording on this thread and returns what was recorded (empty if it was not).
 pub fn stop() -> Vec<Event> {
-    BUF.with(|b| match b.borrow_mut().take() {
+    BUF.with(|b| match b.0.borrow_mut().take() {
         Some(v) => {
             ACTIVE.fetch_sub(1, Relaxed);
             v
@@ -213,7 +224,7 @@ pub fn stop() -> Vec<Event> {
 fn push(kind: Kind, class: &'static LockClass, instance: usize, model: LockModel) {
     let t = now();
     BUF.with(|b| {
-        if let Ok(mut b) = b.try_borrow_mut()
+        if let Ok(mut b) = b.0.try_borrow_mut()
             && let Some(v) = b.as_mut()
         {
             v.push(Event {
@@ -304,7 +315,7 @@ impl WriteSpan {
         if let Some(t0) = self.start {
             let end = now();
             BUF.with(|b| {
-                if let Ok(mut b) = b.try_borrow_mut()
+                if let Ok(mut b) = b.0.try_borrow_mut()
                     && let Some(v) = b.as_mut()
                 {
                     v.push(Event {
@@ -361,7 +372,7 @@ pub fn ticks_per_ns() -> f64 {
 /// between two real events also contains besides the work in between.
 pub fn measure_overhead() -> f64 {
     static PROBE: LockClass = LockClass::new("overhead probe", Scope::Machine);
-    let was_recording = BUF.with(|b| b.borrow().is_some());
+    let was_recording = BUF.with(|b| b.0.borrow().is_some());
     let saved = if was_recording { stop() } else { Vec::new() };
     let mut runs: Vec<f64> = (0..9)
         .map(|_| {
@@ -378,7 +389,7 @@ pub fn measure_overhead() -> f64 {
     if was_recording {
         start(saved.capacity());
         BUF.with(|b| {
-            if let Some(v) = b.borrow_mut().as_mut() {
+            if let Some(v) = b.0.borrow_mut().as_mut() {
                 v.extend(saved);
             }
         });
@@ -415,6 +426,15 @@ mod tests {
         assert_eq!(ev[2].kind, Kind::Ops(3));
         assert!(ev.windows(2).all(|w| w[0].t <= w[1].t));
         assert!(stop().is_empty());
+    }
+
+    #[test]
+    fn a_thread_that_exits_while_recording_gives_its_count_back() {
+        for _ in 0..100 {
+            std::thread::spawn(|| start(4)).join().unwrap();
+        }
+        // Other tests of this binary may be recording at the same moment, a few at most.
+        assert!(ACTIVE.load(Relaxed) < 10, "{}", ACTIVE.load(Relaxed));
     }
 
     #[test]
