@@ -14,11 +14,10 @@ use pagelab_bench::results::{Origin, RunFilter};
 use pagelab_report::Results;
 use pagelab_report::html::{self, ExperimentInfo, Meta};
 use pagelab_report::plot::{self, Format, Kind};
-use pagelab_report::provenance;
 use pagelab_report::series::{self, Filter};
 
 use crate::command_line;
-use crate::results_cmd::{self, CompareSelect, open_read};
+use crate::results_cmd::{self, CompareSelect, open_read, stored_labels};
 
 #[derive(Args)]
 pub(crate) struct PlotArgs {
@@ -61,12 +60,7 @@ pub(crate) struct ReportArgs {
 /// Labels not in the store are left out (its profiles may not all have been run).
 fn resolve(mut sel: CompareSelect, db: Option<&Path>, what: &str) -> Result<CompareSelect, String> {
     let store = open_read(db)?;
-    let known: Vec<String> = store
-        .labels()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|(l, _)| l)
-        .collect();
+    let known = stored_labels(&store)?;
     if sel.experiment.is_none()
         && let [name] = sel.labels.as_slice()
         && !known.contains(name)
@@ -247,15 +241,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
     let mut files = Vec::new();
     let mut skipped = Vec::new();
     for chart in &charts {
-        let ctx = plot::Context {
-            baseline: baseline.clone(),
-            provenance: provenance::summary(
-                res.runs
-                    .iter()
-                    .filter(|r| r.meta.workload == chart.workload),
-            ),
-            rule: res.rule,
-        };
+        let ctx = plot::Context::of(&res, chart, &baseline);
         let bytes = match plot::render(chart, kind, format, &ctx) {
             Ok(b) => b,
             Err(e) if file_format.is_none() => {

@@ -53,6 +53,16 @@ pub fn render(c: &Comparison, f: Format) -> String {
     }
 }
 
+/// Every label in the store.
+pub(crate) fn stored_labels(store: &Store) -> Result<Vec<String>, String> {
+    Ok(store
+        .labels()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|(l, _)| l)
+        .collect())
+}
+
 pub(crate) fn open_read(db: Option<&Path>) -> Result<Store, String> {
     Store::open_read(&store_path(db)?).map_err(|e| e.to_string())
 }
@@ -120,12 +130,7 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
         }
     }
     let store = open_read(db)?;
-    let known: Vec<String> = store
-        .labels()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|(l, _)| l)
-        .collect();
+    let known = stored_labels(&store)?;
     if let Some(l) = labels.iter().find(|l| !known.contains(l)) {
         return Err(format!(
             "unknown label `{l}`; labels in {}: {}",

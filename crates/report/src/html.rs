@@ -499,15 +499,7 @@ fn plots(res: &Results) -> (Vec<PlotOut>, Vec<String>) {
     let mut notes = Vec::new();
     let baseline = res.labels.first().cloned().unwrap_or_default();
     for chart in series::charts(res, &Filter::default()) {
-        let ctx = plot::Context {
-            baseline: baseline.clone(),
-            provenance: provenance::summary(
-                res.runs
-                    .iter()
-                    .filter(|r| r.meta.workload == chart.workload),
-            ),
-            rule: res.rule,
-        };
+        let ctx = plot::Context::of(res, &chart, &baseline);
         let mut kinds = vec![Kind::Scaling];
         if res.labels.len() > 1 {
             kinds.push(Kind::Change);

@@ -102,6 +102,22 @@ pub struct Context {
     pub rule: Significance,
 }
 
+impl Context {
+    /// The context of `chart` within `res`: `baseline` as reference, the provenance of the
+    /// runs of the chart's workload, the results' significance rule.
+    pub fn of(res: &crate::Results, chart: &Chart, baseline: &str) -> Context {
+        Context {
+            baseline: baseline.to_string(),
+            provenance: crate::provenance::summary(
+                res.runs
+                    .iter()
+                    .filter(|r| r.meta.workload == chart.workload),
+            ),
+            rule: res.rule,
+        }
+    }
+}
+
 /// Draws `chart` as `kind` in `format`. Errors (one line) when there is nothing to draw: no
 /// panel, or for a change plot no label besides the baseline with the baseline's task counts.
 pub fn render(chart: &Chart, kind: Kind, format: Format, ctx: &Context) -> Result<Vec<u8>, String> {
