@@ -6,6 +6,7 @@ pub mod experiments;
 pub mod host;
 pub mod import;
 pub mod micro;
+pub mod output;
 pub mod profiles;
 pub mod results;
 pub mod run;
