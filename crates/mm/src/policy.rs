@@ -36,6 +36,8 @@ pub struct Policy {
     pub mm: MmPolicy,
     #[serde(default)]
     pub lru: LruPolicy,
+    #[serde(default)]
+    pub memcg: MemcgPolicy,
 }
 
 /// `[locks]`: the architecture's lock implementation.
@@ -369,6 +371,52 @@ pub enum LruRelease {
     Concurrent,
 }
 
+/// How a memory cgroup's page counter is charged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemcgCharge {
+    /// One atomic add on the group's counter per charged page: every fault of the group
+    /// writes one shared line (memcg as it was before the per-CPU stock of 2.6.33).
+    Atomic,
+    /// The per-CPU charge stock (`memcg_stock`, 2.6.33+): a CPU charges the counter a batch at
+    /// a time and serves single pages from what it holds, so the shared line is written once
+    /// per `charge_batch` faults.
+    #[default]
+    Stock,
+}
+
+/// `[memcg]`: memory cgroup accounting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemcgPolicy {
+    #[serde(default)]
+    pub charge: MemcgCharge,
+    /// Pages a stock charges at once and holds at most (`MEMCG_CHARGE_BATCH`: 32 from 2.6.33,
+    /// 64 since 6.1).
+    #[serde(default = "MemcgPolicy::default_batch")]
+    pub charge_batch: u32,
+}
+
+impl MemcgPolicy {
+    /// `MEMCG_CHARGE_BATCH` since 6.1 (Shakeel Butt, "memcg: increase MEMCG_CHARGE_BATCH to 64").
+    fn default_batch() -> u32 {
+        64
+    }
+    /// The largest stock accepted: a stock is a CPU's small reserve, and the kernel never
+    /// raised the batch past 64; 512 (one PTE table's worth) leaves room to experiment while
+    /// keeping a group's limit meaningful at a few thousand pages.
+    pub const MAX_CHARGE_BATCH: u32 = 512;
+}
+
+impl Default for MemcgPolicy {
+    fn default() -> Self {
+        MemcgPolicy {
+            charge: MemcgCharge::default(),
+            charge_batch: Self::default_batch(),
+        }
+    }
+}
+
 /// `[lru]`: the LRU lists' locking and batching.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -488,6 +536,19 @@ impl Policy {
                 self.mm.fault_around
             )));
         }
+        let m = &self.memcg;
+        if m.charge_batch == 0 || m.charge_batch > MemcgPolicy::MAX_CHARGE_BATCH {
+            return Err(PolicyError(format!(
+                "memcg.charge_batch = {} is out of range: 1..={} pages",
+                m.charge_batch,
+                MemcgPolicy::MAX_CHARGE_BATCH
+            )));
+        }
+        if m.charge == MemcgCharge::Atomic && m.charge_batch != MemcgPolicy::default_batch() {
+            return Err(PolicyError(
+                "memcg.charge_batch has no effect with memcg.charge = \"atomic\"; remove it or choose \"stock\"".into(),
+            ));
+        }
         if self.alloc.prezero && self.alloc.prezero_pool == 0 {
             return Err(PolicyError(
                 "alloc.prezero_pool must be at least 1 page when alloc.prezero = true".into(),
@@ -558,5 +619,30 @@ mod tests {
         let e =
             Policy::from_toml_str("[pcp]\nlists = \"none\"\ntune = \"adaptive\"\n").unwrap_err();
         assert!(e.0.contains("pcp.tune"), "{e}");
+    }
+
+    #[test]
+    fn memcg_charge_keys_are_checked() {
+        let p = Policy::from_toml_str("[memcg]\ncharge = \"stock\"\ncharge_batch = 32\n").unwrap();
+        assert_eq!(
+            (p.memcg.charge, p.memcg.charge_batch),
+            (MemcgCharge::Stock, 32)
+        );
+        let e = Policy::from_toml_str("[memcg]\ncharge = \"percpu\"\n").unwrap_err();
+        assert!(
+            e.0.contains("percpu") && e.0.contains("atomic") && e.0.contains("stock"),
+            "{e}"
+        );
+        for bad in ["0", "513", "4000000000"] {
+            let e = Policy::from_toml_str(&format!("[memcg]\ncharge_batch = {bad}\n")).unwrap_err();
+            assert!(
+                e.0.contains("memcg.charge_batch") && e.0.contains("1..=512"),
+                "{e}"
+            );
+        }
+        let e =
+            Policy::from_toml_str("[memcg]\ncharge = \"atomic\"\ncharge_batch = 32\n").unwrap_err();
+        assert!(e.0.contains("no effect"), "{e}");
+        assert!(!e.0.contains('\n'));
     }
 }

@@ -79,7 +79,7 @@ fn fault(m: &Mem, cpu: CpuId, anon: bool, memcg: u32) -> Pfn {
     } else {
         page.set(pg::UPTODATE);
     }
-    assert!(m.memcgs().try_charge(memcg, 1));
+    assert!(m.memcgs().try_charge(pagelab_mm::CpuId(0), memcg, 1));
     page.memcg.store(memcg, Relaxed);
     pfn
 }

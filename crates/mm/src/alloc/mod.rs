@@ -334,7 +334,7 @@ impl Mem {
             // One extra slot for background threads.
             events: VmEvents::new(cfg.nr_cpus + 1),
             prezero,
-            memcgs: MemCgroups::new(cfg.nr_memcgs),
+            memcgs: MemCgroups::with_policy(cfg.nr_memcgs, cfg.nr_cpus, &policy.memcg),
             kswapd_waker: std::sync::OnceLock::new(),
             policy: policy.clone(),
         })
@@ -591,6 +591,26 @@ impl Mem {
         }
         self.free_frozen_pages(cpu, pfn, order);
         true
+    }
+
+    /// Free order-0 pages whose reference counts already reached zero, as `release_pages`
+    /// does: their memory cgroup charges are dropped once per run of pages of one group
+    /// (`mem_cgroup_uncharge_folios` with its `uncharge_gather`), not once per page.
+    pub fn free_frozen_batch(&self, cpu: CpuId, pfns: &[Pfn]) {
+        let mut gather = crate::reclaim::memcg::UnchargeGather::default();
+        for &pfn in pfns {
+            let memcg = &self.pages[pfn].memcg;
+            // The page is ours alone: a plain load and store (see `free_frozen_pages`).
+            let id = memcg.load(std::sync::atomic::Ordering::Relaxed);
+            if id != 0 {
+                memcg.store(0, std::sync::atomic::Ordering::Relaxed);
+                gather.add(&self.memcgs, id, 1);
+            }
+        }
+        gather.flush(&self.memcgs);
+        for &pfn in pfns {
+            self.free_frozen_pages(cpu, pfn, 0);
+        }
     }
 
     /// Free a block whose reference count already reached zero (`free_unref_page` after

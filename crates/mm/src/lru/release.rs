@@ -145,8 +145,6 @@ impl Lru {
     }
 
     fn free_batch(&self, cpu: CpuId, pfns: &[Pfn]) {
-        for &pfn in pfns {
-            self.mem.free_frozen_pages(cpu, pfn, 0);
-        }
+        self.mem.free_frozen_batch(cpu, pfns);
     }
 }

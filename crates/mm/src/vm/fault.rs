@@ -177,10 +177,17 @@ impl FaultCtx<'_> {
         let memcg = self.mm.memcg();
         let memcgs = self.k.mem().memcgs();
         let mut retry = ReclaimRetry::default();
-        while !memcgs.try_charge(memcg, 1) {
+        let mut drained = false;
+        while !memcgs.try_charge(self.cpu, memcg, 1) {
             if let Err(e) = retry.reclaim(self, addr, Some(memcg)) {
                 self.k.mem().free_pages(self.cpu, pfn, 0);
                 return Err(e);
+            }
+            // After the first reclaim, pages parked in other CPUs' charge stocks go back to
+            // the counter once (`drain_all_stock` in `try_charge_memcg`).
+            if !drained {
+                memcgs.drain_all_stock(memcg);
+                drained = true;
             }
         }
         self.k.mem().pages()[pfn]
