@@ -875,12 +875,14 @@ mod tests {
                 "send-16384"
             ]
         );
-        assert!(
-            rows[0]
-                .metrics
-                .iter()
-                .all(|m| m.higher_is_better && m.samples.len() == 1 && m.samples[0] > 0.0)
-        );
+        // One 20 ms window per size: on a loaded host a pair may get no CPU time in one of
+        // them, so a size may measure 0, but never a negative or non-finite rate, and the run
+        // as a whole moves messages.
+        assert!(rows[0].metrics.iter().all(|m| m.higher_is_better
+            && m.samples.len() == 1
+            && m.samples[0].is_finite()
+            && m.samples[0] >= 0.0));
+        assert!(rows[0].metrics.iter().map(|m| m.samples[0]).sum::<f64>() > 0.0);
         let keys: Vec<String> = rows[0]
             .sample_sets()
             .into_iter()
