@@ -22,7 +22,8 @@
 //!   `tasks,processes,processes_idle,threads,threads_idle,linear`, one row per task count whose
 //!   `processes` and `threads` cells are the `average:` of a 5-second run of each binary. Each
 //!   cell is one sample of that mode at that task count; the `0,0,100,0,100,0` row runtest.py
-//!   starts with, and cells of `-1` (a run that printed no average) or `0`, are skipped. The
+//!   starts with, and cells of `-1` (a run that printed no average) or `0`, are skipped; every
+//!   cell, taken or not, must be what runtest.py prints (see the checks below). The
 //!   workload comes from the options, else the file name (runtest.py's output is conventionally
 //!   saved as `<testcase>.csv`; see [`parse_named`]). A repeated header line starts the next
 //!   repetition.
@@ -33,9 +34,9 @@
 //!   after `Gb`: a header that says so is followed, and an unlabelled 9-field row is read that
 //!   way. Each row is one repetition: `flt/cpu/s` becomes a `faults/cpu` sample and `fault/wsec`
 //!   a `faults/sec` sample, both higher-is-better, at task count `Thr` (the count pft actually
-//!   ran, after clipping to the CPUs allowed). Lines that do not start with a digit are pft's
-//!   diagnostics (it writes them to stderr, which mmtests captures with `2>&1`) and are skipped;
-//!   a line that starts with a digit must be a whole result row. pft does not say whether it ran
+//!   ran, after clipping to the CPUs allowed). Lines that do not start like a number (a digit,
+//!   sign or point) are pft's diagnostics (it writes them to stderr, which mmtests captures with
+//!   `2>&1`) and are skipped; a line that starts like a number must be a whole result row. pft does not say whether it ran
 //!   threads or processes: the mode is the options' (or the file name's), else `threads`, its
 //!   default. The workload is `pft`.
 //! * [`Format::Csv`]: pagelab's own plain CSV, for numbers from anywhere: a header naming `tasks`
@@ -48,9 +49,32 @@
 //! Nothing is written while parsing: a file either parses whole or gives an [`ImportError`]
 //! naming the file, the 1-based line and what was expected there. No input makes the parsers
 //! panic.
+//!
+//! A wrong number must never be stored, so every line is checked whole, not merely parsed:
+//!
+//! * A file whose last line has no newline was cut while it was written (the tools end every
+//!   line they print with one), and a number cut short still reads as a number (`166141.469` cut
+//!   to `1661`). When that last line is a data line of the format, the file is refused, naming
+//!   the line.
+//! * Numbers must look the way the tool prints them: will-it-scale's and runtest.py's counts are
+//!   plain digits (`%llu`, `%d`), runtest.py's idle percentages have two decimals (`%0.2f`),
+//!   pft's times two decimals and an `s` (`%8.2fs`) and its rates three decimals (`%10.3f`).
+//!   A number cut to a prefix, or a unit cut off, no longer matches.
+//! * What the tool prints twice is checked against itself: will-it-scale's `total` lies between
+//!   the task count times `min` and times `max`, and `average:` is the mean of the measured
+//!   totals; runtest.py's `linear` is the task count times the better 1-task average; pft's two
+//!   rates divide one fault count by the CPU time (`User + System`) and by `Wall`, so
+//!   `flt/cpu/s x (User + System)` and `fault/wsec x Wall` must agree within the rounding of
+//!   the printed times.
+//! * A UTF-8 byte-order mark (which some Windows editors and PowerShell's `Out-File` put at the
+//!   start of a file) is skipped, for [`detect`] and for parsing.
+//!
+//! [`read_input`] reads at most [`MAX_INPUT_BYTES`], so an endless stream ends in an error rather
+//! than in exhausted memory.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Read;
 use std::str::FromStr;
 
 use crate::results::{Origin, RunData, RunMeta, SampleKey, Status};
@@ -78,6 +102,52 @@ pub enum ImportError {
          (will-it-scale, will-it-scale-csv, pft or csv)"
     )]
     UnknownFormat { file: String, why: String },
+}
+
+/// The most [`read_input`] reads: 256 MiB. Real captures are far smaller (will-it-scale prints
+/// one short line a second, pft one line a run, runtest.py one line a task count), so an input
+/// this large is the wrong file or a stream that never ends (`/dev/zero`, a pipe left open);
+/// stopping there keeps memory bounded instead of reading until the machine runs out.
+pub const MAX_INPUT_BYTES: u64 = 256 << 20;
+
+/// Reads a whole input to import, `name` being what errors call it: at most
+/// [`MAX_INPUT_BYTES`] (one byte more is read to tell a file of exactly the limit from a longer
+/// one), valid UTF-8, with a leading byte-order mark removed.
+pub fn read_input(name: &str, r: impl Read) -> Result<String, ImportError> {
+    let file_err = |msg: String| ImportError::File {
+        file: name.to_string(),
+        msg,
+    };
+    let mut bytes = Vec::new();
+    r.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| file_err(format!("cannot read it: {e}")))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(file_err(format!(
+            "larger than the import limit of {} MiB: not a benchmark's output, or a stream \
+             that does not end",
+            MAX_INPUT_BYTES >> 20
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        file_err(format!(
+            "not a text file (not valid UTF-8 at byte {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    Ok(match text.strip_prefix(BOM) {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
+}
+
+/// The UTF-8 byte-order mark.
+const BOM: char = '\u{feff}';
+
+/// `text` without a leading byte-order mark, which would otherwise glue itself to the first
+/// CSV column's name or the first line's first word.
+fn strip_bom(text: &str) -> &str {
+    text.strip_prefix(BOM).unwrap_or(text)
 }
 
 impl ImportError {
@@ -237,6 +307,7 @@ pub fn detect(name: &str, text: &str) -> Result<Format, ImportError> {
         file: name.to_string(),
         why: why.to_string(),
     };
+    let text = strip_bom(text);
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
     let Some(first) = lines.clone().find(|l| !l.starts_with('#')) else {
         return Err(unknown("it is empty"));
@@ -268,7 +339,7 @@ pub fn detect(name: &str, text: &str) -> Result<Format, ImportError> {
     let pft_line = |l: &str| {
         l.starts_with("TAG pft:")
             || is_pft_header(l)
-            || (l.starts_with(|c: char| c.is_ascii_digit()) && parse_pft_fields(l, None).is_ok())
+            || (is_pft_row(l) && parse_pft_fields(l, None).is_ok())
     };
     if text.lines().map(str::trim).any(pft_line) {
         return Ok(Format::Pft);
@@ -317,6 +388,7 @@ fn parse_with(
     hints: &NameHints,
 ) -> Result<RunData, ImportError> {
     let src = Src { file };
+    let text = strip_bom(text);
     if text.trim().is_empty() {
         return Err(src.no_samples("the file is empty"));
     }
@@ -328,12 +400,46 @@ fn parse_with(
     if let Some(m) = &opts.mode {
         check_mode(m).map_err(|msg| src.file_err(format!("{msg} (given as the mode)")))?;
     }
+    check_last_line(&src, format, text)?;
     match format {
         Format::WillItScale => parse_wis(&src, text, opts, hints),
         Format::WillItScaleCsv => parse_wis_csv(&src, text, opts, hints),
         Format::Pft => parse_pft(&src, text, opts, hints),
         Format::Csv => parse_csv(&src, text, opts, hints),
     }
+}
+
+/// Refuses a file whose last line is a data line without a newline after it: the tools end
+/// every line they print with one, so a missing newline means the file was cut while it was
+/// being written (a copy stopped, a disk filled, `tee` killed), and a number cut short still
+/// reads as a number. Which lines are data depends on the format: every will-it-scale line
+/// (a cut `testcase:` description or `total:` alike), every CSV row that is not a comment, and
+/// pft's result rows and header (its diagnostics are not data).
+fn check_last_line(src: &Src<'_>, format: Format, text: &str) -> Result<(), ImportError> {
+    if text.ends_with('\n') {
+        return Ok(());
+    }
+    let Some(last) = text.lines().last() else {
+        return Ok(());
+    };
+    let l = last.trim();
+    let data = match format {
+        Format::WillItScale => !l.is_empty(),
+        Format::WillItScaleCsv | Format::Csv => !l.is_empty() && !l.starts_with('#'),
+        Format::Pft => is_pft_row(l) || is_pft_header(l),
+    };
+    if !data {
+        return Ok(());
+    }
+    Err(src.line_err(
+        text.lines().count(),
+        format!(
+            "the file ends inside this line ({}, with no newline after it): it looks cut \
+             short, and a number cut short still reads as a number; if the line is whole, end \
+             it with a newline",
+            quote(l)
+        ),
+    ))
 }
 
 /// The file being parsed, for messages.
@@ -392,6 +498,29 @@ fn quote(s: &str) -> String {
 
 fn is_uint(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A count as the tools print it (`%llu`, `%d`): digits only. Rust's own parser would also take
+/// a leading `+`, which no tool prints.
+fn parse_uint(s: &str) -> Option<u64> {
+    if is_uint(s) { s.parse().ok() } else { None }
+}
+
+/// A signed count as `%d` prints it: an optional `-`, then digits.
+fn parse_int(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if is_uint(digits) {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Whether `s` is digits, a point and exactly `decimals` digits, as C's `%.<decimals>f` prints
+/// a non-negative number: a number cut inside its decimals no longer matches.
+fn is_fixed(s: &str, decimals: usize) -> bool {
+    s.split_once('.')
+        .is_some_and(|(int, frac)| is_uint(int) && is_uint(frac) && frac.len() == decimals)
 }
 
 fn check_mode(m: &str) -> Result<(), String> {
@@ -458,7 +587,7 @@ fn parse_wis_totals(l: &str) -> Result<(u64, u64, u64), String> {
             .strip_prefix(name)
             .and_then(|v| v.strip_prefix(':'))
             .ok_or_else(|| format!("expected `{name}:<n>`, found {}", quote(p)))?;
-        v.parse::<u64>().map_err(|_| {
+        parse_uint(v).ok_or_else(|| {
             format!(
                 "expected a whole number after `{name}:`, found {}",
                 quote(v)
@@ -555,7 +684,7 @@ fn parse_wis(
             if cur.average.is_some() {
                 return Err(src.line_err(n, "a second `average:` in one run".into()));
             }
-            let v = v.trim().parse::<u64>().map_err(|_| {
+            let v = parse_uint(v.trim()).ok_or_else(|| {
                 src.line_err(
                     n,
                     format!(
@@ -794,43 +923,119 @@ fn parse_wis_csv(
     };
 
     let mut samples = Samples::new();
+    // Every column runtest.py prints is checked in the form it prints it, whether or not the
+    // mode given takes it: a cut or edited cell anywhere makes the whole row suspect.
+    let averages: Vec<(&str, usize)> = ["processes", "threads"]
+        .into_iter()
+        .filter_map(|m| col(m).map(|c| (m, c)))
+        .collect();
+    let idles: Vec<(&str, usize)> = ["processes_idle", "threads_idle"]
+        .into_iter()
+        .filter_map(|m| col(m).map(|c| (m, c)))
+        .collect();
+    let linear_col = col("linear");
     let mut repeat = 0u32;
+    // The better 1-task average of this repetition, with its line: runtest.py prints `linear`
+    // as that times the task count.
+    let mut one_task: Option<(i64, usize)> = None;
     for rec in rdr.records() {
         let rec = rec.map_err(|e| src.csv_err(&e))?;
         let n = record_line(&rec);
         if rec.iter().eq(header.iter()) {
             repeat += 1;
+            one_task = None;
             continue;
         }
         let cell = |c: usize| rec.get(c).unwrap_or("");
-        let tasks = cell(tasks_col).parse::<u32>().map_err(|_| {
-            src.line_err(
-                n,
-                format!(
-                    "expected a task count in column `tasks`, found {}",
-                    quote(cell(tasks_col))
-                ),
-            )
-        })?;
-        if tasks == 0 {
-            continue; // runtest.py's `0,0,100,0,100,0` origin row
-        }
-        for &(mode, c) in &modes {
-            let v = cell(c).parse::<f64>().ok().filter(|v| v.is_finite());
-            let v = v.ok_or_else(|| {
+        let tasks = parse_uint(cell(tasks_col))
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or_else(|| {
                 src.line_err(
                     n,
                     format!(
-                        "expected a number in column `{mode}`, found {}",
+                        "expected a task count in column `tasks`, found {}",
+                        quote(cell(tasks_col))
+                    ),
+                )
+            })?;
+        if tasks == 0 {
+            // runtest.py's origin row, printed as the literal `0,0,100,0,100,0`.
+            let origin = averages
+                .iter()
+                .map(|&(name, c)| (name, c, "0"))
+                .chain(idles.iter().map(|&(name, c)| (name, c, "100")))
+                .chain(linear_col.map(|c| ("linear", c, "0")));
+            for (name, c, want) in origin {
+                if cell(c) != want {
+                    return Err(src.line_err(
+                        n,
+                        format!(
+                            "expected {want} in column `{name}` of runtest.py's `0,0,100,0,100,0` \
+                             row, found {}",
+                            quote(cell(c))
+                        ),
+                    ));
+                }
+            }
+            continue;
+        }
+        let mut best: Option<i64> = None;
+        for &(name, c) in &averages {
+            let v = parse_int(cell(c)).filter(|&v| v >= -1).ok_or_else(|| {
+                src.line_err(
+                    n,
+                    format!(
+                        "expected a whole number (runtest.py's average, or -1 for a run that \
+                         printed none) in column `{name}`, found {}",
                         quote(cell(c))
                     ),
                 )
             })?;
-            if v > 0.0 {
+            best = Some(best.map_or(v, |b| b.max(v)));
+            if v > 0 && modes.iter().any(|&(m, _)| m == name) {
                 samples
-                    .entry((key(mode, tasks, metric, true), repeat))
+                    .entry((key(name, tasks, metric, true), repeat))
                     .or_default()
-                    .push(v);
+                    .push(v as f64);
+            }
+        }
+        for &(name, c) in &idles {
+            let ok = is_fixed(cell(c), 2) && cell(c).parse::<f64>().is_ok_and(|v| v <= 100.0);
+            if !ok {
+                return Err(src.line_err(
+                    n,
+                    format!(
+                        "expected a percentage with two decimals (0.00 to 100.00) in column \
+                         `{name}`, found {}",
+                        quote(cell(c))
+                    ),
+                ));
+            }
+        }
+        if tasks == 1 && averages.len() == 2 {
+            one_task = best.map(|b| (b, n));
+        }
+        if let Some(c) = linear_col {
+            let linear = parse_int(cell(c)).ok_or_else(|| {
+                src.line_err(
+                    n,
+                    format!(
+                        "expected a whole number in column `linear`, found {}",
+                        quote(cell(c))
+                    ),
+                )
+            })?;
+            if let Some((one, line)) = one_task {
+                let want = i128::from(one) * i128::from(tasks);
+                if i128::from(linear) != want {
+                    return Err(src.line_err(
+                        n,
+                        format!(
+                            "linear {linear} is not {tasks} x {one}, the better 1-task average \
+                             on line {line}: the row is damaged or edited"
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -869,6 +1074,13 @@ const PFT_COLUMNS_REP: [&str; 9] = [
     "fault/wsec",
 ];
 
+/// Whether `l` (trimmed) is meant as a result row: it starts like a number. Anything else is one
+/// of pft's diagnostics, which are words; a row whose first number is damaged (`+1`, `.5`)
+/// must be refused, not skipped as a diagnostic.
+fn is_pft_row(l: &str) -> bool {
+    l.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '+' | '-' | '.'))
+}
+
 fn is_pft_header(l: &str) -> bool {
     l.split_whitespace().next() == Some("Gb")
         && (l.contains("flt/cpu/s") || l.contains("fault/wsec"))
@@ -902,7 +1114,7 @@ fn parse_pft_fields(l: &str, with_rep: Option<bool>) -> Result<(u32, f64, f64), 
     };
     let cols: &[&str] = if rep { &PFT_COLUMNS_REP } else { &PFT_COLUMNS };
     let int = |i: usize| -> Result<u64, String> {
-        f[i].parse::<u64>().map_err(|_| {
+        parse_uint(f[i]).ok_or_else(|| {
             format!(
                 "expected a whole number in column {}, found {}",
                 cols[i],
@@ -910,18 +1122,28 @@ fn parse_pft_fields(l: &str, with_rep: Option<bool>) -> Result<(u32, f64, f64), 
             )
         })
     };
-    let num = |i: usize, unit: bool| -> Result<f64, String> {
-        let s = if unit {
-            f[i].strip_suffix('s').unwrap_or(f[i])
-        } else {
-            f[i]
-        };
-        s.parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite() && *v >= 0.0)
+    // pft prints its times as `%8.2fs` and its rates as `%10.3f`. Older builds (the ones with
+    // a `Rep` column) printed times with three decimals; the unit and the rates' three decimals
+    // are common to both.
+    let time = |i: usize| -> Result<f64, String> {
+        let ok = f[i]
+            .strip_suffix('s')
+            .filter(|t| is_fixed(t, 2) || (rep && is_fixed(t, 3)));
+        ok.and_then(|t| t.parse::<f64>().ok()).ok_or_else(|| {
+            format!(
+                "expected a time in seconds like `0.58s` in column {}, found {}",
+                cols[i],
+                quote(f[i])
+            )
+        })
+    };
+    let rate = |i: usize| -> Result<f64, String> {
+        Some(f[i])
+            .filter(|r| is_fixed(r, 3))
+            .and_then(|r| r.parse::<f64>().ok())
             .ok_or_else(|| {
                 format!(
-                    "expected a non-negative number in column {}, found {}",
+                    "expected a rate with three decimals like `294978.661` in column {}, found {}",
                     cols[i],
                     quote(f[i])
                 )
@@ -934,11 +1156,9 @@ fn parse_pft_fields(l: &str, with_rep: Option<bool>) -> Result<(u32, f64, f64), 
     }
     let thr = int(1 + o)?;
     int(2 + o)?;
-    for i in 3..6 {
-        num(i + o, true)?;
-    }
-    let per_cpu = num(6 + o, false)?;
-    let per_wsec = num(7 + o, false)?;
+    let (user, system, wall) = (time(3 + o)?, time(4 + o)?, time(5 + o)?);
+    let per_cpu = rate(6 + o)?;
+    let per_wsec = rate(7 + o)?;
     if per_cpu <= 0.0 || per_wsec <= 0.0 {
         return Err(format!(
             "fault rates must be positive, found flt/cpu/s {per_cpu} and fault/wsec {per_wsec}"
@@ -947,7 +1167,44 @@ fn parse_pft_fields(l: &str, with_rep: Option<bool>) -> Result<(u32, f64, f64), 
     let thr = u32::try_from(thr).ok().filter(|&t| t > 0).ok_or_else(|| {
         format!("expected a thread count of at least 1 in column Thr, found {thr}")
     })?;
+    if !rep {
+        check_pft_rates(user, system, wall, per_cpu, per_wsec)?;
+    }
     Ok((thr, per_cpu, per_wsec))
+}
+
+/// pft computes both rates from one fault count, `pages / (user + system)` and `pages / wall`,
+/// from the unrounded times, then prints the times rounded to hundredths. So the count each
+/// rate implies, over the range of times that round to the printed ones, must overlap: a rate
+/// cut short, or a time or rate edited, falls outside. Only the current layout is checked: the
+/// older `Rep` builds counted their faults differently.
+fn check_pft_rates(
+    user: f64,
+    system: f64,
+    wall: f64,
+    per_cpu: f64,
+    per_wsec: f64,
+) -> Result<(), String> {
+    // Half a hundredth per printed time, half a thousandth per printed rate, and a little for
+    // floating point.
+    let range = |rate: f64, secs: f64, slack: f64| {
+        let lo = (rate - 0.0005) * (secs - slack).max(0.0);
+        let hi = (rate + 0.0005) * (secs + slack);
+        (lo * (1.0 - 1e-9), hi * (1.0 + 1e-9))
+    };
+    let cpu = range(per_cpu, user + system, 0.01);
+    let wsec = range(per_wsec, wall, 0.005);
+    if cpu.0 <= wsec.1 && wsec.0 <= cpu.1 {
+        return Ok(());
+    }
+    Err(format!(
+        "flt/cpu/s {per_cpu:.3} x (User + System) {:.2}s = {:.0} faults, but fault/wsec \
+         {per_wsec:.3} x Wall {wall:.2}s = {:.0}: pft derives both from one fault count, so the \
+         row is damaged or edited",
+        user + system,
+        per_cpu * (user + system),
+        per_wsec * wall
+    ))
 }
 
 fn parse_pft(
@@ -988,7 +1245,7 @@ fn parse_pft(
             };
             continue;
         }
-        if !l.starts_with(|c: char| c.is_ascii_digit()) {
+        if !is_pft_row(l) {
             continue; // empty, `TAG pft:...`, or one of pft's diagnostics
         }
         let (thr, per_cpu, per_wsec) =
@@ -1083,7 +1340,8 @@ fn parse_csv(
         let cell = |c: Option<usize>| c.and_then(|c| rec.get(c)).filter(|s| !s.is_empty());
         let err = |m: String| src.line_err(n, m);
         let tasks = cell(Some(tasks_col))
-            .and_then(|s| s.parse::<u32>().ok())
+            .and_then(parse_uint)
+            .and_then(|t| u32::try_from(t).ok())
             .filter(|&t| t > 0)
             .ok_or_else(|| {
                 err(format!(
@@ -1161,12 +1419,14 @@ fn parse_csv(
         }
         let repeat = match cell(repeat_col) {
             None => 0,
-            Some(s) => s.parse::<u32>().map_err(|_| {
-                err(format!(
-                    "expected a repeat number (0, 1, ...) in column `repeat`, found {}",
-                    quote(s)
-                ))
-            })?,
+            Some(s) => parse_uint(s)
+                .and_then(|r| u32::try_from(r).ok())
+                .ok_or_else(|| {
+                    err(format!(
+                        "expected a repeat number (0, 1, ...) in column `repeat`, found {}",
+                        quote(s)
+                    ))
+                })?,
         };
         if let Some(w) = cell(workload_col) {
             if let Some(o) = &opts.workload

@@ -412,7 +412,8 @@ fn pft_with_a_rep_column() {
     let d = parse(Format::Pft, text, &opts()).unwrap();
     assert_eq!(values(&d, "faults/cpu", "threads", 4, 0), [427491.871]);
     // Without the header a 9-field row is read the same way.
-    let d = parse(Format::Pft, text.lines().nth(1).unwrap(), &opts()).unwrap();
+    let row = format!("{}\n", text.lines().nth(1).unwrap());
+    let d = parse(Format::Pft, &row, &opts()).unwrap();
     assert_eq!(values(&d, "faults/sec", "threads", 4, 0), [294978.661]);
 }
 
@@ -705,4 +706,218 @@ fn truncated_and_garbled_inputs_never_panic() {
             check_no_panic(f, &g);
         }
     }
+}
+
+// --- whole lines: cut files, strict numbers, the tools' own totals, BOM, size limit ---------
+
+/// Every number in `text`'s lines that end with a newline.
+fn numbers_of_whole_lines(text: &str) -> Vec<f64> {
+    let whole = text.rsplit_once('\n').map_or("", |(w, _)| w);
+    whole
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|t| t.parse::<f64>().ok())
+        .collect()
+}
+
+#[test]
+fn a_cut_last_line_is_refused_in_every_format() {
+    for (f, format) in all_fixtures() {
+        let text = data(f);
+        let cut = text.trim_end_matches('\n');
+        let last = cut.lines().count();
+        let e = parse_named(format, f, cut, &opts()).unwrap_err();
+        assert_eq!(e.line(), Some(last), "{f}: {e}");
+        let msg = e.to_string();
+        assert!(msg.starts_with(&format!("{f}:{last}: ")), "{msg}");
+        assert!(msg.contains("cut short"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        // The whole file, newline included, imports.
+        parse_named(format, f, &text, &opts()).unwrap();
+    }
+}
+
+#[test]
+fn no_cut_of_any_fixture_stores_a_number_from_a_cut_line() {
+    for (f, format) in all_fixtures() {
+        let text = data(f);
+        for cut in 1..text.len() {
+            let part = &text[..cut];
+            let Ok(d) = parse_named(format, f, part, &opts()) else {
+                continue;
+            };
+            let whole = numbers_of_whole_lines(part);
+            for v in d.samples.iter().flat_map(|s| &s.2) {
+                assert!(
+                    whole.contains(v),
+                    "{f} cut after byte {cut} stored {v}, which no whole line says: {part:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn pft_log_cut_inside_a_rate_is_refused_naming_the_line() {
+    // The report behind this check: 1661 faults/s stored where the line said 166141.469.
+    let text = data("pft-threads-2.log");
+    let at = text.find("166141.469").unwrap() + "1661".len();
+    let e = parse_named(Format::Pft, "pft-2.log", &text[..at], &opts()).unwrap_err();
+    assert_eq!(e.line(), Some(2), "{e}");
+    assert!(e.to_string().starts_with("pft-2.log:2: "), "{e}");
+    assert!(e.to_string().contains("cut short"), "{e}");
+    // pft's diagnostics are not data: one without a newline at the end does not matter.
+    let text = format!("{text}clipping nr_tests to nr_cpus_allowed [2]");
+    assert_eq!(nr_samples(&parse(Format::Pft, &text, &opts()).unwrap()), 6);
+}
+
+#[test]
+fn pft_numbers_must_be_printed_as_pft_prints_them() {
+    let text = data("pft-threads-2.log");
+    for (from, to, column) in [
+        ("166141.469", "1661", "fault/wsec"),
+        ("166141.469", "166141.4", "fault/wsec"),
+        ("267868.347", "267868", "flt/cpu/s"),
+        ("0.94s", "0.94", "System"),
+        ("1.58s", "1.5s", "Wall"),
+        ("0.04s", "+0.04s", "User"),
+        ("   1    2   1     0.04s", "   +1    2   1     0.04s", "Gb"),
+    ] {
+        let bad = text.replace(from, to);
+        let e = parse(Format::Pft, &bad, &opts()).unwrap_err();
+        assert_eq!(e.line(), Some(2), "{to}: {e}");
+        assert!(e.to_string().contains(column), "{to}: {e}");
+    }
+}
+
+#[test]
+fn pft_rates_must_come_from_one_fault_count() {
+    let text = data("pft-threads-2.log");
+    // Well formed, but no fault count over these times gives both rates.
+    for (from, to) in [
+        ("166141.469", "186141.469"),
+        ("267868.347", "207868.347"),
+        ("0.94s     1.58s", "0.94s     1.18s"),
+        ("0.04s     0.94s", "0.04s     0.64s"),
+    ] {
+        let bad = text.replace(from, to);
+        let e = parse(Format::Pft, &bad, &opts()).unwrap_err();
+        assert_eq!(e.line(), Some(2), "{to}: {e}");
+        assert!(e.to_string().contains("one fault count"), "{to}: {e}");
+    }
+    // Rounding of the printed times is allowed for: tiny runs whose times print as 0.00s.
+    let tiny = "   0    1   1     0.00s     0.00s     0.00s  262144.000 524288.000\n";
+    assert_eq!(nr_samples(&parse(Format::Pft, tiny, &opts()).unwrap()), 2);
+}
+
+#[test]
+fn will_it_scale_counts_are_plain_digits() {
+    let text = data("wis-page_fault1-processes-t2.txt");
+    let o = with("processes", 2);
+    for (from, to, line) in [
+        ("total:296258", "total:+296258", 11),
+        ("min:148129 max", "min:+148129 max", 11),
+        ("average:298856", "average:+298856", 15),
+    ] {
+        let bad = text.replace(from, to);
+        let e = parse(Format::WillItScale, &bad, &o).unwrap_err();
+        assert_eq!(e.line(), Some(line), "{to}: {e}");
+    }
+}
+
+#[test]
+fn runtest_csv_cells_are_checked_whole() {
+    let text = data(WIS_CSV_FIXTURE);
+    let o = ImportOptions {
+        workload: Some("page_fault1".into()),
+        ..opts()
+    };
+    for (from, to, line, what) in [
+        // `linear` is 2 x the better 1-task average (290693): a cut or edited one is not.
+        ("0.00,581386", "0.00,58138", 4, "linear"),
+        ("0.00,581386", "0.00,581387", 4, "linear"),
+        ("0.00,581386", "0.00,", 4, "linear"),
+        (
+            "2,292992,0.00,256352",
+            "2,292992,0.00,256352.5",
+            4,
+            "threads",
+        ),
+        (
+            "2,292992,0.00,256352",
+            "2,+292992,0.00,256352",
+            4,
+            "processes",
+        ),
+        ("2,292992,0.00,256352", "2,-2,0.00,256352", 4, "processes"),
+        ("2,292992,0.00,", "2,292992,0.0,", 4, "processes_idle"),
+        (
+            "1,290693,0.00,262286,0.00",
+            "1,290693,0.00,262286,100.01",
+            3,
+            "threads_idle",
+        ),
+        ("0,0,100,0,100,0", "0,0,100,0,100,5", 2, "linear"),
+        ("1,290693,", "+1,290693,", 3, "tasks"),
+    ] {
+        let bad = text.replace(from, to);
+        let e = parse(Format::WillItScaleCsv, &bad, &o).unwrap_err();
+        assert_eq!(e.line(), Some(line), "{to}: {e}");
+        assert!(e.to_string().contains(what), "{to}: {e}");
+    }
+    // --mode takes one column, but the other is still checked.
+    let threads = ImportOptions {
+        mode: Some("threads".into()),
+        ..o.clone()
+    };
+    let bad = text.replace("2,292992,", "2,29x992,");
+    let e = parse(Format::WillItScaleCsv, &bad, &threads).unwrap_err();
+    assert_eq!(e.line(), Some(4), "{e}");
+}
+
+#[test]
+fn plain_csv_counts_are_plain_digits() {
+    let o = ImportOptions {
+        workload: Some("w".into()),
+        ..opts()
+    };
+    let e = parse(Format::Csv, "tasks,value\n+4,10\n", &o).unwrap_err();
+    assert_eq!(e.line(), Some(2), "{e}");
+    let e = parse(Format::Csv, "tasks,value,repeat\n4,10,+1\n", &o).unwrap_err();
+    assert_eq!(e.line(), Some(2), "{e}");
+}
+
+#[test]
+fn a_byte_order_mark_is_skipped() {
+    for (f, format) in all_fixtures() {
+        let text = data(f);
+        let marked = format!("\u{feff}{text}");
+        assert_eq!(detect(f, &marked).unwrap(), format, "{f}");
+        let want = parse_named(format, f, &text, &opts()).unwrap();
+        let got = parse_named(format, f, &marked, &opts()).unwrap();
+        assert_eq!(got.samples, want.samples, "{f}");
+    }
+    let o = ImportOptions {
+        workload: Some("w".into()),
+        ..opts()
+    };
+    let d = parse(Format::Csv, "\u{feff}tasks,value\n4,10\n", &o).unwrap();
+    assert_eq!(d.samples[0].2, [10.0]);
+}
+
+#[test]
+fn read_input_stops_at_the_size_limit() {
+    assert_eq!(import::MAX_INPUT_BYTES, 256 << 20);
+    // An endless stream ends in an error, not in exhausted memory.
+    let e = import::read_input("/dev/zero", std::io::repeat(0)).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("/dev/zero: ") && msg.contains("256 MiB"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "{msg}");
+    // A leading byte-order mark goes; invalid UTF-8 is named.
+    let t = import::read_input("x", &b"\xef\xbb\xbftasks,value\n"[..]).unwrap();
+    assert_eq!(t, "tasks,value\n");
+    let e = import::read_input("x", &b"tasks\xff\n"[..]).unwrap_err();
+    assert!(e.to_string().contains("not a text file"), "{e}");
 }

@@ -201,7 +201,9 @@ pub(crate) struct ExportArgs {
 
 #[derive(Args)]
 pub(crate) struct ImportArgs {
-    /// The file: will-it-scale output or runtest CSV, pft output, or a CSV of samples.
+    /// The file: will-it-scale output or runtest CSV, pft output, or a CSV of samples. At most
+    /// 256 MiB is read (an endless stream such as /dev/zero is refused); a last data line
+    /// without a newline is taken as a cut file and refused.
     pub(crate) file: PathBuf,
     /// The label its samples get (a comparison column).
     #[arg(long)]

@@ -328,11 +328,11 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
 
 pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let label = check_label(&a.label)?;
-    let bytes =
-        std::fs::read(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file.display()))?;
-    let text =
-        String::from_utf8(bytes).map_err(|_| format!("{} is not a text file", a.file.display()))?;
     let name = a.file.display().to_string();
+    // At most import::MAX_INPUT_BYTES is read: `/dev/zero` or a pipe that never closes ends in
+    // an error, with memory bounded, before the store is opened.
+    let file = std::fs::File::open(&a.file).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let text = import::read_input(&name, file).map_err(|e| e.to_string())?;
     let format = match &a.format {
         Some(f) => f.parse::<import::Format>()?,
         None => import::detect(&name, &text).map_err(|e| e.to_string())?,
