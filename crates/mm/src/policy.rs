@@ -548,10 +548,18 @@ fn check_raw_numbers(text: &str, table: &toml::Table) -> Result<(), PolicyError>
                 Err(_) => Some(bound.refuse(i)),
             },
             toml::Value::String(s) if auto && s == "auto" => None,
-            toml::Value::Float(_) => Some(PolicyError(format!(
-                "{} = {v} is not a whole number of pages: expected {expected}",
-                bound.key
-            ))),
+            toml::Value::Float(f) => {
+                // Keep the line short for floats far from any page count (1e-300, 1e300).
+                let shown = if *f == 0.0 || !f.is_finite() || (1e-3..1e15).contains(&f.abs()) {
+                    v.to_string()
+                } else {
+                    format!("{f:e}")
+                };
+                Some(PolicyError(format!(
+                    "{} = {shown} is not a whole number of pages: expected {expected}",
+                    bound.key
+                )))
+            }
             other => Some(PolicyError(format!(
                 "{} = {other} is not a number: expected {expected}",
                 bound.key
