@@ -45,6 +45,12 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
 ];
 
+/// The names of the published tables that ship (`data/published/*.csv`, embedded by the
+/// projector, which depends on this crate and not the reverse). An experiment's `published`
+/// key must name one of them: a misspelt table would silently leave the experiment out of
+/// `pagelab validate`. A test keeps the list equal to the directory.
+pub const PUBLISHED_TABLES: &[&str] = &["page_fault1-2018", "pft-single-vma-2023"];
+
 /// The file as written.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -69,8 +75,8 @@ struct ExperimentFile {
     size: Option<String>,
     #[serde(default = "interval")]
     significance: String,
-    /// The name of the published table this experiment corresponds to, for the projector's
-    /// validation (informational until the projector lands).
+    /// The name of the published table this experiment corresponds to (one of
+    /// [`PUBLISHED_TABLES`]), for the projector's validation.
     published: Option<String>,
     /// kvcache's shape (the task counts give its server and client threads).
     kvcache: Option<KvcacheFile>,
@@ -187,6 +193,14 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
     if f.samples == 0 || f.repeats == 0 {
         return Err(ctx("samples and repeats must be at least 1".into()));
     }
+    if let Some(table) = &f.published
+        && !PUBLISHED_TABLES.contains(&table.as_str())
+    {
+        return Err(ctx(format!(
+            "published = \"{table}\" names no shipped table; tables: {}",
+            PUBLISHED_TABLES.join(", ")
+        )));
+    }
     Ok(Experiment {
         workload: f.workload.parse().map_err(ctx)?,
         tasks: parse_tasks(&f.tasks).map_err(ctx)?,
@@ -226,7 +240,9 @@ pub fn load(name_or_path: &str) -> Result<Experiment, String> {
         let stem = path
             .file_stem()
             .map_or_else(|| name_or_path.into(), |s| s.to_string_lossy().into_owned());
-        return parse(&text, &stem);
+        let e = parse(&text, &stem)?;
+        refuse_shipped_name(&e, path)?;
+        return Ok(e);
     }
     match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
         Some((n, text)) => parse(text, n),
@@ -238,6 +254,56 @@ pub fn load(name_or_path: &str) -> Result<Experiment, String> {
             ))
         }
     }
+}
+
+/// The settings in which two experiments differ, by key; empty when they run the same thing.
+fn differences(a: &Experiment, b: &Experiment) -> Vec<&'static str> {
+    let profiles = |e: &Experiment| -> Vec<(String, pagelab_mm::Policy)> {
+        e.profiles
+            .iter()
+            .map(|p| (p.name.clone(), p.policy.clone()))
+            .collect()
+    };
+    [
+        ("description", a.description == b.description),
+        ("source", a.source == b.source),
+        ("workload", a.workload == b.workload),
+        ("profiles", profiles(a) == profiles(b)),
+        ("modes", a.modes == b.modes),
+        ("tasks", a.tasks == b.tasks),
+        ("samples", a.samples == b.samples),
+        ("warmup", a.warmup == b.warmup),
+        ("repeats", a.repeats == b.repeats),
+        ("interval_ms", a.interval_ms == b.interval_ms),
+        ("memsize", a.memsize == b.memsize),
+        ("size", a.size == b.size),
+        ("significance", a.significance == b.significance),
+        ("published", a.published == b.published),
+        ("kvcache", a.kvcache == b.kvcache),
+    ]
+    .into_iter()
+    .filter_map(|(key, same)| (!same).then_some(key))
+    .collect()
+}
+
+/// A file given by path may not take a shipped experiment's name unless it runs the same
+/// thing: its runs are stored under the experiment's name, and `compare --experiment` and the
+/// report would pool a changed copy's rows with the shipped experiment's. The comparison is on
+/// parsed values, so a copy that only reformats the file loads.
+fn refuse_shipped_name(e: &Experiment, path: &Path) -> Result<(), String> {
+    let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == e.name) else {
+        return Ok(());
+    };
+    let shipped = parse(text, name)?;
+    let changed = differences(&shipped, e);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "experiment {} is named `{name}` like a shipped experiment but differs from it in {}; give it a name of its own (name = \"...\") so that its runs are not stored under the shipped name",
+        path.display(),
+        changed.join(", ")
+    ))
 }
 
 #[cfg(test)]
@@ -285,5 +351,83 @@ mod tests {
             assert!(e.contains(want) && !e.contains('\n'), "{want}: {e}");
         }
         assert!(load("nope").unwrap_err().contains("pft-pvl-2023"));
+    }
+
+    #[test]
+    fn published_tables_are_the_shipped_ones() {
+        let dir = format!("{}/../../data/published", env!("CARGO_MANIFEST_DIR"));
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.unwrap().path();
+                (p.extension()? == "csv")
+                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+            })
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<&str> = PUBLISHED_TABLES.to_vec();
+        listed.sort();
+        assert_eq!(
+            on_disk, listed,
+            "data/published/ and PUBLISHED_TABLES differ"
+        );
+    }
+
+    #[test]
+    fn an_experiment_naming_a_missing_table_is_refused() {
+        let text = BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "pft-pvl-2023")
+            .unwrap()
+            .1;
+        let bad = text.replace("pft-single-vma-2023", "pft-single-vma-2032");
+        let e = parse(&bad, "x").unwrap_err();
+        assert!(
+            e.contains("published = \"pft-single-vma-2032\" names no shipped table")
+                && e.contains("page_fault1-2018")
+                && !e.contains('\n'),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_changed_copy_named_like_a_shipped_experiment_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "lameter-2005")
+            .unwrap()
+            .1;
+        // A copy by file stem with the same content, reformatted, loads.
+        let same = dir.path().join("lameter-2005.toml");
+        std::fs::write(&same, format!("# my copy\n{text}\n")).unwrap();
+        assert_eq!(load(same.to_str().unwrap()).unwrap().name, "lameter-2005");
+        // One setting changed: refused, naming it.
+        let samples = text
+            .lines()
+            .find(|l| l.starts_with("samples"))
+            .expect("lameter-2005 sets samples");
+        std::fs::write(&same, text.replace(samples, "samples = 99")).unwrap();
+        let e = load(same.to_str().unwrap()).unwrap_err();
+        assert!(
+            e.contains("named `lameter-2005` like a shipped experiment")
+                && e.contains("differs from it in samples")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        // The file's stem alone collides just the same.
+        let unnamed = text
+            .replace("name = \"lameter-2005\"\n", "")
+            .replace(samples, "samples = 99");
+        std::fs::write(&same, &unnamed).unwrap();
+        assert!(
+            load(same.to_str().unwrap())
+                .unwrap_err()
+                .contains("samples")
+        );
+        // The same change under a name of its own loads.
+        let own = dir.path().join("mine.toml");
+        std::fs::write(&own, &unnamed).unwrap();
+        assert_eq!(load(own.to_str().unwrap()).unwrap().name, "mine");
     }
 }

@@ -105,11 +105,44 @@ pub fn load(name_or_path: &str) -> Result<Profile, String> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| name_or_path.to_string());
+    let name = policy.name.clone().unwrap_or(stem);
+    refuse_shipped_name(&name, &policy, path)?;
     Ok(Profile {
-        name: policy.name.clone().unwrap_or(stem),
+        name,
         policy,
         source: text,
     })
+}
+
+/// A file given by path may not take a shipped profile's name unless it says the same thing:
+/// runs are stored under the profile's name, so a changed copy named `linux-4.15` would put its
+/// rows beside the real `linux-4.15` ones, and compare would pool them. Identical copies are
+/// harmless (their rows are the shipped profile's), so they load.
+fn refuse_shipped_name(name: &str, policy: &Policy, path: &Path) -> Result<(), String> {
+    let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name) else {
+        return Ok(());
+    };
+    let shipped = Policy::from_toml_str(text)
+        .map_err(|e| format!("shipped profile {name} is invalid: {e}"))?;
+    let unnamed = |p: &Policy| Policy {
+        name: None,
+        ..p.clone()
+    };
+    if unnamed(&shipped) == unnamed(policy) {
+        return Ok(());
+    }
+    let mut changed: Vec<String> = diff(&shipped, policy)
+        .into_iter()
+        .map(|(k, a, b)| format!("{k} {a} -> {b}"))
+        .collect();
+    if shipped.description != policy.description {
+        changed.push("description".into());
+    }
+    Err(format!(
+        "profile {} is named `{name}` like a shipped profile but differs from it ({}); give it a name of its own (name = \"...\") so that its runs are not stored under the shipped label",
+        path.display(),
+        changed.join(", ")
+    ))
 }
 
 /// Test helper: the files embedded as `builtin` are exactly the `*.toml` files of the
@@ -238,5 +271,41 @@ mod tests {
                 .contains("cannot read")
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_changed_copy_named_like_a_shipped_profile_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let shipped = BUILTIN.iter().find(|(n, _)| *n == "linux-4.15").unwrap().1;
+        // The same content under the shipped name (and by file stem alone) loads.
+        let same = dir.path().join("linux-4.15.toml");
+        std::fs::write(&same, shipped).unwrap();
+        assert_eq!(load(same.to_str().unwrap()).unwrap().name, "linux-4.15");
+        let unnamed = dir.path().join("vanilla-4.9.toml");
+        let vanilla = BUILTIN.iter().find(|(n, _)| *n == "vanilla-4.9").unwrap().1;
+        std::fs::write(&unnamed, vanilla.replace("name = \"vanilla-4.9\"\n", "")).unwrap();
+        assert_eq!(load(unnamed.to_str().unwrap()).unwrap().name, "vanilla-4.9");
+        // One value changed: refused, naming the key.
+        let changed = dir.path().join("mine.toml");
+        std::fs::write(&changed, shipped.replace("batch = 31", "batch = 62")).unwrap();
+        let e = load(changed.to_str().unwrap()).unwrap_err();
+        assert!(
+            e.contains("named `linux-4.15` like a shipped profile")
+                && e.contains("pcp.batch 31 -> 62")
+                && e.contains("mine.toml")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        // The stem alone collides too.
+        std::fs::write(&unnamed, "[pcp]\nbatch = 7\n").unwrap();
+        let e = load(unnamed.to_str().unwrap()).unwrap_err();
+        assert!(e.contains("named `vanilla-4.9`"), "{e}");
+        // A name of its own loads.
+        let own = shipped.replace("name = \"linux-4.15\"", "name = \"linux-4.15-b62\"");
+        std::fs::write(&changed, own.replace("batch = 31", "batch = 62")).unwrap();
+        assert_eq!(
+            load(changed.to_str().unwrap()).unwrap().name,
+            "linux-4.15-b62"
+        );
     }
 }

@@ -472,10 +472,172 @@ impl Default for LruPolicy {
 #[error("{0}")]
 pub struct PolicyError(pub String);
 
+/// The range a numeric switch accepts, with where the limit comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// The dotted key (`pcp.batch`), as errors name it.
+    pub key: &'static str,
+    pub min: u64,
+    pub max: u64,
+    /// Why the limit is where it is, said after the range in an error.
+    pub why: &'static str,
+}
+
+impl Bound {
+    /// The one-line error for `value` outside the range (or not a number at all).
+    fn refuse(&self, value: impl fmt::Display) -> PolicyError {
+        PolicyError(format!(
+            "{} = {value} is out of range: {}..={} ({})",
+            self.key, self.min, self.max, self.why
+        ))
+    }
+
+    fn check(&self, value: u64) -> Result<(), PolicyError> {
+        if (self.min..=self.max).contains(&value) {
+            Ok(())
+        } else {
+            Err(self.refuse(value))
+        }
+    }
+}
+
+/// `pcp.batch`: the kernel keeps a pcp's batch in an `int` and lets a run of frees grow to
+/// `batch << CONFIG_PCP_BATCH_SCALE_MAX` (5) pages, which must fit that `int`: 2^26 - 1.
+pub const PCP_BATCH: Bound = Bound {
+    key: "pcp.batch",
+    min: 1,
+    max: (i32::MAX >> crate::alloc::pcp::PCP_BATCH_SCALE_MAX) as u64,
+    why: "the kernel's int must hold batch << 5; at boot also at most the zone's pages",
+};
+
+/// `pcp.high`: `per_cpu_pages.high` is an `int` in the kernel. At boot it is further bounded by
+/// the zone ([`Policy::check_zone`]): a pcp cannot hold more pages than its zone has.
+pub const PCP_HIGH: Bound = Bound {
+    key: "pcp.high",
+    min: 1,
+    max: i32::MAX as u64,
+    why: "the kernel keeps pcp->high in an int; at boot also at most the zone's pages",
+};
+
+/// `alloc.prezero_pool`: a pool target in pages; the engine addresses at most `u32::MAX - 1`
+/// frames (pfns are 32-bit, see `Arena::check_size`), and at boot the pool must fit the arena.
+pub const PREZERO_POOL: Bound = Bound {
+    key: "alloc.prezero_pool",
+    min: 0,
+    max: (u32::MAX - 1) as u64,
+    why: "pages; no arena has more frames, and at boot the pool must fit the arena",
+};
+
+/// `mm.fault_around`: the kernel refuses a `fault_around_bytes` above one PTE table
+/// (`val / PAGE_SIZE > PTRS_PER_PTE` is `-EINVAL` in mm/memory.c), 512 pages on x86-64.
+pub const FAULT_AROUND: Bound = Bound {
+    key: "mm.fault_around",
+    min: 0,
+    max: 512,
+    why: "fault-around stays within one PTE table of 512 entries",
+};
+
+/// `lru.batch`: the kernel's per-CPU LRU batches never held more than 31 pages: `PAGEVEC_SIZE`
+/// was 14, then 15, and `folio_batch` became 31 in 6.10, sized so that its counters and
+/// pointers fill 256 bytes. A larger batch models no kernel.
+pub const LRU_BATCH: Bound = Bound {
+    key: "lru.batch",
+    min: 1,
+    max: 31,
+    why: "no kernel's pagevec or folio_batch held more than 31 pages",
+};
+
+/// Every numeric key of a profile, and whether it also takes `"auto"`.
+/// `memcg.charge_batch`: the kernel's `MEMCG_CHARGE_BATCH` was 32, then 64 (6.1); a stock is
+/// a CPU's small reserve, and past one PTE table's worth (512) a group's limit of a few
+/// thousand pages would sit mostly in stocks.
+pub const MEMCG_CHARGE_BATCH: Bound = Bound {
+    key: "memcg.charge_batch",
+    min: 1,
+    max: MemcgPolicy::MAX_CHARGE_BATCH as u64,
+    why: "MEMCG_CHARGE_BATCH was 32, then 64; at most one PTE table's worth",
+};
+
+const NUMERIC: [(&str, &str, Bound, bool); 6] = [
+    ("pcp", "batch", PCP_BATCH, true),
+    ("pcp", "high", PCP_HIGH, true),
+    ("alloc", "prezero_pool", PREZERO_POOL, false),
+    ("mm", "fault_around", FAULT_AROUND, false),
+    ("lru", "batch", LRU_BATCH, false),
+    ("memcg", "charge_batch", MEMCG_CHARGE_BATCH, false),
+];
+
+/// The line (1-based) where `key` is set inside `[section]`, for error messages.
+fn key_line(text: &str, section: &str, key: &str) -> Option<usize> {
+    let mut current = "";
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if let Some(h) = l.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            current = h.trim();
+        } else if current == section
+            && let Some(rest) = l.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// Check the numeric keys on the raw TOML, before they are converted to their types: a value
+/// that a `u32` cannot hold (negative, above 2^32, a float) must be refused naming its key, not
+/// as a bare "invalid value" from the deserializer, nor wrapped into something else.
+fn check_raw_numbers(text: &str, table: &toml::Table) -> Result<(), PolicyError> {
+    for (section, key, bound, auto) in NUMERIC {
+        let Some(v) = table
+            .get(section)
+            .and_then(toml::Value::as_table)
+            .and_then(|t| t.get(key))
+        else {
+            continue;
+        };
+        let expected = if auto {
+            format!("{}..={} or \"auto\"", bound.min, bound.max)
+        } else {
+            format!("{}..={}", bound.min, bound.max)
+        };
+        let err = match v {
+            toml::Value::Integer(i) => match u64::try_from(*i) {
+                Ok(u) => bound.check(u).err(),
+                Err(_) => Some(bound.refuse(i)),
+            },
+            toml::Value::String(s) if auto && s == "auto" => None,
+            toml::Value::Float(f) => {
+                // Keep the line short for floats far from any page count (1e-300, 1e300).
+                let shown = if *f == 0.0 || !f.is_finite() || (1e-3..1e15).contains(&f.abs()) {
+                    v.to_string()
+                } else {
+                    format!("{f:e}")
+                };
+                Some(PolicyError(format!(
+                    "{} = {shown} is not a whole number of pages: expected {expected}",
+                    bound.key
+                )))
+            }
+            other => Some(PolicyError(format!(
+                "{} = {other} is not a number: expected {expected}",
+                bound.key
+            ))),
+        };
+        if let Some(PolicyError(msg)) = err {
+            return Err(PolicyError(match key_line(text, section, key) {
+                Some(l) => format!("line {l}: {msg}"),
+                None => msg,
+            }));
+        }
+    }
+    Ok(())
+}
+
 impl Policy {
     /// Parse a profile from TOML text and validate it.
     pub fn from_toml_str(text: &str) -> Result<Policy, PolicyError> {
-        let policy: Policy = toml::from_str(text).map_err(|e| {
+        let syntax = |e: toml::de::Error| {
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
@@ -484,7 +646,10 @@ impl Policy {
                 Some(l) => format!("line {l}: {msg}"),
                 None => msg,
             })
-        })?;
+        };
+        let table: toml::Table = toml::from_str(text).map_err(syntax)?;
+        check_raw_numbers(text, &table)?;
+        let policy: Policy = toml::from_str(text).map_err(syntax)?;
         policy.validate()?;
         Ok(policy)
     }
@@ -494,9 +659,27 @@ impl Policy {
         toml::to_string(self).expect("a Policy always serialises")
     }
 
-    /// Reject settings that contradict each other.
+    /// Reject values out of the kernel's range (see the [`Bound`]s) and settings that
+    /// contradict each other. Profiles built in code (tests, micro-benchmarks) get the same
+    /// checks as files, at engine boot.
     pub fn validate(&self) -> Result<(), PolicyError> {
         let p = &self.pcp;
+        for (count, bound) in [(p.batch, PCP_BATCH), (p.high, PCP_HIGH)] {
+            if let Count::Fixed(n) = count {
+                bound.check(u64::from(n))?;
+            }
+        }
+        PREZERO_POOL.check(u64::from(self.alloc.prezero_pool))?;
+        FAULT_AROUND.check(u64::from(self.mm.fault_around))?;
+        LRU_BATCH.check(u64::from(self.lru.batch))?;
+        MEMCG_CHARGE_BATCH.check(u64::from(self.memcg.charge_batch))?;
+        let around = self.mm.fault_around;
+        if around != 0 && !around.is_power_of_two() {
+            return Err(PolicyError(format!(
+                "mm.fault_around = {around} is not a power of two: the kernel maps an aligned window of 2^n pages (it would silently round down to {}); use 0 for off",
+                1u32 << around.ilog2()
+            )));
+        }
         if let (Count::Fixed(b), Count::Fixed(h)) = (p.batch, p.high)
             && b > h
         {
@@ -508,12 +691,6 @@ impl Policy {
             return Err(PolicyError(
                 "pcp.tune = \"adaptive\" needs per-CPU lists, but pcp.lists = \"none\"".into(),
             ));
-        }
-        if self.lru.batch == 0 || self.lru.batch > 64 {
-            return Err(PolicyError(format!(
-                "lru.batch ({}) must be between 1 and 64 pages",
-                self.lru.batch
-            )));
         }
         if self.lru.add == LruAdd::PerPage && self.lru.batch != LruPolicy::default_batch() {
             return Err(PolicyError(
@@ -530,21 +707,9 @@ impl Policy {
                 "lru.mglru_move has no effect without lru.mglru = true".into(),
             ));
         }
-        if self.mm.fault_around > 512 {
-            return Err(PolicyError(format!(
-                "mm.fault_around ({}) exceeds one page table (512 pages)",
-                self.mm.fault_around
-            )));
-        }
-        let m = &self.memcg;
-        if m.charge_batch == 0 || m.charge_batch > MemcgPolicy::MAX_CHARGE_BATCH {
-            return Err(PolicyError(format!(
-                "memcg.charge_batch = {} is out of range: 1..={} pages",
-                m.charge_batch,
-                MemcgPolicy::MAX_CHARGE_BATCH
-            )));
-        }
-        if m.charge == MemcgCharge::Atomic && m.charge_batch != MemcgPolicy::default_batch() {
+        if self.memcg.charge == MemcgCharge::Atomic
+            && self.memcg.charge_batch != MemcgPolicy::default_batch()
+        {
             return Err(PolicyError(
                 "memcg.charge_batch has no effect with memcg.charge = \"atomic\"; remove it or choose \"stock\"".into(),
             ));
@@ -553,6 +718,44 @@ impl Policy {
             return Err(PolicyError(
                 "alloc.prezero_pool must be at least 1 page when alloc.prezero = true".into(),
             ));
+        }
+        Ok(())
+    }
+
+    /// The bounds that depend on the machine, checked at engine boot once a zone's size is
+    /// known: the resolved `batch` and `high` of a zone of `managed` pages. A pcp can never hold
+    /// more pages than its zone has (the kernel derives `high` from the zone: `zone_highsize`),
+    /// and a batch must fit in `high`, or the pcp could never keep one batch.
+    pub fn check_zone(&self, managed: u64, batch: u32, high: u32) -> Result<(), PolicyError> {
+        let zone = |why: &str| format!("a zone of this arena has {managed} pages{why}");
+        match (self.pcp.batch, self.pcp.high) {
+            (_, Count::Fixed(h)) if u64::from(h) > managed => Err(PolicyError(format!(
+                "pcp.high = {h} is out of range: 1..={managed} ({}; a pcp cannot hold more)",
+                zone("")
+            ))),
+            (Count::Fixed(b), Count::Auto) if u64::from(high) > managed => {
+                let max = managed / 4;
+                Err(PolicyError(format!(
+                    "pcp.batch = {b} is out of range: 1..={max} ({}, and pcp.high = \"auto\" is at least 4 batches)",
+                    zone("")
+                )))
+            }
+            (Count::Auto, Count::Fixed(h)) if batch > high => Err(PolicyError(format!(
+                "pcp.high = {h} is below this zone's automatic pcp.batch of {batch}: a pcp could never hold one batch ({})",
+                zone("")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bound on the prezeroed pool, checked at boot once the arena's size is known: a pool
+    /// larger than all of memory could never be filled, so the value cannot mean what it says.
+    pub fn check_memory(&self, total_pages: u64) -> Result<(), PolicyError> {
+        let pool = self.alloc.prezero_pool;
+        if self.alloc.prezero && u64::from(pool) > total_pages {
+            return Err(PolicyError(format!(
+                "alloc.prezero_pool = {pool} is out of range: 1..={total_pages} (the arena has {total_pages} pages)"
+            )));
         }
         Ok(())
     }
@@ -604,7 +807,7 @@ mod tests {
         let e = Policy::from_toml_str("[locks]\nspinlock = \"mcs\"\n").unwrap_err();
         assert!(e.0.contains("ticket") && e.0.contains("queued"), "{e}");
         let e = Policy::from_toml_str("[pcp]\nbatch = 0\n").unwrap_err();
-        assert!(e.0.contains("positive integer"), "{e}");
+        assert!(e.0.contains("pcp.batch = 0 is out of range: 1..="), "{e}");
         let e = Policy::from_toml_str("[pcp]\nhigh = \"lots\"\n").unwrap_err();
         assert!(e.0.contains("auto"), "{e}");
     }
@@ -644,5 +847,155 @@ mod tests {
             Policy::from_toml_str("[memcg]\ncharge = \"atomic\"\ncharge_batch = 32\n").unwrap_err();
         assert!(e.0.contains("no effect"), "{e}");
         assert!(!e.0.contains('\n'));
+    }
+
+    fn refused(text: &str) -> String {
+        let e = Policy::from_toml_str(text).unwrap_err().0;
+        assert!(!e.contains('\n'), "{e}");
+        e
+    }
+
+    #[test]
+    fn huge_pcp_batch_is_refused_naming_the_key() {
+        let e = refused("[pcp]\nbatch = 4000000000\n");
+        assert!(
+            e.starts_with("line 2: pcp.batch = 4000000000 is out of range: 1..=67108863"),
+            "{e}"
+        );
+        assert!(Policy::from_toml_str("[pcp]\nbatch = 67108863\n").is_ok());
+        assert!(refused("[pcp]\nbatch = 67108864\n").contains("pcp.batch"));
+    }
+
+    #[test]
+    fn values_no_u32_holds_name_their_key() {
+        for (text, want) in [
+            ("[pcp]\nbatch = -1\n", "pcp.batch = -1 is out of range"),
+            (
+                "[pcp]\nhigh = 4294967296\n",
+                "pcp.high = 4294967296 is out of range",
+            ),
+            (
+                "[pcp]\nhigh = 2147483648\n",
+                "pcp.high = 2147483648 is out of range",
+            ),
+            (
+                "[pcp]\nbatch = 31.5\n",
+                "pcp.batch = 31.5 is not a whole number",
+            ),
+            (
+                "[lru]\nbatch = nan\n",
+                "lru.batch = nan is not a whole number",
+            ),
+            (
+                "[mm]\nfault_around = \"16\"\n",
+                "mm.fault_around = \"16\" is not a number",
+            ),
+            (
+                "[alloc]\nprezero_pool = -5\n",
+                "alloc.prezero_pool = -5 is out of range",
+            ),
+            (
+                "[alloc]\nprezero_pool = 4294967295\n",
+                "alloc.prezero_pool = 4294967295",
+            ),
+        ] {
+            let e = refused(text);
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn lru_batch_is_at_most_a_kernel_folio_batch() {
+        assert!(Policy::from_toml_str("[lru]\nbatch = 31\n").is_ok());
+        let e = refused("[lru]\nbatch = 32\n");
+        assert!(e.contains("lru.batch = 32 is out of range: 1..=31"), "{e}");
+    }
+
+    #[test]
+    fn fault_around_is_a_power_of_two_within_one_pte_table() {
+        for ok in [0, 1, 2, 16, 512] {
+            let text = format!("[mm]\nfault_around = {ok}\n");
+            assert!(Policy::from_toml_str(&text).is_ok(), "{ok}");
+        }
+        let e = refused("[mm]\nfault_around = 1024\n");
+        assert!(
+            e.contains("mm.fault_around = 1024 is out of range: 0..=512"),
+            "{e}"
+        );
+        let e = refused("[mm]\nfault_around = 24\n");
+        assert!(e.contains("mm.fault_around = 24 is not a power of two") && e.contains("16"));
+    }
+
+    #[test]
+    fn policies_built_in_code_get_the_same_bounds() {
+        let mut p = Policy::default();
+        p.pcp.batch = Count::Fixed(4_000_000_000);
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .0
+                .contains("pcp.batch = 4000000000")
+        );
+        let mut p = Policy::default();
+        p.lru.batch = 64;
+        assert!(p.validate().unwrap_err().0.contains("lru.batch = 64"));
+    }
+
+    fn boot(policy: &str, bytes: u64) -> Result<crate::alloc::Mem, String> {
+        let p = Policy::from_toml_str(policy).map_err(|e| format!("parse: {e}"))?;
+        crate::alloc::Mem::new(&crate::alloc::MemConfig::new(bytes, 2), &p)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn pcp_larger_than_its_zone_is_refused_at_boot() {
+        // 4 MiB: a zone of 1024 pages.
+        let e = boot(
+            "[pcp]\ntune = \"fixed\"\nbatch = 31\nhigh = 5000\n",
+            4 << 20,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.starts_with("pcp.high = 5000 is out of range: 1..=1024"),
+            "{e}"
+        );
+        let e = boot("[pcp]\ntune = \"fixed\"\nbatch = 2000\n", 4 << 20)
+            .err()
+            .unwrap();
+        assert!(
+            e.starts_with("pcp.batch = 2000 is out of range: 1..=256"),
+            "{e}"
+        );
+        let e = boot("[pcp]\ntune = \"fixed\"\nhigh = 2\n", 64 << 20)
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("pcp.high = 2 is below this zone's automatic pcp.batch"),
+            "{e}"
+        );
+        // The same values fit a zone large enough for them.
+        boot(
+            "[pcp]\ntune = \"fixed\"\nbatch = 310\nhigh = 1860\n",
+            16 << 20,
+        )
+        .unwrap();
+        boot(
+            "[pcp]\ntune = \"fixed\"\nbatch = 310\nhigh = 1860\n",
+            4 << 20,
+        )
+        .err()
+        .unwrap();
+    }
+
+    #[test]
+    fn prezero_pool_larger_than_the_arena_is_refused_at_boot() {
+        let text = "[alloc]\nprezero = true\nprezero_pool = 100000\n";
+        let e = boot(text, 4 << 20).err().unwrap();
+        assert!(
+            e.starts_with("alloc.prezero_pool = 100000 is out of range: 1..=1024"),
+            "{e}"
+        );
+        boot("[alloc]\nprezero = true\nprezero_pool = 1000\n", 4 << 20).unwrap();
     }
 }

@@ -302,6 +302,14 @@ impl Mem {
                 )
             })
             .collect();
+        for (z, p) in zones.iter().zip(pcp_params.iter()) {
+            policy
+                .check_zone(z.managed, p.batch, p.high_min)
+                .map_err(|e| MemError::Config(e.0))?;
+        }
+        policy
+            .check_memory(u64::from(nr_pages))
+            .map_err(|e| MemError::Config(e.0))?;
         let pcp = (0..zones.len() * cfg.nr_cpus)
             .map(|i| {
                 CachePadded::new(
