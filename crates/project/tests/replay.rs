@@ -386,6 +386,27 @@ fn too_many_tasks_for_the_machine_are_refused() {
 }
 
 #[test]
+fn a_trace_in_which_no_time_passes_is_refused_not_spun_on() {
+    // Operations and atomics on a line the CPU already owns cost nothing: a cyclic run of three
+    // CPUs looped at one instant for ever, since the first CPU kept cycling while it waited for
+    // a second to finish its cycle.
+    let m = machine(4, 50.0, 5.0, 10.0, 40.0);
+    let mut t = Trace {
+        meta: meta(Window::Cycle),
+        instances: vec![inst("rss", Scope::Cpu, LockModel::Line, false)],
+        events: vec![Event::Atomic { inst: 0 }, Event::Ops { n: 1 }],
+    };
+    t.meta.ops = 1;
+    let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
+    assert!(e.contains("takes no time"), "{e}");
+    // A trace whose compute is not a number is refused too, rather than replayed as 0 or as
+    // the end of time.
+    t.events.insert(0, Event::Compute { ns: f64::NAN });
+    let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
+    assert!(e.contains("not a finite number"), "{e}");
+}
+
+#[test]
 fn a_lock_still_held_when_the_recording_stopped_is_dropped_not_deadlocked_on() {
     let m = machine(8, 50.0, 5.0, 10.0, 40.0);
     let mut events = Vec::new();
