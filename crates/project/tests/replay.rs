@@ -407,6 +407,52 @@ fn a_trace_in_which_no_time_passes_is_refused_not_spun_on() {
 }
 
 #[test]
+fn a_run_far_longer_than_its_cycle_keeps_its_counts_in_bounded_bins() {
+    // One op per cycle of 1 ns of compute, but every op waits for a 100 us transfer of a lock
+    // that 128 CPUs queue on: the run lasts 6.4 ms simulated, 6.4 M of the 1 ns bins its cycle
+    // suggested. The bins merge past 4 M; the rate must still be the lock's, 1 / (transfer +
+    // hold), in every window.
+    let m = machine(128, 100_000.0, 0.1, 10.0, 40.0);
+    let mut events = Vec::new();
+    for _ in 0..4 {
+        events.extend([
+            Event::Compute { ns: 0.125 },
+            Event::Acquire {
+                inst: 0,
+                shared: false,
+                trylock: false,
+            },
+            Event::Compute { ns: 0.125 },
+            Event::Release {
+                inst: 0,
+                shared: false,
+            },
+            Event::Ops { n: 1 },
+        ]);
+    }
+    let mut mt = meta(Window::Cycle);
+    mt.ops = 4;
+    let t = Trace {
+        meta: mt,
+        instances: vec![inst("the lock", Scope::Machine, LockModel::Queued, false)],
+        events,
+    };
+    let r = Replay::new(&m, &t, spec(128, true))
+        .unwrap()
+        .run(2)
+        .unwrap();
+    assert!(
+        r.span_ns > 4.2e6,
+        "long enough to merge bins: {} ns",
+        r.span_ns
+    );
+    let want = 1e9 / (100_000.0 + 0.125);
+    for s in &r.samples {
+        assert!((s - want).abs() / want < 0.1, "{s} ops/s, want {want}");
+    }
+}
+
+#[test]
 fn a_lock_still_held_when_the_recording_stopped_is_dropped_not_deadlocked_on() {
     let m = machine(8, 50.0, 5.0, 10.0, 40.0);
     let mut events = Vec::new();
