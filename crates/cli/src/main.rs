@@ -437,11 +437,11 @@ fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Report(a) => report_cmd::report_cmd(a, db),
         Command::Experiments(a) => experiments_cmd(a),
         Command::Machines(a) => project_cmd::machines_cmd(a),
-        Command::Calibrate(a) => project_cmd::calibrate_cmd(a),
-        Command::Capture(a) => project_cmd::capture_cmd(a),
+        Command::Calibrate(a) => project_cmd::calibrate_cmd(a, db),
+        Command::Capture(a) => project_cmd::capture_cmd(a, db),
         Command::Trace(a) => project_cmd::trace_cmd(a),
         Command::Project(a) => project_cmd::project_cmd(a, db),
-        Command::Validate(a) => project_cmd::validate_cmd(a),
+        Command::Validate(a) => project_cmd::validate_cmd(a, db),
         Command::Info(a) => {
             let h = HostInfo::detect();
             if a.json {

@@ -6,6 +6,7 @@ use clap::Args;
 use pagelab_bench::compare;
 use pagelab_bench::experiments;
 use pagelab_bench::host::HostInfo;
+use pagelab_bench::output::{check_output_path, write_file};
 use pagelab_bench::profiles;
 use pagelab_bench::run::parse_tasks;
 use pagelab_bench::stats::Significance;
@@ -18,7 +19,7 @@ use pagelab_workloads::{Mode, WorkloadKind};
 
 use crate::measure::check_label;
 use crate::results_cmd::{parse_format, render};
-use crate::{command_line, interrupt_flag, open_store};
+use crate::{command_line, interrupt_flag, open_store, store_path};
 
 #[derive(Args)]
 pub(crate) struct MachinesArgs {
@@ -31,7 +32,8 @@ pub(crate) struct CalibrateArgs {
     /// The name of the description written.
     #[arg(long, default_value = "dev-host")]
     name: String,
-    /// Write the description here (refused if the file exists, unless --force).
+    /// Write the description here (refused if the file exists, unless --force; the results
+    /// store, any SQLite database and a directory are refused before measuring).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
     /// Overwrite --out.
@@ -49,7 +51,8 @@ pub(crate) struct CaptureArgs {
     /// Size the engine's per-CPU structures for this machine's CPU count.
     #[arg(long, default_value = "dev-host")]
     machine: String,
-    /// Where to write the trace.
+    /// Where to write the trace (written whole or not at all; the results store and any SQLite
+    /// database are refused before capturing).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
 }
@@ -131,15 +134,34 @@ pub(crate) fn machines_cmd(a: MachinesArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn calibrate_cmd(a: CalibrateArgs) -> Result<(), String> {
-    if let Some(out) = &a.out
-        && out.exists()
-        && !a.force
-    {
-        return Err(format!(
-            "{} exists; give --force to overwrite it",
-            out.display()
-        ));
+/// The store in use, for refusing it as an output file (`None` when there is no default path,
+/// in which case only databases in general are refused).
+fn store_in_use(db: Option<&Path>) -> Option<PathBuf> {
+    store_path(db).ok()
+}
+
+/// Refuses `out` before any work: the store in use, any SQLite database, a directory.
+fn check_out(out: &Path, db: Option<&Path>) -> Result<(), String> {
+    check_output_path(out, store_in_use(db).as_deref()).map_err(|e| e.to_string())
+}
+
+pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), String> {
+    // Everything that can be refused is refused before a minute of measuring.
+    machine::check_name(&a.name).map_err(|e| format!("--name: {e}"))?;
+    if let Some(out) = &a.out {
+        check_out(out, db)?;
+        if out.exists() && !a.force {
+            return Err(format!(
+                "{} exists; give --force to overwrite it",
+                out.display()
+            ));
+        }
+    }
+    if machine::BUILTIN.iter().any(|(n, _)| *n == a.name) {
+        eprintln!(
+            "pagelab: note: `{}` is a shipped machine's name; a file of that name loads only while it is identical to machines/{}.toml (give --name for a machine of your own)",
+            a.name, a.name
+        );
     }
     let m = pagelab_project::calibrate::measure_host(&a.name, &mut |what| {
         eprintln!("pagelab: measuring {what}")
@@ -152,7 +174,8 @@ pub(crate) fn calibrate_cmd(a: CalibrateArgs) -> Result<(), String> {
         m.to_toml()
     );
     match a.out {
-        Some(out) => std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?,
+        Some(out) => write_file(&out, store_in_use(db).as_deref(), text.as_bytes())
+            .map_err(|e| e.to_string())?,
         None => print!("{text}"),
     }
     Ok(())
@@ -164,7 +187,7 @@ fn projectable(w: &str) -> Result<WorkloadKind, String> {
     Ok(w)
 }
 
-pub(crate) fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
+pub(crate) fn capture_cmd(a: CaptureArgs, db: Option<&Path>) -> Result<(), String> {
     let w = projectable(&a.workload)?;
     let p = profiles::load(&a.profile)?;
     let m = Machine::load(&a.machine)?;
@@ -174,6 +197,7 @@ pub(crate) fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
     {
         return Err(format!("{}: no such directory", dir.display()));
     }
+    check_out(&a.out, db)?;
     eprintln!(
         "pagelab: capturing {w} with {} ({} virtual CPUs, as {})",
         p.name,
@@ -181,7 +205,7 @@ pub(crate) fn capture_cmd(a: CaptureArgs) -> Result<(), String> {
         m.name
     );
     let t = capture(&CaptureSpec::new(w, p, m.nr_cpus()))?;
-    t.save(&a.out).map_err(|e| e.to_string())?;
+    write_file(&a.out, store_in_use(db).as_deref(), &t.encode()).map_err(|e| e.to_string())?;
     let size = std::fs::metadata(&a.out).map_or(0, |m| m.len());
     print!("{}", t.summary());
     println!(
@@ -365,7 +389,10 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
     Ok(())
 }
 
-pub(crate) fn validate_cmd(a: ValidateArgs) -> Result<(), String> {
+pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), String> {
+    if let Some(p) = &a.json {
+        check_out(p, db)?;
+    }
     let stop = interrupt_flag();
     let mut json = serde_json::Map::new();
     if !a.self_check_only {
@@ -420,11 +447,8 @@ pub(crate) fn validate_cmd(a: ValidateArgs) -> Result<(), String> {
         );
     }
     if let Some(p) = a.json {
-        std::fs::write(
-            &p,
-            serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| format!("{}: {e}", p.display()))?;
+        let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+        write_file(&p, store_in_use(db).as_deref(), text.as_bytes()).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

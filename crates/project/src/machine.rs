@@ -126,6 +126,110 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("dev-host", include_str!("../../../machines/dev-host.toml")),
 ];
 
+/// At most this many CPUs (sockets x cores x threads): Linux's `NR_CPUS` of distribution
+/// kernels of the era, and more than any machine a published table ran on.
+pub const MAX_CPUS: usize = 4096;
+/// Sockets of one machine (the largest shipping systems glue 32).
+pub const MAX_SOCKETS: usize = 64;
+/// NUMA nodes per socket (sub-NUMA clustering and NPS settings split a socket in up to 4).
+pub const MAX_NODES_PER_SOCKET: usize = 16;
+/// A node's SLIT distance to itself.
+pub const LOCAL_DISTANCE: u32 = 10;
+/// The farthest SLIT distance: ACPI stores one byte, and 255 means unreachable.
+pub const MAX_DISTANCE: u32 = 254;
+
+/// The physical range of a floating-point parameter.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Range {
+    pub lo: f64,
+    pub hi: f64,
+    /// Zero is admitted too (a cost the machine does not pay, as [`Machine::as_engine`] says).
+    pub zero: bool,
+    pub unit: &'static str,
+}
+
+impl Range {
+    /// Whether `v` is within the range (never for NaN or an infinity).
+    pub fn admits(&self, v: f64) -> bool {
+        (self.zero && v == 0.0) || (self.lo..=self.hi).contains(&v)
+    }
+
+    /// "from 0.1 to 100000 ns", as errors and the docs give it.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}from {} to {} {}",
+            if self.zero { "0 or " } else { "" },
+            self.lo,
+            self.hi,
+            self.unit
+        )
+    }
+}
+
+/// Cache-line and kernel latencies: 0.1 ns (a fraction of a cycle at 10 GHz) to 100 us (far
+/// beyond any transfer or trap; a wake-up from the deepest C-state is about that).
+pub const LATENCY: Range = Range {
+    lo: 0.1,
+    hi: 100_000.0,
+    zero: false,
+    unit: "ns",
+};
+/// The kernel's costs, which the engine itself does not pay (zero there).
+pub const KERNEL_COST: Range = Range {
+    zero: true,
+    ..LATENCY
+};
+/// Write bandwidths: 0.1 GB/s (a single DRAM channel of the 1990s) to 10 TB/s (beyond HBM).
+pub const BANDWIDTH: Range = Range {
+    lo: 0.1,
+    hi: 10_000.0,
+    zero: false,
+    unit: "GB/s",
+};
+/// All-core clock.
+pub const CLOCK: Range = Range {
+    lo: 0.1,
+    hi: 10.0,
+    zero: false,
+    unit: "GHz",
+};
+/// Two hardware threads' throughput relative to one: from no gain to two whole cores.
+pub const SMT_THROUGHPUT: Range = Range {
+    lo: 1.0,
+    hi: 2.0,
+    zero: false,
+    unit: "(times one thread)",
+};
+
+/// The range of the floating-point parameter at dotted key `key`.
+pub fn range_of(key: &str) -> Range {
+    match key {
+        "cpu.ghz" => CLOCK,
+        "cpu.smt_throughput" => SMT_THROUGHPUT,
+        k if k.starts_with("kernel.") => KERNEL_COST,
+        k if k.starts_with("memory.") => BANDWIDTH,
+        _ => LATENCY,
+    }
+}
+
+/// A machine name becomes part of stored labels (`<profile>@<machine>`): letters, digits, `.`,
+/// `_` and `-`, at most 64 of them.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "name `{}` must be 1 to 64 letters, digits, `.`, `_` or `-`",
+            name.escape_debug()
+        ))
+    }
+}
+
 /// Where a CPU is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuPos {
@@ -146,7 +250,9 @@ impl Machine {
         if name_or_path.ends_with(".toml") || p.exists() {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| format!("machine file {name_or_path}: {e}"))?;
-            return Machine::parse(&text, name_or_path);
+            let m = Machine::parse(&text, name_or_path)?;
+            m.check_not_a_shipped_name(name_or_path)?;
+            return Ok(m);
         }
         let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
         Err(format!(
@@ -165,30 +271,52 @@ impl Machine {
         Ok(m)
     }
 
+    /// A file that takes a shipped machine's name must describe that machine: projected rows
+    /// are stored as `<profile>@<machine>`, and a modified copy that kept the name would put its
+    /// rows under the shipped machine's labels, where `compare` pools them with the real ones.
+    /// An identical copy (comments, key order and `description` aside) is accepted.
+    fn check_not_a_shipped_name(&self, what: &str) -> Result<(), String> {
+        let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == self.name) else {
+            return Ok(());
+        };
+        let shipped = Machine::parse(text, &self.name)?;
+        match shipped.first_difference(self) {
+            None => Ok(()),
+            Some(key) => Err(format!(
+                "machine {what}: name `{}` is a shipped machine's, but this file differs from it in {key}; give the file a name of its own (its rows are stored as <profile>@<name>)",
+                self.name
+            )),
+        }
+    }
+
     /// The description as TOML.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a machine serialises")
     }
 
-    fn check(&self) -> Result<(), String> {
+    /// Checks every parameter against its physical range (see [`RANGES`] and the module
+    /// docs). Called on every file loaded and by the replay on any machine it is given, so a
+    /// description built in code cannot reach the replay's arithmetic with values that would
+    /// overflow it or make it spin. The error is one line naming the key and its range.
+    pub fn check(&self) -> Result<(), String> {
+        check_name(&self.name)?;
         let t = &self.topology;
-        if self.name.trim().is_empty() {
-            return Err("name is empty".into());
-        }
-        for (k, v) in [
-            ("topology.sockets", t.sockets),
-            ("topology.cores_per_socket", t.cores_per_socket),
-            ("topology.nodes_per_socket", t.nodes_per_socket),
+        for (k, v, lo, hi) in [
+            ("topology.sockets", t.sockets, 1, MAX_SOCKETS),
+            ("topology.cores_per_socket", t.cores_per_socket, 1, MAX_CPUS),
+            ("topology.threads_per_core", t.threads_per_core, 1, 2),
+            (
+                "topology.nodes_per_socket",
+                t.nodes_per_socket,
+                1,
+                MAX_NODES_PER_SOCKET,
+            ),
         ] {
-            if v == 0 {
-                return Err(format!("{k} must be at least 1"));
+            if !(lo..=hi).contains(&v) {
+                return Err(format!(
+                    "{k} must be at least {lo} and at most {hi}, not {v}"
+                ));
             }
-        }
-        if !(1..=2).contains(&t.threads_per_core) {
-            return Err(format!(
-                "topology.threads_per_core must be 1 or 2, not {}",
-                t.threads_per_core
-            ));
         }
         if !t.cores_per_socket.is_multiple_of(t.nodes_per_socket) {
             return Err(format!(
@@ -196,74 +324,24 @@ impl Machine {
                 t.cores_per_socket, t.nodes_per_socket
             ));
         }
-        if self.nr_cpus() > 65_536 {
-            return Err(format!("{} CPUs is more than 65536", self.nr_cpus()));
-        }
-        let positive = [
-            ("cpu.ghz", self.cpu.ghz),
-            ("latency.smt_ns", self.latency.smt_ns),
-            ("latency.core_ns", self.latency.core_ns),
-            ("memory.node_bandwidth_gbs", self.memory.node_bandwidth_gbs),
-            ("memory.core_bandwidth_gbs", self.memory.core_bandwidth_gbs),
-        ];
-        for (k, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{k} must be a positive number, not {v}"));
-            }
-        }
-        let non_negative = [
-            ("latency.atomic_ns", self.latency.atomic_ns),
-            ("kernel.trap_ns", self.kernel.trap_ns),
-            ("kernel.wakeup_ns", self.kernel.wakeup_ns),
-            ("kernel.ipi_ns", self.kernel.ipi_ns),
-            ("kernel.ipi_handler_ns", self.kernel.ipi_handler_ns),
-        ];
-        for (k, v) in non_negative {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{k} must be zero or more, not {v}"));
-            }
-        }
-        if !(self.cpu.smt_throughput.is_finite() && (1.0..=2.0).contains(&self.cpu.smt_throughput))
-        {
+        // Each factor is bounded above, so the product cannot overflow.
+        let cpus = t.sockets * t.cores_per_socket * t.threads_per_core;
+        if cpus > MAX_CPUS {
             return Err(format!(
-                "cpu.smt_throughput must be between 1.0 and 2.0, not {}",
-                self.cpu.smt_throughput
+                "topology: sockets x cores_per_socket x threads_per_core is {cpus} CPUs; at most {MAX_CPUS}"
             ));
+        }
+        for (k, v) in self.numbers() {
+            let r = range_of(&k);
+            if !r.admits(v) {
+                return Err(format!("{k} must be {}, not {v}", r.describe()));
+            }
         }
         if self.memory.core_bandwidth_gbs > self.memory.node_bandwidth_gbs {
             return Err(format!(
                 "memory.core_bandwidth_gbs ({}) exceeds node_bandwidth_gbs ({})",
                 self.memory.core_bandwidth_gbs, self.memory.node_bandwidth_gbs
             ));
-        }
-        let nodes = self.nr_nodes();
-        let d = &self.numa.distance;
-        if d.len() != nodes || d.iter().any(|r| r.len() != nodes) {
-            return Err(format!(
-                "numa.distance must be {nodes} x {nodes} (sockets x nodes_per_socket nodes)"
-            ));
-        }
-        for (a, row) in d.iter().enumerate() {
-            for (b, &v) in row.iter().enumerate() {
-                if a == b && v != 10 {
-                    return Err(format!("numa.distance[{a}][{a}] must be 10, not {v}"));
-                }
-                if a != b {
-                    if v <= 10 {
-                        return Err(format!(
-                            "numa.distance[{a}][{b}] must be more than 10, not {v}"
-                        ));
-                    }
-                    let lat = self.latency.remote_ns.get(&v.to_string()).ok_or_else(|| {
-                        format!("latency.remote_ns has no entry for distance {v}")
-                    })?;
-                    if !(lat.is_finite() && *lat > 0.0) {
-                        return Err(format!(
-                            "latency.remote_ns.{v} must be a positive number, not {lat}"
-                        ));
-                    }
-                }
-            }
         }
         for k in self.latency.remote_ns.keys() {
             if k.parse::<u32>().is_err() {
@@ -272,7 +350,114 @@ impl Machine {
                 ));
             }
         }
+        let nodes = self.nr_nodes();
+        let d = &self.numa.distance;
+        if d.len() != nodes {
+            return Err(format!(
+                "numa.distance has {} rows; it must be {nodes} x {nodes} (sockets x nodes_per_socket nodes)",
+                d.len()
+            ));
+        }
+        if let Some((a, row)) = d.iter().enumerate().find(|(_, r)| r.len() != nodes) {
+            return Err(format!(
+                "numa.distance[{a}] has {} entries; it must be {nodes} x {nodes} (sockets x nodes_per_socket nodes)",
+                row.len()
+            ));
+        }
+        for (a, row) in d.iter().enumerate() {
+            for (b, &v) in row.iter().enumerate() {
+                if a == b && v != LOCAL_DISTANCE {
+                    return Err(format!(
+                        "numa.distance[{a}][{a}] must be {LOCAL_DISTANCE} (a node to itself), not {v}"
+                    ));
+                }
+                if a == b {
+                    continue;
+                }
+                if !(LOCAL_DISTANCE + 1..=MAX_DISTANCE).contains(&v) {
+                    return Err(format!(
+                        "numa.distance[{a}][{b}] must be from {} to {MAX_DISTANCE} (a SLIT distance farther than the node itself), not {v}",
+                        LOCAL_DISTANCE + 1
+                    ));
+                }
+                if d[b][a] != v {
+                    return Err(format!(
+                        "numa.distance[{a}][{b}] is {v} but numa.distance[{b}][{a}] is {}; the matrix must be symmetric",
+                        d[b][a]
+                    ));
+                }
+                if !self.latency.remote_ns.contains_key(&v.to_string()) {
+                    return Err(format!("latency.remote_ns has no entry for distance {v}"));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Every floating-point parameter with its dotted key, in file order.
+    fn numbers(&self) -> Vec<(String, f64)> {
+        let mut v = vec![
+            ("cpu.ghz".to_string(), self.cpu.ghz),
+            ("cpu.smt_throughput".to_string(), self.cpu.smt_throughput),
+            ("latency.smt_ns".to_string(), self.latency.smt_ns),
+            ("latency.core_ns".to_string(), self.latency.core_ns),
+            ("latency.atomic_ns".to_string(), self.latency.atomic_ns),
+        ];
+        for (k, &x) in &self.latency.remote_ns {
+            v.push((format!("latency.remote_ns.{k}"), x));
+        }
+        v.extend([
+            (
+                "memory.node_bandwidth_gbs".to_string(),
+                self.memory.node_bandwidth_gbs,
+            ),
+            (
+                "memory.core_bandwidth_gbs".to_string(),
+                self.memory.core_bandwidth_gbs,
+            ),
+            ("kernel.trap_ns".to_string(), self.kernel.trap_ns),
+            ("kernel.wakeup_ns".to_string(), self.kernel.wakeup_ns),
+            ("kernel.ipi_ns".to_string(), self.kernel.ipi_ns),
+            (
+                "kernel.ipi_handler_ns".to_string(),
+                self.kernel.ipi_handler_ns,
+            ),
+        ]);
+        v
+    }
+
+    /// The first parameter in which `other` differs from this machine (its dotted key), ignoring
+    /// the free-text `description`; `None` when they describe the same machine.
+    pub fn first_difference(&self, other: &Machine) -> Option<String> {
+        let key = |m: &Machine| {
+            let mut m = m.clone();
+            m.description.clear();
+            match toml::Value::try_from(&m).expect("a machine serialises") {
+                toml::Value::Table(t) => t,
+                _ => unreachable!("a machine serialises to a table"),
+            }
+        };
+        fn walk(prefix: &str, a: &toml::Table, b: &toml::Table) -> Option<String> {
+            let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for k in keys {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                match (a.get(k), b.get(k)) {
+                    (Some(toml::Value::Table(x)), Some(toml::Value::Table(y))) => {
+                        if let Some(p) = walk(&path, x, y) {
+                            return Some(p);
+                        }
+                    }
+                    (x, y) if x != y => return Some(path),
+                    _ => {}
+                }
+            }
+            None
+        }
+        walk("", &key(self), &key(other))
     }
 
     /// This machine as the engine runs on it: the engine takes no exception, its sleeping
@@ -291,15 +476,21 @@ impl Machine {
     }
 
     pub fn nr_nodes(&self) -> usize {
-        self.topology.sockets * self.topology.nodes_per_socket
+        // Saturating: a machine built in code is only checked when the replay gets it.
+        self.topology
+            .sockets
+            .saturating_mul(self.topology.nodes_per_socket)
     }
 
     pub fn nr_cores(&self) -> usize {
-        self.topology.sockets * self.topology.cores_per_socket
+        self.topology
+            .sockets
+            .saturating_mul(self.topology.cores_per_socket)
     }
 
     pub fn nr_cpus(&self) -> usize {
-        self.nr_cores() * self.topology.threads_per_core
+        self.nr_cores()
+            .saturating_mul(self.topology.threads_per_core)
     }
 
     /// Where Linux CPU `cpu` is.
@@ -423,12 +614,12 @@ mod tests {
             (
                 "threads_per_core = 2",
                 "threads_per_core = 4",
-                "threads_per_core must be 1 or 2",
+                "topology.threads_per_core must be at least 1 and at most 2, not 4",
             ),
             (
                 "ghz = 2.8",
                 "ghz = -1.0",
-                "cpu.ghz must be a positive number",
+                "cpu.ghz must be from 0.1 to 10 GHz, not -1",
             ),
             (
                 "[[10, 21], [21, 10]]",
@@ -457,5 +648,238 @@ mod tests {
         }
         let e = Machine::load("no-such-machine").unwrap_err();
         assert!(e.contains("shipped machines"), "{e}");
+    }
+
+    /// `Machine::parse` of `m` written out, expecting one line that contains `want`.
+    fn refused(m: &Machine, want: &str) {
+        let e = Machine::parse(&m.to_toml(), "x.toml").unwrap_err();
+        assert!(e.contains(want), "{e} (wanted {want})");
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    /// Every floating-point key, below and above its range, and as NaN and infinity.
+    #[test]
+    fn every_number_outside_its_physical_range_is_refused_by_key() {
+        let good = two_socket();
+        type Set = fn(&mut Machine, f64);
+        let keys: &[(&str, Set)] = &[
+            ("cpu.ghz", |m, v| m.cpu.ghz = v),
+            ("cpu.smt_throughput", |m, v| m.cpu.smt_throughput = v),
+            ("latency.smt_ns", |m, v| m.latency.smt_ns = v),
+            ("latency.core_ns", |m, v| m.latency.core_ns = v),
+            ("latency.atomic_ns", |m, v| m.latency.atomic_ns = v),
+            ("latency.remote_ns.21", |m, v| {
+                m.latency.remote_ns.insert("21".into(), v);
+            }),
+            ("memory.node_bandwidth_gbs", |m, v| {
+                m.memory.node_bandwidth_gbs = v;
+            }),
+            ("memory.core_bandwidth_gbs", |m, v| {
+                m.memory.core_bandwidth_gbs = v;
+            }),
+            ("kernel.trap_ns", |m, v| m.kernel.trap_ns = v),
+            ("kernel.wakeup_ns", |m, v| m.kernel.wakeup_ns = v),
+            ("kernel.ipi_ns", |m, v| m.kernel.ipi_ns = v),
+            ("kernel.ipi_handler_ns", |m, v| m.kernel.ipi_handler_ns = v),
+        ];
+        assert_eq!(keys.len(), good.numbers().len(), "a key is missing here");
+        for &(key, set) in keys {
+            let r = range_of(key);
+            let below = if r.zero { r.lo / 2.0 } else { r.lo * 0.99 };
+            for v in [below, r.hi * 1.01, -1.0, f64::NAN, f64::INFINITY, 1e15] {
+                let mut m = good.clone();
+                // Keep the two bandwidths ordered, so that the range is what fails.
+                if key == "memory.node_bandwidth_gbs" {
+                    m.memory.core_bandwidth_gbs = r.lo;
+                }
+                set(&mut m, v);
+                refused(&m, &format!("{key} must be {}, not ", r.describe()));
+            }
+            // The ends of the range are admitted.
+            for v in [r.lo, r.hi] {
+                let mut m = good.clone();
+                m.memory.core_bandwidth_gbs = BANDWIDTH.lo;
+                m.memory.node_bandwidth_gbs = BANDWIDTH.hi;
+                set(&mut m, v);
+                Machine::parse(&m.to_toml(), "x.toml")
+                    .unwrap_or_else(|e| panic!("{key} = {v}: {e}"));
+            }
+        }
+        // Kernel costs may be zero (the engine's own machine); latencies may not.
+        let mut m = good.clone();
+        m.kernel.trap_ns = 0.0;
+        Machine::parse(&m.to_toml(), "x.toml").unwrap();
+        let mut m = good.clone();
+        m.latency.atomic_ns = 0.0;
+        refused(&m, "latency.atomic_ns must be from 0.1 to 100000 ns, not 0");
+        assert_eq!(
+            LATENCY.describe(),
+            "from 0.1 to 100000 ns",
+            "what docs/user-guide.md says"
+        );
+    }
+
+    #[test]
+    fn nan_and_inf_written_in_the_file_are_refused() {
+        let good = two_socket().to_toml();
+        for bad in ["nan", "inf", "-inf", "+nan"] {
+            let text = good.replacen("core_ns = 45.0", &format!("core_ns = {bad}"), 1);
+            let e = Machine::parse(&text, "x.toml").unwrap_err();
+            assert!(
+                e.contains("latency.core_ns must be from 0.1 to 100000 ns"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_stay_within_4096_cpus_and_sane_topologies() {
+        let good = two_socket();
+        type Change = fn(&mut Topology);
+        let cases: &[(Change, &str)] = &[
+            (
+                |t| t.cores_per_socket = 4097,
+                "topology.cores_per_socket must be at least 1 and at most 4096, not 4097",
+            ),
+            (
+                |t| t.sockets = 65,
+                "topology.sockets must be at least 1 and at most 64, not 65",
+            ),
+            (
+                |t| t.nodes_per_socket = 32,
+                "topology.nodes_per_socket must be at least 1 and at most 16, not 32",
+            ),
+            (
+                |t| t.threads_per_core = 0,
+                "topology.threads_per_core must be at least 1 and at most 2, not 0",
+            ),
+            (
+                // 64 x 64 x 2 = 8192: every count in range, the product not.
+                |t| {
+                    t.sockets = 64;
+                    t.cores_per_socket = 64;
+                },
+                "is 8192 CPUs; at most 4096",
+            ),
+            (
+                |t| t.cores_per_socket = usize::MAX,
+                "topology.cores_per_socket must be at least 1 and at most 4096",
+            ),
+        ];
+        for (change, want) in cases {
+            let mut m = good.clone();
+            change(&mut m.topology);
+            let e = m.check().unwrap_err();
+            assert!(e.contains(want), "{e} (wanted {want})");
+        }
+        // As a file says it.
+        let text = good
+            .to_toml()
+            .replacen("cores_per_socket = 22", "cores_per_socket = 100000", 1);
+        let e = Machine::parse(&text, "x.toml").unwrap_err();
+        assert!(
+            e.contains("topology.cores_per_socket must be at least 1 and at most 4096"),
+            "{e}"
+        );
+        // 4096 CPUs exactly is admitted.
+        let mut m = good.clone();
+        m.topology.sockets = 32;
+        m.topology.cores_per_socket = 64;
+        m.numa.distance = (0..32)
+            .map(|a| (0..32).map(|b| if a == b { 10 } else { 21 }).collect())
+            .collect();
+        assert_eq!(m.nr_cpus(), 4096);
+        m.check().unwrap();
+    }
+
+    #[test]
+    fn distances_are_square_symmetric_and_smallest_on_the_diagonal() {
+        let good = two_socket().to_toml();
+        let cases: &[(&str, &str)] = &[
+            (
+                "[[10, 21], [31, 10]]",
+                "numa.distance[0][1] is 21 but numa.distance[1][0] is 31",
+            ),
+            (
+                "[[10, 21], [21]]",
+                "numa.distance[1] has 1 entries; it must be 2 x 2",
+            ),
+            (
+                "[[10, 21, 21], [21, 10, 21]]",
+                "numa.distance[0] has 3 entries; it must be 2 x 2",
+            ),
+            (
+                "[[10, 21], [21, 10], [21, 21]]",
+                "numa.distance has 3 rows; it must be 2 x 2",
+            ),
+            (
+                "[[10, 9], [9, 10]]",
+                "numa.distance[0][1] must be from 11 to 254",
+            ),
+            (
+                "[[10, 10], [10, 10]]",
+                "numa.distance[0][1] must be from 11 to 254",
+            ),
+            (
+                "[[10, 255], [255, 10]]",
+                "numa.distance[0][1] must be from 11 to 254",
+            ),
+            ("[[5, 21], [21, 5]]", "numa.distance[0][0] must be 10"),
+            ("[[10, -21], [-21, 10]]", "machine x.toml: "),
+        ];
+        for (to, want) in cases {
+            let bad = good.replacen("[[10, 21], [21, 10]]", to, 1);
+            let e = Machine::parse(&bad, "x.toml").unwrap_err();
+            assert!(e.contains(want), "{e} (wanted {want})");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn names_go_into_labels_so_they_are_plain() {
+        let mut m = two_socket();
+        for bad in ["", "a b", "x@y", "new\nline", &"n".repeat(65)] {
+            m.name = bad.to_string();
+            let e = m.check().unwrap_err();
+            assert!(e.contains("must be 1 to 64 letters"), "{e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn a_file_with_a_shipped_name_must_be_that_machine() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, text) = BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "icelake-2s-64c")
+            .unwrap();
+        let path = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+        // A byte-identical copy, and one rewritten without comments, load.
+        std::fs::write(path("same.toml"), text).unwrap();
+        assert_eq!(
+            Machine::load(&path("same.toml")).unwrap(),
+            Machine::load("icelake-2s-64c").unwrap()
+        );
+        let mut m = Machine::load("icelake-2s-64c").unwrap();
+        m.description = "my notes".into();
+        std::fs::write(path("plain.toml"), m.to_toml()).unwrap();
+        Machine::load(&path("plain.toml")).unwrap();
+        // One number changed: refused, naming the key.
+        let changed = text.replacen("core_ns = 51.0", "core_ns = 60.0", 1);
+        assert_ne!(&changed, text);
+        std::fs::write(path("copy.toml"), &changed).unwrap();
+        let e = Machine::load(&path("copy.toml")).unwrap_err();
+        assert!(
+            e.contains("name `icelake-2s-64c` is a shipped machine's")
+                && e.contains("differs from it in latency.core_ns"),
+            "{e}"
+        );
+        // Renamed, it loads.
+        let renamed = changed.replacen("name = \"icelake-2s-64c\"", "name = \"my-icelake\"", 1);
+        std::fs::write(path("mine.toml"), renamed).unwrap();
+        assert_eq!(
+            Machine::load(&path("mine.toml")).unwrap().name,
+            "my-icelake"
+        );
     }
 }

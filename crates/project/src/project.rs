@@ -243,6 +243,36 @@ pub fn default_label(profile: &str, machine: &str) -> String {
     format!("{profile}@{machine}")
 }
 
+/// Refuses a projection with a figure no machine could give (not finite, negative, or a task
+/// count beyond any machine's) before anything of it is stored: a replay defect must show up as
+/// an error, not as a plausible-looking row that `compare` pools with the others.
+pub fn check_rows(p: &Projection) -> Result<(), String> {
+    for row in &p.rows {
+        let at = || format!("{} {} {}", p.profile.name, row.mode, row.tasks);
+        if row.tasks == 0 || row.tasks > crate::machine::MAX_CPUS {
+            return Err(format!(
+                "projection of {}: {} tasks; nothing was stored",
+                at(),
+                row.tasks
+            ));
+        }
+        let values = row
+            .metrics
+            .iter()
+            .flat_map(|(m, _, v)| v.iter().map(move |x| (m.clone(), *x)))
+            .chain(row.counters());
+        for (what, v) in values {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!(
+                    "projection of {}: {what} is {v}, not a finite figure; nothing was stored",
+                    at()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Stores one projection as a run of origin `projected`; returns its id.
 #[allow(clippy::too_many_arguments)]
 pub fn store_projection(
@@ -255,6 +285,7 @@ pub fn store_projection(
     host_json: Option<String>,
     complete: bool,
 ) -> Result<i64, String> {
+    check_rows(p)?;
     let meta = RunMeta {
         label: label.to_string(),
         workload: p.trace.meta.workload.clone(),
@@ -301,4 +332,78 @@ pub fn store_projection(
     };
     store.finish_run(id, status).map_err(|e| e.to_string())?;
     result.map(|()| id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Event, Pinning, TraceMeta};
+    use pagelab_bench::results::RunFilter;
+
+    fn trace() -> Trace {
+        Trace {
+            meta: TraceMeta {
+                workload: "pft".into(),
+                profile: "linux-6.7".into(),
+                profile_toml: String::new(),
+                op_unit: "faults".into(),
+                window: Window::Once,
+                pinning: Pinning::Spread,
+                shared_vma: true,
+                kernel_cpus: 2,
+                host_cpu: "test".into(),
+                host_ghz: 3.0,
+                ops: 2,
+                raw_events: 0,
+                overhead_ns_per_event: 0.0,
+                traced_ns: 1.0,
+                untraced_ns: 1.0,
+                compute_scale: 1.0,
+            },
+            instances: Vec::new(),
+            events: vec![
+                Event::Compute { ns: 500.0 },
+                Event::Ops { n: 1 },
+                Event::Compute { ns: 500.0 },
+                Event::Ops { n: 1 },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_projection_with_a_non_finite_figure_is_refused_and_nothing_stored() {
+        let m = Machine::load("dev-host").unwrap();
+        let t = trace();
+        let row = replay_row(&m, &t, Mode::Threads, 2, 2, 1, 64).unwrap();
+        let good = Projection {
+            profile: pagelab_bench::profiles::load("linux-6.7").unwrap(),
+            trace: t,
+            rows: vec![row],
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("r.db")).unwrap();
+        store_projection(&store, &good, "ok@dev-host", &m, None, "test", None, true).unwrap();
+        let stored = |s: &Store| s.runs(&RunFilter::default()).unwrap().len();
+        assert_eq!(stored(&store), 1);
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let mut p = good.clone();
+            p.rows[0].metrics[1].2[0] = bad;
+            let e = store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true)
+                .unwrap_err();
+            assert!(
+                e.contains("faults/sec is") && e.contains("nothing was stored"),
+                "{e}"
+            );
+        }
+        let mut p = good.clone();
+        p.rows[0].classes.push(ClassStats {
+            name: "zone->lock".into(),
+            wait_ns: f64::NAN,
+            ..Default::default()
+        });
+        let e =
+            store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true).unwrap_err();
+        assert!(e.contains("lock:zone->lock:wait_ns is NaN"), "{e}");
+        assert_eq!(stored(&store), 1, "no run begun for a refused projection");
+    }
 }

@@ -85,6 +85,28 @@ pub struct ReplayResult {
     pub events: u64,
 }
 
+impl ReplayResult {
+    /// Every figure finite and not negative: what a replay hands on to be stored. A value that
+    /// is not is a defect of the replay, reported rather than stored.
+    pub fn check(&self) -> Result<(), String> {
+        let figures = self
+            .samples
+            .iter()
+            .copied()
+            .chain(self.ops_per_cpu_sec)
+            .chain([self.span_ns])
+            .chain(self.classes.iter().map(|c| c.wait_ns));
+        for v in figures {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!(
+                    "the replay produced {v}, not a finite figure; nothing of it is stored"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Op {
     /// Picoseconds at the machine's clock.
@@ -179,7 +201,7 @@ impl Bus {
     fn next_completion(&self, t: u64) -> Option<u64> {
         let r = self.rate();
         let min = self.jobs.iter().map(|j| j.1).fold(f64::INFINITY, f64::min);
-        (min.is_finite()).then(|| t + (min.max(0.0) / r).ceil() as u64)
+        (min.is_finite()).then(|| t.saturating_add((min.max(0.0) / r).ceil() as u64))
     }
 }
 
@@ -207,13 +229,48 @@ pub struct Replay<'a> {
     factors: Vec<f64>,
 }
 
+/// Nanoseconds to whole picoseconds. `as` saturates (and takes NaN to 0); the replay's time
+/// arithmetic saturates too, and a time at [`HORIZON_PS`] or beyond ends the run with an error,
+/// so a huge value can never wrap around into a plausible one.
 fn ps(ns: f64) -> u64 {
     (ns * 1000.0).round().max(0.0) as u64
 }
 
+/// The most simulated events one replay may process, whatever its size. The shipped
+/// experiments' largest rows take 3.6e8 (will-it-scale page_fault1, a cycle of 0.7 M events, 512
+/// threads on the 512-CPU machine, one pass each); a machine of 4096 CPUs would take eight times
+/// that. The per-replay budget ([`EVENTS_PER_PASS`]) is what normally stops a runaway replay;
+/// this caps it for the largest machines.
+pub const MAX_EVENTS: u64 = 100_000_000_000;
+
+/// A replay's events are bounded by its own work: every CPU's program (its cycle, or its
+/// fixed-work prefix) this many times over. A fixed-work run takes exactly one pass; a cyclic
+/// run ends when half its CPUs have gone round once, and no CPU runs more than about twice as
+/// fast as another (FIFO locks; SMT halves a thread at worst), so the shipped experiments take
+/// 1.0 passes per CPU (measured at 1 to 512 tasks). Eight is far beyond that, and stops a
+/// runaway replay after a few times its proper length rather than hours later.
+pub const EVENTS_PER_PASS: u64 = 8;
+
+/// Below this, the budget is never tight (tiny traces, one task).
+const MIN_EVENTS: u64 = 1 << 20;
+
+/// Simulated time a replay may reach, ps (2^62 ps: 53 days). Real replays span seconds; the
+/// bound sits below `u64::MAX`, where saturated sums would stop, so no overflow goes unnoticed.
+pub const HORIZON_PS: u64 = 1 << 62;
+
+/// The most sample bins of a cyclic run's operation counts; beyond it adjacent bins merge
+/// (counts are kept whole, only their resolution halves), so a run that lasts far longer than
+/// its cycle suggested cannot grow the bins without bound.
+const MAX_BINS: usize = 1 << 22;
+
 impl<'a> Replay<'a> {
     /// Compiles `trace` for `spec.tasks` tasks on `machine`.
     pub fn new(machine: &'a Machine, trace: &'a Trace, spec: ReplaySpec) -> Result<Self, String> {
+        // Files are checked when loaded; a machine built in code is checked here, so that no
+        // value outside its physical range reaches the arithmetic below.
+        machine
+            .check()
+            .map_err(|e| format!("machine {}: {e}", machine.name))?;
         if spec.tasks == 0 {
             return Err("a replay needs at least one task".into());
         }
@@ -252,6 +309,21 @@ impl<'a> Replay<'a> {
         let mut res_ids: HashMap<(u32, usize), u32> = HashMap::new();
         let threads = spec.threads;
         let scale = trace.meta.host_ghz / machine.cpu.ghz;
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(format!(
+                "the trace of {} with {} gives its host's clock as {} GHz",
+                trace.meta.workload, trace.meta.profile, trace.meta.host_ghz
+            ));
+        }
+        if trace.events.iter().any(|e| match e {
+            Event::Compute { ns } => !(ns.is_finite() && *ns >= 0.0),
+            _ => false,
+        }) {
+            return Err(format!(
+                "the trace of {} with {} has a compute time that is not a finite number of nanoseconds",
+                trace.meta.workload, trace.meta.profile
+            ));
+        }
         // Acquires and releases that pair up within the trace; a release of something taken
         // before the recording started, or an acquire still held when it stopped, is dropped.
         let mut keep = vec![true; trace.events.len()];
@@ -340,6 +412,22 @@ impl<'a> Replay<'a> {
             prog_of_node.insert(node, progs.len());
             progs.push(prog);
         }
+        let trap_ps = ps(machine.kernel.trap_ns);
+        // Every pass through a program must advance its CPU's clock, or a cyclic run would
+        // loop at one instant for ever.
+        if progs.iter().any(|p| {
+            !p.iter().any(|op| match *op {
+                Op::Compute(d) => d > 0,
+                Op::Trap => trap_ps > 0,
+                Op::Write(b) => b > 0,
+                _ => false,
+            })
+        }) {
+            return Err(format!(
+                "the trace of {} with {} takes no time: no compute, trap or memory write in it",
+                trace.meta.workload, trace.meta.profile
+            ));
+        }
         let placement = cpus
             .iter()
             .zip(&nodes)
@@ -380,7 +468,7 @@ impl<'a> Replay<'a> {
             starts,
             resources_proto,
             class_names,
-            trap_ps: ps(k.trap_ns),
+            trap_ps,
             atomic_ps: ps(machine.latency.atomic_ns),
             wakeup_ps: ps(k.wakeup_ns),
             ipi_ps: ps(k.ipi_ns),
@@ -417,6 +505,9 @@ struct Sim<'r, 'a> {
     stop_at: Option<u64>,
     /// Cyclic runs: CPUs that have completed their cycle.
     cycled: usize,
+    /// Events this run may process: [`EVENTS_PER_PASS`] passes of every CPU's program, at
+    /// most [`MAX_EVENTS`].
+    budget: u64,
 }
 
 impl<'r, 'a> Sim<'r, 'a> {
@@ -434,7 +525,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 next_at: u64::MAX,
             })
             .collect();
-        let mut cpus = Vec::with_capacity(r.spec.tasks);
+        let mut cpus: Vec<Cpu> = Vec::with_capacity(r.spec.tasks);
         let mut heap = BinaryHeap::new();
         for (i, &(prog, node)) in r.placement.iter().enumerate() {
             let len = r.progs[prog].len();
@@ -489,6 +580,12 @@ impl<'r, 'a> Sim<'r, 'a> {
             });
             heap.push(Reverse((start, i as u32)));
         }
+        let budget = cpus
+            .iter()
+            .map(|c| c.left)
+            .fold(0u64, u64::saturating_add)
+            .saturating_mul(EVENTS_PER_PASS)
+            .clamp(MIN_EVENTS, MAX_EVENTS);
         let res = r
             .resources_proto
             .iter()
@@ -526,7 +623,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                         }
                         _ => 0,
                     })
-                    .sum::<u64>()
+                    .fold(0u64, u64::saturating_add)
             })
             .min()
             .unwrap_or(1);
@@ -544,6 +641,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             ops_total: 0,
             stop_at: None,
             cycled: 0,
+            budget,
         }
     }
 
@@ -566,7 +664,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         let x = self.transfer(owner, cpu);
         let res = &mut self.res[ri];
         let start = t.max(res.busy_until);
-        res.busy_until = start + x + self.r.atomic_ps;
+        res.busy_until = start.saturating_add(x).saturating_add(self.r.atomic_ps);
         res.owner = cpu as u32;
         let s = &mut self.stats[res.class];
         if acquire {
@@ -574,7 +672,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             s.contended += u64::from(start > t);
         }
         s.wait_ns += (start - t) as f64 / 1000.0;
-        start + x
+        start.saturating_add(x)
     }
 
     /// Hands resource `ri` to waiter `w` released by `from` at `t`.
@@ -585,15 +683,15 @@ impl<'r, 'a> Sim<'r, 'a> {
             LockKind::Ticket => {
                 // The next owner's re-read is served at a random place among the spinners.
                 let place = self.rng.gen_range(1..=queue_len.max(1)) as u64;
-                x.max(1) * place
+                x.max(1).saturating_mul(place)
             }
             LockKind::Queued | LockKind::RwSpin | LockKind::Line => x,
-            LockKind::RwSleep => x + self.r.wakeup_ps,
+            LockKind::RwSleep => x.saturating_add(self.r.wakeup_ps),
         };
-        let at = t + handoff;
+        let at = t.saturating_add(handoff);
         let res = &mut self.res[ri];
         res.owner = w.cpu;
-        res.busy_until = res.busy_until.max(at + self.r.atomic_ps);
+        res.busy_until = res.busy_until.max(at.saturating_add(self.r.atomic_ps));
         if w.shared {
             res.readers += 1;
         } else {
@@ -605,7 +703,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         s.wait_ns += (at - w.since) as f64 / 1000.0;
         let c = &mut self.cpus[w.cpu as usize];
         if let Some(since) = c.sleep_since.take() {
-            c.slept += at - since;
+            c.slept = c.slept.saturating_add(at - since);
         }
         c.st = St::Ready;
         self.schedule(w.cpu as usize, at);
@@ -694,7 +792,13 @@ impl<'r, 'a> Sim<'r, 'a> {
     }
 
     fn count_ops(&mut self, n: u32, t: u64) {
-        self.ops_total += u64::from(n);
+        self.ops_total = self.ops_total.saturating_add(u64::from(n));
+        while t / self.bin_ps >= MAX_BINS as u64 {
+            // Merge neighbours: bin i of the doubled width holds old bins 2i and 2i+1.
+            let merged = self.bins.chunks(2).map(|c| c.iter().sum()).collect();
+            self.bins = merged;
+            self.bin_ps *= 2;
+        }
         let b = (t / self.bin_ps) as usize;
         if b >= self.bins.len() {
             self.bins.resize(b + 1, 0);
@@ -743,7 +847,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
         if self.cpus[c].stolen > 0 {
             let s = std::mem::take(&mut self.cpus[c].stolen);
-            self.schedule(c, t + s);
+            self.schedule(c, t.saturating_add(s));
             return;
         }
         let cyclic = self.r.trace.meta.window == Window::Cycle;
@@ -778,11 +882,11 @@ impl<'r, 'a> Sim<'r, 'a> {
             let factor = cpu.factor;
             match op {
                 Op::Compute(d) => {
-                    self.schedule(c, t + (d as f64 * factor) as u64);
+                    self.schedule(c, t.saturating_add((d as f64 * factor) as u64));
                     return;
                 }
                 Op::Trap => {
-                    self.schedule(c, t + (self.r.trap_ps as f64 * factor) as u64);
+                    self.schedule(c, t.saturating_add((self.r.trap_ps as f64 * factor) as u64));
                     return;
                 }
                 Op::Ops(n) => self.count_ops(n, t),
@@ -823,10 +927,10 @@ impl<'r, 'a> Sim<'r, 'a> {
                     // too; it pays once it runs again).
                     for (i, o) in self.cpus.iter_mut().enumerate() {
                         if i != c && o.st != St::Done && o.sleep_since.is_none() {
-                            o.stolen += handler;
+                            o.stolen = o.stolen.saturating_add(handler);
                         }
                     }
-                    self.schedule(c, t + self.r.ipi_ps);
+                    self.schedule(c, t.saturating_add(self.r.ipi_ps));
                     return;
                 }
             }
@@ -840,6 +944,25 @@ impl<'r, 'a> Sim<'r, 'a> {
                 && t > stop
             {
                 break;
+            }
+            if t >= HORIZON_PS {
+                return Err(format!(
+                    "the replay of {} with {} on {} passed {:.0} simulated seconds; a machine or trace value is out of proportion",
+                    self.r.trace.meta.workload,
+                    self.r.trace.meta.profile,
+                    self.r.machine.name,
+                    HORIZON_PS as f64 / 1e12
+                ));
+            }
+            if self.events > self.budget {
+                return Err(format!(
+                    "the replay of {} with {} on {} passed {} simulated events ({EVENTS_PER_PASS} times what its {} CPUs' work takes) without finishing; a machine or trace value is out of proportion",
+                    self.r.trace.meta.workload,
+                    self.r.trace.meta.profile,
+                    self.r.machine.name,
+                    self.budget,
+                    self.cpus.len()
+                ));
             }
             if who < nr {
                 self.step(who as usize, t);
@@ -861,7 +984,9 @@ impl<'r, 'a> Sim<'r, 'a> {
                 self.cpus.len()
             ));
         }
-        Ok(self.result())
+        let out = self.result();
+        out.check()?;
+        Ok(out)
     }
 
     fn result(self) -> ReplayResult {

@@ -195,8 +195,9 @@ fn repairman_throughput(n: usize, z: f64, s: f64) -> f64 {
 
 #[test]
 fn one_lock_under_poisson_arrivals_matches_the_machine_repairman_model() {
-    // Transfers and atomics free, so the lock is a pure FIFO server.
-    let m = machine(64, 0.001, 0.0, 100.0, 100.0);
+    // Transfers and atomics at the physical minimum (0.1 ns, a two-thousandth of a hold), so
+    // the lock is a FIFO server to within the test's tolerance.
+    let m = machine(64, 0.1, 0.1, 100.0, 100.0);
     for (n, z, s) in [
         (8usize, 4000.0, 400.0),
         (32, 6000.0, 200.0),
@@ -219,7 +220,7 @@ fn one_lock_under_poisson_arrivals_matches_the_machine_repairman_model() {
 fn waits_at_one_lock_match_pollaczek_khinchine_for_many_light_sources() {
     // 256 sources each offering little load: arrivals are close to Poisson, so the mean wait
     // of a fixed hold S at utilisation u is M/D/1's  u S / (2 (1 - u)).
-    let m = machine(256, 0.001, 0.0, 100.0, 100.0);
+    let m = machine(256, 0.1, 0.1, 100.0, 100.0);
     let s = 100.0;
     let n = 256;
     for u in [0.3, 0.6] {
@@ -264,7 +265,7 @@ fn a_ticket_lock_hands_over_slower_as_waiters_grow_and_a_queued_one_does_not() {
 
 #[test]
 fn rwsem_readers_share_and_writers_exclude() {
-    let m = machine(16, 0.001, 0.0, 100.0, 100.0);
+    let m = machine(16, 0.1, 0.1, 100.0, 100.0);
     let with = |shared: bool| {
         let mut t = lock_trace(LockModel::RwSem, Scope::Machine, 100.0, 900.0, false);
         for e in &mut t.events {
@@ -382,6 +383,73 @@ fn too_many_tasks_for_the_machine_are_refused() {
     let t = lock_trace(LockModel::Queued, Scope::Machine, 1.0, 1.0, false);
     let e = Replay::new(&m, &t, spec(5, true)).err().unwrap();
     assert!(e.contains("more than the 4 CPUs"), "{e}");
+}
+
+#[test]
+fn a_trace_in_which_no_time_passes_is_refused_not_spun_on() {
+    // Operations and atomics on a line the CPU already owns cost nothing: a cyclic run of three
+    // CPUs looped at one instant for ever, since the first CPU kept cycling while it waited for
+    // a second to finish its cycle.
+    let m = machine(4, 50.0, 5.0, 10.0, 40.0);
+    let mut t = Trace {
+        meta: meta(Window::Cycle),
+        instances: vec![inst("rss", Scope::Cpu, LockModel::Line, false)],
+        events: vec![Event::Atomic { inst: 0 }, Event::Ops { n: 1 }],
+    };
+    t.meta.ops = 1;
+    let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
+    assert!(e.contains("takes no time"), "{e}");
+    // A trace whose compute is not a number is refused too, rather than replayed as 0 or as
+    // the end of time.
+    t.events.insert(0, Event::Compute { ns: f64::NAN });
+    let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
+    assert!(e.contains("not a finite number"), "{e}");
+}
+
+#[test]
+fn a_run_far_longer_than_its_cycle_keeps_its_counts_in_bounded_bins() {
+    // One op per cycle of 1 ns of compute, but every op waits for a 100 us transfer of a lock
+    // that 128 CPUs queue on: the run lasts 6.4 ms simulated, 6.4 M of the 1 ns bins its cycle
+    // suggested. The bins merge past 4 M; the rate must still be the lock's, 1 / (transfer +
+    // hold), in every window.
+    let m = machine(128, 100_000.0, 0.1, 10.0, 40.0);
+    let mut events = Vec::new();
+    for _ in 0..4 {
+        events.extend([
+            Event::Compute { ns: 0.125 },
+            Event::Acquire {
+                inst: 0,
+                shared: false,
+                trylock: false,
+            },
+            Event::Compute { ns: 0.125 },
+            Event::Release {
+                inst: 0,
+                shared: false,
+            },
+            Event::Ops { n: 1 },
+        ]);
+    }
+    let mut mt = meta(Window::Cycle);
+    mt.ops = 4;
+    let t = Trace {
+        meta: mt,
+        instances: vec![inst("the lock", Scope::Machine, LockModel::Queued, false)],
+        events,
+    };
+    let r = Replay::new(&m, &t, spec(128, true))
+        .unwrap()
+        .run(2)
+        .unwrap();
+    assert!(
+        r.span_ns > 4.2e6,
+        "long enough to merge bins: {} ns",
+        r.span_ns
+    );
+    let want = 1e9 / (100_000.0 + 0.125);
+    for s in &r.samples {
+        assert!((s - want).abs() / want < 0.1, "{s} ops/s, want {want}");
+    }
 }
 
 #[test]
