@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// Why an output file was refused or could not be written. Each names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    #[error("{path}: this is the results store in use; give --out another file")]
+    #[error("{path}: this is the results store in use; write the output to another file")]
     IsStore { path: PathBuf },
     #[error(
         "{path}: this is an SQLite database (perhaps a results store); refusing to overwrite it"

@@ -53,8 +53,10 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
         .filter(|e| matches!(e, Event::Acquire { inst, shared: true, .. } if t.instances[*inst as usize].class == "mmap_lock"))
         .count();
     assert_eq!(mmap_reads, 32_768);
+    // The scale is a ratio of two timed windows: how far it sits from 1 depends on how busy
+    // the host is (speed is for benchmarks, not tests), so only its sanity is checked here.
     assert!(
-        t.meta.compute_scale > 0.1 && t.meta.compute_scale <= 1.5,
+        t.meta.compute_scale.is_finite() && t.meta.compute_scale > 0.0,
         "{}",
         t.meta.compute_scale
     );
