@@ -282,20 +282,10 @@ fn check_kvcache(req: &RunRequest) -> Result<(), String> {
     Ok(())
 }
 
-/// A swap file must be creatable (or writable) before anything is measured or stored. A file
-/// this check creates is removed again.
+/// A swap file must be creatable, or a free swap file pagelab left, before anything is measured
+/// or stored: anything else at the path is refused here, unwritten, and the run stores nothing.
 fn check_swap_file(path: &std::path::Path) -> Result<(), String> {
-    let existed = path.exists();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| format!("cannot open swap file {}: {e}", path.display()))?;
-    if !existed {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
+    pagelab_mm::reclaim::swap::check_swap_path(path).map_err(|e| e.to_string())
 }
 
 /// kvcache on the engine: `n` server tasks and `n` client threads; metrics `ops/sec` (one

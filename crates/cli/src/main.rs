@@ -400,6 +400,8 @@ fn interrupt_flag() -> Arc<AtomicBool> {
         if s.swap(true, Ordering::Relaxed) {
             // Quit now, but leave the run being measured marked incomplete, not running.
             measure::abandon_current_run();
+            // `exit` runs no destructor: the swap file a run made would stay behind.
+            pagelab_mm::reclaim::swap::remove_swap_files();
             std::process::exit(130);
         }
         eprintln!("pagelab: stopping after the current pass (Ctrl-C again to quit now)");

@@ -19,7 +19,9 @@ use pagelab_bench::store::Store;
 use pagelab_workloads::runner::SampleSpec;
 use pagelab_workloads::{Mode, WorkloadKind};
 
-use crate::{ReproduceArgs, RunArgs, command_line, interrupt_flag, open_store};
+use pagelab_mm::reclaim::swap::Backing;
+
+use crate::{ReproduceArgs, RunArgs, command_line, interrupt_flag, open_store, store_path};
 
 /// The run being measured, for a second Ctrl-C: the handler marks it incomplete before it quits.
 static CURRENT_RUN: Mutex<Option<(PathBuf, i64)>> = Mutex::new(None);
@@ -266,6 +268,9 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         first_repeat: 0,
         swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap)?,
     };
+    if let Backing::File(swap) = &req.swap {
+        refuse_store_as_swap(swap, &store_path(db)?)?;
+    }
     check(&req)?;
     let store = open_store(db)?;
     let stop = interrupt_flag();
@@ -281,6 +286,41 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// `--swap` naming the results store in use (or its `-wal`, `-shm` or `-journal` file), even
+/// before the store exists: refused before the store is opened, so that nothing is written.
+/// [`check`] refuses every other file that is not a pagelab swap file.
+fn refuse_store_as_swap(swap: &Path, store: &Path) -> Result<(), String> {
+    let names_store = ["", "-wal", "-shm", "-journal"].iter().any(|suffix| {
+        let mut s = store.as_os_str().to_owned();
+        s.push(suffix);
+        same_path(swap, Path::new(&s))
+    });
+    if names_store {
+        return Err(format!(
+            "--swap {} is the results store in use; it was left untouched; give the swap file a path that does not exist yet",
+            swap.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether two paths name one file: by inode when both exist, else by their resolved
+/// directories and names (a file not created yet has no inode).
+fn same_path(a: &Path, b: &Path) -> bool {
+    fn resolved(p: &Path) -> Option<PathBuf> {
+        if let Ok(c) = p.canonicalize() {
+            return Some(c);
+        }
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        Some(dir.canonicalize().ok()?.join(p.file_name()?))
+    }
+    pagelab_bench::output::same_file(a, b)
+        || matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
 }
 
 pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
@@ -333,7 +373,7 @@ fn experiment_request(
         },
         repeats: a.repeats.map_or(e.repeats, |r| r as usize),
         first_repeat: 0,
-        swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
+        swap: Backing::Memory { compress: false },
     })
 }
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use pagelab_bench::experiments;
+use pagelab_bench::output;
 use pagelab_bench::results::{Origin, RunFilter};
 use pagelab_report::Results;
 use pagelab_report::html::{self, ExperimentInfo, Meta};
@@ -40,7 +41,8 @@ pub(crate) struct PlotArgs {
     #[arg(long)]
     pub(crate) format: Option<String>,
     /// A .svg or .png file for a single plot, or a directory that gets one file per workload
-    /// and metric (created if missing).
+    /// and metric. Missing directories are created (as `mkdir -p`); an SQLite database (the
+    /// results store) is never overwritten.
     #[arg(long, value_name = "PATH")]
     pub(crate) out: PathBuf,
 }
@@ -49,7 +51,8 @@ pub(crate) struct PlotArgs {
 pub(crate) struct ReportArgs {
     #[command(flatten)]
     pub(crate) select: CompareSelect,
-    /// The directory the report is written to (as report.html; created if missing).
+    /// The directory the report is written to, as report.html. Missing directories are
+    /// created (as `mkdir -p`); an SQLite database is never overwritten.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: PathBuf,
 }
@@ -144,16 +147,33 @@ fn file_part(s: &str) -> String {
     }
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+/// The results store in use, which no output may replace (none if it cannot be named).
+fn store_in_use(db: Option<&Path>) -> Option<PathBuf> {
+    crate::store_path(db).ok()
+}
+
+/// Refuse `path` as an output file before any work: the store in use, any SQLite database,
+/// a directory.
+fn check_out_file(path: &Path, store: Option<&Path>) -> Result<(), String> {
+    output::check_output_path(path, store).map_err(|e| e.to_string())
+}
+
+/// Write an output file whole or not at all (a temporary file renamed into place), creating
+/// missing directories: plots and reports go through the same rules as every other output.
+fn write_file(path: &Path, store: Option<&Path>, bytes: &[u8]) -> Result<(), String> {
+    output::write_file(path, store, bytes).map_err(|e| format!("cannot write {e}"))
+}
+
+fn not_a_directory(dir: &Path) -> String {
+    format!(
+        "{} exists and is not a directory; give a directory (or for one plot a .svg or .png file)",
+        dir.display()
+    )
 }
 
 fn create_dir(dir: &Path) -> Result<(), String> {
     if dir.exists() && !dir.is_dir() {
-        return Err(format!(
-            "{} exists and is not a directory; give a directory (or for one plot a .svg or .png file)",
-            dir.display()
-        ));
+        return Err(not_a_directory(dir));
     }
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))
@@ -185,6 +205,12 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         (Some(f), _) | (None, Some(f)) => f,
         (None, None) => Format::Svg,
     };
+    let store = store_in_use(db);
+    if file_format.is_some() {
+        check_out_file(&a.out, store.as_deref())?;
+    } else if a.out.exists() && !a.out.is_dir() {
+        return Err(not_a_directory(&a.out));
+    }
     let sel = resolve(a.select, db, "plot")?;
     let mut res = results(&sel, db, false)?;
     if let Some(o) = origin {
@@ -275,7 +301,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         create_dir(&a.out)?;
     }
     for (path, bytes) in &files {
-        write_file(path, bytes)?;
+        write_file(path, store.as_deref(), bytes)?;
         println!("{}", path.display());
     }
     Ok(())
@@ -288,6 +314,9 @@ pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
             a.out.display()
         ));
     }
+    let store = store_in_use(db);
+    let path = a.out.join("report.html");
+    check_out_file(&path, store.as_deref())?;
     let sel = resolve(a.select, db, "report")?;
     let experiment = sel
         .experiment
@@ -311,8 +340,7 @@ pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
     };
     let page = html::render(&res, &meta)?;
     create_dir(&a.out)?;
-    let path = a.out.join("report.html");
-    write_file(&path, page.as_bytes())?;
+    write_file(&path, store.as_deref(), page.as_bytes())?;
     println!("{}", path.display());
     Ok(())
 }

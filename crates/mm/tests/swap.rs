@@ -7,8 +7,9 @@
 //!   step `check` passes and its census agrees with the model; reads return what was written; a
 //!   new slot is never one in use; an allocation fails exactly when every slot is in use. At the
 //!   end, dropping every reference and draining leaves every slot free.
-//! * File backing: data lands at `offset * 4096` in the file, which goes away with the device
-//!   (unless it existed before); an unwritable path is a one-line error.
+//! * File backing: data lands at `offset * 4096` in the file, which goes away with the device;
+//!   a file that is not a pagelab swap file is refused as it was; an unwritable path is a
+//!   one-line error.
 //! * A full device, slots parked in other CPUs' caches, and cache deactivation.
 //! * A multi-threaded stress (4 threads on the machine's 2 cores, frees of other threads'
 //!   slots, drains) with ownership marks and page signatures that catch a slot handed out twice.
@@ -364,10 +365,6 @@ fn run(s: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
                             prop_assert!(c.matches(&buf), "{:?} read back wrong", e);
                             reads += 1;
                         }
-                        None if s.kind == Kind::File => {
-                            prop_assert_eq!(r, Ok(()));
-                            reads += 1;
-                        }
                         None => prop_assert_eq!(r, Err(SwapError::NotWritten(e))),
                     }
                 }
@@ -389,14 +386,10 @@ fn run(s: Setup, ops: Vec<Op>) -> Result<(), TestCaseError> {
         prop_assert_eq!(c.swap_cache_pages, pages);
         // Slots waiting in return arrays keep their shadow and data until the batch free.
         prop_assert!(c.shadows >= shadows);
-        if s.kind != Kind::File {
-            prop_assert!(c.stored_pages >= written);
-        }
+        prop_assert!(c.stored_pages >= written);
         if c.returned == 0 {
             prop_assert_eq!(c.shadows, shadows);
-            if s.kind != Kind::File {
-                prop_assert_eq!(c.stored_pages, written);
-            }
+            prop_assert_eq!(c.stored_pages, written);
         }
     }
     // Drop every reference the model holds; draining then leaves every slot free.
@@ -638,8 +631,9 @@ fn file_backing_writes_at_the_slot_offset() {
         assert!(c.matches(&buf));
     }
     assert!(
-        bytes[..PAGE_SIZE].iter().all(|&b| b == 0),
-        "the header slot is untouched"
+        bytes[..16] == pagelab_mm::reclaim::swap::SWAP_FILE_MAGIC[..]
+            && bytes[32..PAGE_SIZE].iter().all(|&b| b == 0),
+        "the header slot holds the header and nothing else"
     );
     for (e, _) in slots {
         dev.put_swap_folio(CpuId(0), e).unwrap();
@@ -649,15 +643,13 @@ fn file_backing_writes_at_the_slot_offset() {
     drop(dev);
     assert!(!path.exists(), "a file the device created goes with it");
 
-    // A file that existed is sized to the device and kept.
+    // A file that existed and is not a swap file pagelab made is refused, as it was.
     std::fs::write(&path, b"old contents").unwrap();
-    let dev = SwapDevice::new(SwapConfig::new(4, Backing::File(path.clone()), 1)).unwrap();
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        4 * PAGE_SIZE as u64
-    );
-    drop(dev);
-    assert!(path.exists());
+    let e = SwapDevice::new(SwapConfig::new(4, Backing::File(path.clone()), 1))
+        .err()
+        .expect("a user's file is not a swap file");
+    assert!(matches!(e, SwapError::Refused { .. }), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"old contents");
 }
 
 /// Tests run as root, so a read-only directory would not stop them: a path under a regular

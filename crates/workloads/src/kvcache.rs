@@ -179,6 +179,9 @@ impl KvParams {
 }
 
 /// Parse a swap device choice: `memory` (a RAM disk), `lz4` (zram with LZ4) or a file path.
+/// A path must not exist yet, or be a swap file an earlier run left: the device refuses
+/// anything else unwritten, and removes its file when the run ends (see
+/// [`Backing::File`]).
 pub fn parse_swap(s: &str) -> Result<Backing, String> {
     match s {
         "" => Err("an empty swap device name; use memory, lz4 or a file path".into()),
@@ -756,6 +759,77 @@ mod tests {
         assert!(e.to_string().contains("cannot open swap file"), "{e}");
         assert!(!e.to_string().contains('\n'));
         assert!(parse_swap("").is_err());
+    }
+
+    /// What a run killed half-way leaves at its swap path: a swap file pagelab made (its
+    /// header), with a page of the killed run's data after it.
+    fn leftover_swap_file(path: &std::path::Path) {
+        use pagelab_mm::reclaim::swap::{SWAP_FILE_MAGIC, SWAP_FILE_VERSION};
+        let mut bytes = SWAP_FILE_MAGIC.to_vec();
+        bytes.extend_from_slice(&SWAP_FILE_VERSION.to_le_bytes());
+        bytes.resize(2 * 4096, 0x5a);
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn run_with(swap: &Backing, p: KvParams) -> Result<KvResult, WorkloadError> {
+        let stop = AtomicBool::new(false);
+        run(&Policy::default(), p, swap, spec(), &stop, &mut |_, _| {})
+    }
+
+    /// A user's file or a results store at the swap path is refused before the run starts,
+    /// byte for byte as it was, and not removed.
+    #[test]
+    fn a_file_that_is_not_a_swap_file_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, b"do not lose me\n").unwrap();
+        let store = dir.path().join("results.db");
+        let mut db = b"SQLite format 3\0".to_vec();
+        db.resize(3 * 4096, 1);
+        std::fs::write(&store, &db).unwrap();
+        for path in [&text, &store] {
+            let before = std::fs::read(path).unwrap();
+            let e = run_with(&Backing::File(path.clone()), small()).unwrap_err();
+            assert!(e.to_string().contains("will not use"), "{e}");
+            assert_eq!(std::fs::read(path).unwrap(), before, "{}", path.display());
+        }
+    }
+
+    /// A swap file a killed run left is reused, and removed when this run ends.
+    #[test]
+    fn a_leftover_swap_file_is_reused_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        leftover_swap_file(&path);
+        let r = run_with(&Backing::File(path.clone()), small()).unwrap();
+        assert!(r.gets_checked > 0 && event(&r, "pswpin") > 0);
+        assert!(
+            !path.exists(),
+            "the reused swap file is removed after the run"
+        );
+    }
+
+    /// A run that fails once its swap file is made (here: an engine larger than the machine,
+    /// which the harness would refuse earlier) still removes the file, new or left over.
+    #[test]
+    fn the_swap_file_goes_when_the_run_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        let mut p = small();
+        // About 40 GiB of items: more than a 24 GiB machine has, so the arena is refused
+        // after the (sparse) swap file was made.
+        p.keys = 40 << 20;
+        for leftover in [false, true] {
+            if leftover {
+                leftover_swap_file(&path);
+            }
+            let e = run_with(&Backing::File(path.clone()), p).unwrap_err();
+            assert!(e.to_string().contains("arena"), "{e}");
+            assert!(
+                !path.exists(),
+                "leftover={leftover}: the swap file is removed ({e})"
+            );
+        }
     }
 
     #[test]

@@ -186,8 +186,12 @@ impl std::fmt::Debug for SwapEntry {
 pub enum Backing {
     /// Slot buffers owned by the device (a RAM disk; with `compress`, zram with LZ4).
     Memory { compress: bool },
-    /// A real file of `pages * 4096` bytes: created (or truncated) at set-up, removed on drop
-    /// if the device created it.
+    /// A real file of `pages * 4096` bytes. Set-up creates it exclusively, or reuses a swap
+    /// file pagelab made (one a killed run left: its header slot starts with
+    /// [`SWAP_FILE_MAGIC`]); anything else at the path is refused unwritten, since a mistyped
+    /// path must not wipe a results store or a user's file. The device removes the file when
+    /// it goes. Slots of a reused file read as never written: its old pages are not this
+    /// device's.
     File(PathBuf),
 }
 
@@ -232,6 +236,11 @@ impl SwapConfig {
 pub enum SwapError {
     #[error("cannot open swap file {}: {reason}", path.display())]
     Open { path: PathBuf, reason: String },
+    #[error(
+        "will not use {} as a swap file: {reason}; it was left untouched; name a path that does not exist yet (pagelab creates the file and removes it after the run)",
+        path.display()
+    )]
+    Refused { path: PathBuf, reason: String },
     #[error("swap file {}: {op} of slot {offset} failed: {reason}", path.display())]
     Io {
         path: PathBuf,
@@ -359,40 +368,239 @@ enum Store {
     File(SwapFile),
 }
 
+/// The first bytes of a swap file pagelab made, in its header slot (slot 0, never handed out).
+/// They are how pagelab knows a file at a swap path is its own: a leftover from a run that was
+/// killed may be reused, and anything else (a results store, a text file, a database) is
+/// refused before a byte of it is written. Like mkswap's `SWAPSPACE2` in page 0.
+pub const SWAP_FILE_MAGIC: &[u8; 16] = b"pagelab swapfile";
+/// The header's layout version, after the magic (little-endian u32). A file of any version is
+/// reused: no slot survives from one device to the next (see [`Backing::File`]), so only the
+/// magic matters.
+pub const SWAP_FILE_VERSION: u32 = 1;
+
+/// Page 0 of a swap file: magic, version, page size and slot count (little-endian).
+fn swap_file_header(pages: u64) -> [u8; 32] {
+    let mut h = [0u8; 32];
+    h[..16].copy_from_slice(SWAP_FILE_MAGIC);
+    h[16..20].copy_from_slice(&SWAP_FILE_VERSION.to_le_bytes());
+    h[20..24].copy_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+    h[24..32].copy_from_slice(&pages.to_le_bytes());
+    h
+}
+
+/// The first 16 bytes of every SQLite 3 database (a results store is one).
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Swap files this process holds, as (path, device, inode): removed by [`remove_swap_files`]
+/// when the process quits without unwinding (`exit` on a second Ctrl-C runs no destructor).
+static LIVE_SWAP_FILES: std::sync::Mutex<Vec<(PathBuf, u64, u64)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn live_swap_files() -> std::sync::MutexGuard<'static, Vec<(PathBuf, u64, u64)>> {
+    LIVE_SWAP_FILES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `path` still names the file `(dev, ino)`: a file put in its place since is not
+/// ours to remove.
+fn still_names(path: &Path, dev: u64, ino: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// Remove every swap file the devices of this process hold, now. For a process about to
+/// `exit` while a device is alive; a device's drop does this otherwise. A path that names
+/// another file by now is left alone.
+pub fn remove_swap_files() {
+    remove_swap_files_where(|_| true);
+}
+
+/// [`remove_swap_files`] for the files whose path `pick` accepts.
+fn remove_swap_files_where(pick: impl Fn(&Path) -> bool) {
+    live_swap_files().retain(|(path, dev, ino)| {
+        if !pick(path) {
+            return true;
+        }
+        if still_names(path, *dev, *ino) {
+            let _ = std::fs::remove_file(path);
+        }
+        false
+    });
+}
+
+/// Why an existing path may not be used as a swap file, from what `lstat` says: anything but
+/// a regular file (opening a FIFO would even wait for a writer).
+fn refuse_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
+    let t = meta.file_type();
+    if t.is_symlink() {
+        Some("it is a symbolic link")
+    } else if t.is_dir() {
+        Some("it is a directory")
+    } else if !t.is_file() {
+        Some("it is not a regular file (a device, a FIFO or a socket)")
+    } else {
+        None
+    }
+}
+
+/// Why an open regular file may not be used as a swap file: it is not one pagelab made, or
+/// another run holds it. Reads at most 16 bytes and writes nothing; on `None` the file is
+/// locked (`flock`, exclusive) for as long as `file` is open.
+fn refuse_content(file: &File) -> Option<&'static str> {
+    let mut buf = [0u8; 16];
+    let n = file.read_at(&mut buf, 0).unwrap_or(0);
+    let head = &buf[..n];
+    if head == SQLITE_MAGIC {
+        return Some("it is an SQLite database (perhaps a results store)");
+    }
+    if head != SWAP_FILE_MAGIC {
+        return Some("it exists and is not a pagelab swap file");
+    }
+    match file.try_lock() {
+        Ok(()) => None,
+        Err(std::fs::TryLockError::WouldBlock) => Some("another pagelab run is using it"),
+        Err(std::fs::TryLockError::Error(_)) => Some("it cannot be locked for this run"),
+    }
+}
+
+/// Open the existing file at `path`, for reading (and writing, with `write`), if it is a swap
+/// file pagelab made and no other run holds: then it is returned locked. Anything else is
+/// [`SwapError::Refused`] with nothing written. A symlink is refused, not followed.
+fn open_existing(path: &Path, write: bool) -> Result<File, SwapError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let refused = |reason: &str| SwapError::Refused {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let open_err = |e: std::io::Error| SwapError::Open {
+        path: path.to_owned(),
+        reason: io_reason(&e),
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(open_err)?;
+    if let Some(reason) = refuse_kind(&meta) {
+        return Err(refused(reason));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(open_err)?;
+    let now = file.metadata().map_err(open_err)?;
+    if now.dev() != meta.dev() || now.ino() != meta.ino() {
+        return Err(refused("it was replaced while pagelab was opening it"));
+    }
+    match refuse_content(&file) {
+        Some(reason) => Err(refused(reason)),
+        None => Ok(file),
+    }
+}
+
+/// Check, writing nothing, that `path` can be a swap file: a path where a file can be
+/// created, or a free swap file pagelab made. For a caller that wants refusals before it
+/// starts anything else (a run stores nothing when its swap file is refused); the device
+/// checks again when it opens the file.
+pub fn check_swap_path(path: &Path) -> Result<(), SwapError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => open_existing(path, false).map(drop),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Whether the file can be made: make it (exclusively, so it is ours) and remove it.
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| SwapError::Open {
+                    path: path.to_owned(),
+                    reason: io_reason(&e),
+                })?;
+            let _ = std::fs::remove_file(path);
+            Ok(())
+        }
+        Err(e) => Err(SwapError::Open {
+            path: path.to_owned(),
+            reason: io_reason(&e),
+        }),
+    }
+}
+
+/// A file-backed device's file. It is created exclusively (`O_EXCL`), or is a leftover swap
+/// file pagelab made (see [`SWAP_FILE_MAGIC`]); either way it is pagelab's, locked against
+/// other runs while the device lives, and removed when the device goes.
 struct SwapFile {
     file: File,
     path: PathBuf,
-    remove_on_drop: bool,
+    /// The file's identity, so that only this file is ever removed from `path`.
+    dev: u64,
+    ino: u64,
+    /// One bit per slot, set once a page was written whole into the slot, cleared before a
+    /// write starts and when the slot is freed. The file itself cannot say which slots hold a
+    /// page of this device (a reused file holds an earlier run's; a failed write leaves half
+    /// a page): a slot without its bit reads as [`SwapError::NotWritten`], as in memory.
+    written: Box<[AtomicU64]>,
 }
 
 impl SwapFile {
     fn open(path: &Path, pages: u64) -> Result<SwapFile, SwapError> {
+        use std::os::unix::fs::MetadataExt;
         let open_err = |e: std::io::Error| SwapError::Open {
             path: path.to_owned(),
             reason: io_reason(&e),
         };
-        let existed = path.exists();
-        let file = OpenOptions::new()
+        let file = match OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .open(path)
-            .map_err(open_err)?;
+        {
+            Ok(file) => {
+                // New and ours; another run's `open_existing` refuses it until the header is
+                // in, and cannot lock it after.
+                file.try_lock().map_err(|_| SwapError::Refused {
+                    path: path.to_owned(),
+                    reason: "another pagelab run is using it".into(),
+                })?;
+                file
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => open_existing(path, true)?,
+            Err(e) => return Err(open_err(e)),
+        };
+        let meta = file.metadata().map_err(open_err)?;
+        live_swap_files().push((path.to_owned(), meta.dev(), meta.ino()));
+        // From here, dropping `f` on an error removes the file.
         let f = SwapFile {
             file,
             path: path.to_owned(),
-            remove_on_drop: !existed,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            written: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
         };
-        // Dropping `f` on error removes a file we created.
+        f.file
+            .write_all_at(&swap_file_header(pages), 0)
+            .map_err(open_err)?;
         f.file.set_len(pages * PAGE_SIZE as u64).map_err(open_err)?;
         Ok(f)
+    }
+
+    #[inline]
+    fn is_written(&self, off: usize) -> bool {
+        self.written[off / 64].load(Acquire) & (1 << (off % 64)) != 0
+    }
+
+    #[inline]
+    fn set_written(&self, off: usize, written: bool) {
+        let bit = 1u64 << (off % 64);
+        if written {
+            self.written[off / 64].fetch_or(bit, AcqRel);
+        } else {
+            self.written[off / 64].fetch_and(!bit, AcqRel);
+        }
     }
 }
 
 impl Drop for SwapFile {
     fn drop(&mut self) {
-        if self.remove_on_drop {
+        live_swap_files()
+            .retain(|(p, d, i)| !(p == &self.path && *d == self.dev && *i == self.ino));
+        if still_names(&self.path, self.dev, self.ino) {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -539,7 +747,8 @@ pub struct SwapCensus {
     /// Slots whose page is in the swap cache, and slots holding a shadow.
     pub swap_cache_pages: u64,
     pub shadows: u64,
-    /// Memory backing: slots with data, and their bytes.
+    /// Slots holding a page (on either backing), and the bytes of their buffers (memory
+    /// backing).
     pub stored_pages: u64,
     pub stored_bytes: u64,
 }
@@ -1068,6 +1277,9 @@ impl SwapDevice {
             Store::File(f) => {
                 let mut buf = [0u8; PAGE_SIZE];
                 words_to_bytes(src, &mut buf);
+                // Until the whole page is in, the slot holds no page: a failed write may leave
+                // part of this one and part of the last.
+                f.set_written(off, false);
                 f.file
                     .write_all_at(&buf, off as u64 * PAGE_SIZE as u64)
                     .map_err(|e| SwapError::Io {
@@ -1076,15 +1288,16 @@ impl SwapDevice {
                         offset: off as u64,
                         reason: io_reason(&e),
                     })?;
+                f.set_written(off, true);
             }
         }
         self.events.count(cpu, VmEvent::PSwpOut, 1);
         Ok(())
     }
 
-    /// `swap_read_folio`: load `entry`'s slot into a page's 512 words. A memory-backed slot
-    /// that was never written is [`SwapError::NotWritten`]; a file slot that was never written
-    /// reads as whatever the file holds there (zeros, or an earlier occupant's page).
+    /// `swap_read_folio`: load `entry`'s slot into a page's 512 words. A slot that holds no
+    /// whole page of this device (never written since it was allocated, or its write failed)
+    /// is [`SwapError::NotWritten`], on either backing.
     pub fn read_page(
         &self,
         cpu: CpuId,
@@ -1104,6 +1317,9 @@ impl SwapDevice {
                 }
             }
             Store::File(f) => {
+                if !f.is_written(off) {
+                    return Err(SwapError::NotWritten(entry));
+                }
                 let mut buf = [0u8; PAGE_SIZE];
                 f.file
                     .read_exact_at(&mut buf, off as u64 * PAGE_SIZE as u64)
@@ -1142,13 +1358,16 @@ impl SwapDevice {
         self.read_page(cpu, entry, arena.words(pfn))
     }
 
-    /// Drop a memory-backed slot's data (zram's `slot_free`).
+    /// Drop a slot's data (zram's `slot_free`; a file slot forgets it holds a page).
     fn discard(&self, cpu: CpuId, off: usize) {
-        if let Store::Memory { groups, .. } = &self.store {
-            let old = std::mem::take(&mut groups[off / SLOT_GROUP].lock()[off % SLOT_GROUP]);
-            if !matches!(old, Stored::Empty) {
-                self.account(cpu, -1, -(old.bytes() as i64));
+        match &self.store {
+            Store::Memory { groups, .. } => {
+                let old = std::mem::take(&mut groups[off / SLOT_GROUP].lock()[off % SLOT_GROUP]);
+                if !matches!(old, Stored::Empty) {
+                    self.account(cpu, -1, -(old.bytes() as i64));
+                }
             }
+            Store::File(f) => f.set_written(off, false),
         }
     }
 
@@ -1305,7 +1524,7 @@ impl SwapDevice {
                     stored_bytes += s.bytes();
                     !matches!(s, Stored::Empty)
                 }
-                Store::File(_) => false,
+                Store::File(f) => f.is_written(off),
             };
             census.stored_pages += u64::from(data);
             match self.cache.get(e) {
@@ -1410,6 +1629,163 @@ mod tests {
         assert_eq!(si.next_free(6), Some(130));
         assert_eq!(si.next_free(131), None);
         assert_eq!(si.next_free(500), None);
+    }
+
+    fn file_device(path: &Path, pages: u64) -> Result<SwapDevice, SwapError> {
+        SwapDevice::new(SwapConfig::new(pages, Backing::File(path.to_owned()), 1))
+    }
+
+    fn words(v: u64) -> Vec<AtomicU64> {
+        (0..WORDS_PER_PAGE as u64)
+            .map(|i| AtomicU64::new(v ^ i))
+            .collect()
+    }
+
+    fn refused(e: SwapError, why: &str) {
+        let msg = e.to_string();
+        assert!(
+            matches!(e, SwapError::Refused { .. }) && msg.contains(why),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    /// Nothing but a swap file pagelab made is ever used, and what is refused is refused
+    /// before a byte of it is written: a user's file, a database (a results store), a
+    /// directory, a device, a symlink (even to a free swap file).
+    #[test]
+    fn a_file_that_is_not_a_pagelab_swap_file_is_refused_unwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, b"my notes\n").unwrap();
+        let db = dir.path().join("results.db");
+        let mut sqlite = SQLITE_MAGIC.to_vec();
+        sqlite.resize(8192, 7);
+        std::fs::write(&db, &sqlite).unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        for (path, why) in [
+            (&text, "is not a pagelab swap file"),
+            (&db, "SQLite database"),
+            (&empty, "is not a pagelab swap file"),
+        ] {
+            let before = std::fs::read(path).unwrap();
+            refused(check_swap_path(path).unwrap_err(), why);
+            refused(file_device(path, 8).err().unwrap(), why);
+            assert_eq!(std::fs::read(path).unwrap(), before, "{}", path.display());
+        }
+        refused(file_device(dir.path(), 8).err().unwrap(), "is a directory");
+        refused(
+            file_device(Path::new("/dev/null"), 8).err().unwrap(),
+            "not a regular file",
+        );
+        // A leftover swap file behind a symlink is still refused: the link is not pagelab's.
+        let leftover = dir.path().join("leftover");
+        std::fs::write(&leftover, swap_file_header(4)).unwrap();
+        for target in [&text, &leftover] {
+            let link = dir.path().join("link");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(target, &link).unwrap();
+            refused(check_swap_path(&link).unwrap_err(), "symbolic link");
+            refused(file_device(&link, 8).err().unwrap(), "symbolic link");
+            assert!(link.exists());
+        }
+        assert_eq!(std::fs::read(&text).unwrap(), b"my notes\n");
+    }
+
+    /// A new file is created with the header and goes with the device; a swap file a killed
+    /// run left is reused (its old pages are not readable as this device's) and goes too; one
+    /// that a live device holds is refused.
+    #[test]
+    fn a_swap_file_is_ours_new_or_left_over_and_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        check_swap_path(&path).unwrap();
+        assert!(!path.exists(), "the check leaves nothing behind");
+        let dev = file_device(&path, 8).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 8 * PAGE_SIZE);
+        assert_eq!(&bytes[..32], &swap_file_header(8));
+        // Held by a device: another one (another run) may not have it.
+        refused(check_swap_path(&path).unwrap_err(), "another pagelab run");
+        refused(file_device(&path, 8).err().unwrap(), "another pagelab run");
+        drop(dev);
+        assert!(!path.exists(), "the device removes the file it created");
+        // What a killed run leaves (its lock went with the process): the header and a page
+        // in slot 1.
+        let mut leftover = swap_file_header(8).to_vec();
+        leftover.resize(2 * PAGE_SIZE, 0xab);
+        std::fs::write(&path, &leftover).unwrap();
+        check_swap_path(&path).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            leftover,
+            "the check writes nothing"
+        );
+        let dev = file_device(&path, 16).unwrap();
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            16 * PAGE_SIZE as u64
+        );
+        let cpu = CpuId(0);
+        let e = dev.folio_alloc_swap(cpu).unwrap();
+        assert_eq!(e.offset(), 1, "the slot the killed run wrote");
+        let out = words(0);
+        assert_eq!(dev.read_page(cpu, e, &out), Err(SwapError::NotWritten(e)));
+        dev.write_page(cpu, e, &words(5)).unwrap();
+        dev.read_page(cpu, e, &out).unwrap();
+        assert!(
+            out.iter()
+                .zip(&words(5))
+                .all(|(a, b)| a.load(Relaxed) == b.load(Relaxed))
+        );
+        drop(dev);
+        assert!(!path.exists(), "a reused swap file is removed too");
+    }
+
+    /// A write that fails half-way leaves a slot that reads as holding no page, not as the
+    /// page it held before or a torn one.
+    #[test]
+    fn a_failed_write_leaves_no_readable_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        let mut dev = file_device(&path, 8).unwrap();
+        let cpu = CpuId(0);
+        let e = dev.folio_alloc_swap(cpu).unwrap();
+        dev.write_page(cpu, e, &words(1)).unwrap();
+        let out = words(0);
+        dev.read_page(cpu, e, &out).unwrap();
+        assert!(
+            out.iter()
+                .zip(&words(1))
+                .all(|(a, b)| a.load(Relaxed) == b.load(Relaxed))
+        );
+        // The disk goes bad: every write fails from now on.
+        let Store::File(f) = &mut dev.store else {
+            unreachable!()
+        };
+        f.file = File::open(&path).unwrap();
+        let err = dev.write_page(cpu, e, &words(2)).unwrap_err();
+        assert!(matches!(err, SwapError::Io { op: "write", .. }), "{err}");
+        assert_eq!(dev.read_page(cpu, e, &out), Err(SwapError::NotWritten(e)));
+        dev.put_swap_folio(cpu, e).unwrap();
+        dev.drain_slot_caches();
+        dev.check().unwrap();
+    }
+
+    /// [`remove_swap_files`] (for a process that quits without unwinding) removes the file of
+    /// a live device, and a device dropped after it does not remove a file that took its path.
+    #[test]
+    fn remove_swap_files_removes_live_files_only_ours() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("swap");
+        let dev = file_device(&path, 4).unwrap();
+        // Only this test's files: other tests' devices are alive in this process.
+        remove_swap_files_where(|p| p.starts_with(dir.path()));
+        assert!(!path.exists());
+        std::fs::write(&path, b"someone else's").unwrap();
+        drop(dev);
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
     }
 
     #[test]
