@@ -23,6 +23,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::csv_text::neutralise;
 use crate::results::{Origin, SampleKey, SampleRow};
 use crate::stats::{self, Significance, Summary};
 use crate::store::Store;
@@ -577,7 +578,8 @@ impl Comparison {
         serde_json::to_string_pretty(self).expect("a comparison serialises")
     }
 
-    /// One line per (row, column).
+    /// One line per (row, column). Text cells are [`neutralise`]d: a spreadsheet shows a label
+    /// like `=1+1` as written rather than evaluating it.
     pub fn render_csv(&self) -> String {
         let mut w = csv::Writer::from_writer(Vec::new());
         let _ = w.write_record([
@@ -597,12 +599,12 @@ impl Comparison {
                 for (c, col) in r.cells.iter().zip(&self.columns) {
                     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
                     let _ = w.write_record([
-                        s.workload.clone(),
-                        s.mode.clone(),
+                        neutralise(&s.workload).into_owned(),
+                        neutralise(&s.mode).into_owned(),
                         r.stat.clone(),
-                        r.metric.clone(),
+                        neutralise(&r.metric).into_owned(),
                         r.tasks.to_string(),
-                        col.label.clone(),
+                        neutralise(&col.label).into_owned(),
                         opt(c.value),
                         opt(c.pct_change),
                         c.significant.map_or(String::new(), |b| b.to_string()),
