@@ -12,14 +12,21 @@
 //! is significant, in parentheses otherwise; the spread and extreme rows always use parentheses.
 //! One section per (workload, mode); within a section the rows go statistic by statistic, each
 //! over every metric and task count, as mmtests orders them.
+//!
+//! A comparison never holds the samples: it is built from one [`Summary`] per run and sample set
+//! ([`Store::sample_stats`], read as a stream) and, for the best-P rows, from the best samples of
+//! each pooled set, which [`BestSamples`] reads in order and summarises prefix by prefix. So
+//! `compare` on a store with millions of samples needs memory for its rows, not its samples.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::csv_text::neutralise;
 use crate::results::{Origin, SampleKey, SampleRow};
-use crate::stats::{self, Significance};
+use crate::stats::{self, Significance, Summary};
+use crate::store::Store;
 
 /// One statistic row of a comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -81,27 +88,23 @@ impl Stat {
         }
     }
 
-    fn compute(self, x: &[f64], higher_is_better: bool) -> f64 {
-        let best = |p| {
-            if higher_is_better {
-                stats::bhmean(x, p, true)
-            } else {
-                let mut v = x.to_vec();
-                v.sort_by(f64::total_cmp);
-                let k = ((x.len() as u64 * u64::from(p)) / 100).max(1) as usize;
-                stats::amean(&v[..k.min(v.len())])
-            }
-        };
+    /// The statistic of a pooled set, from its summary and the summaries of its best
+    /// [`BEST`] shares.
+    fn compute(self, x: &Summary, best: &[Summary], higher_is_better: bool) -> f64 {
         match self {
-            Stat::Min => x.iter().copied().fold(f64::INFINITY, f64::min),
-            Stat::Max => x.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            Stat::Hmean => stats::hmean(x),
-            Stat::Amean => stats::amean(x),
-            Stat::Stddev => stats::stddev(x),
-            Stat::CoeffVar => stats::coeff_var(x),
-            Stat::HStddev => stats::hstddev(x),
-            Stat::HCoeffVar => stats::hcoeff_var(x),
-            Stat::Best(p) => best(p),
+            Stat::Min => x.min(),
+            Stat::Max => x.max(),
+            Stat::Hmean => x.hmean(),
+            Stat::Amean => x.amean(),
+            Stat::Stddev => x.stddev(),
+            Stat::CoeffVar => x.coeff_var(),
+            Stat::HStddev => x.hstddev(),
+            Stat::HCoeffVar => x.hcoeff_var(),
+            Stat::Best(p) => match BEST.iter().position(|&b| b == p) {
+                Some(i) if higher_is_better => best[i].hmean(),
+                Some(i) => best[i].amean(),
+                None => f64::NAN,
+            },
         }
     }
 
@@ -169,13 +172,134 @@ fn rule_name(r: Significance) -> &'static str {
     }
 }
 
-/// Build the comparison of `labels` (the first is the baseline) from `samples`, which may hold
-/// other labels too (they are ignored). Errors when a label has no samples or nothing is left
-/// to compare.
+/// The shares of the best-P rows ([`Stat::Best`]), ascending.
+pub const BEST: [u32; 3] = [50, 95, 99];
+
+/// One sample set of one run, summarised: what [`Store::sample_stats`] reads from the store and
+/// [`summarise`] computes from samples in memory.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SetSummary {
+    pub run_id: i64,
+    pub label: String,
+    pub workload: String,
+    pub origin: Origin,
+    pub key: SampleKey,
+    pub summary: Summary,
+}
+
+/// Where the best samples of a set pooled over several runs come from, for the best-P rows:
+/// for each length in `lens`, the summary of that many best samples (highest first for
+/// higher-is-better metrics, else lowest first) of the sample set `key` of `label`'s `runs`.
+/// The store sorts in SQLite ([`Store::best_samples`]; a stored run has one label and workload,
+/// so the runs say it all); samples in memory are sorted in memory.
+pub trait BestSamples: std::fmt::Debug {
+    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, String>;
+}
+
+/// A sample set pooled over runs of one label and workload.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolId<'a> {
+    pub label: &'a str,
+    pub workload: &'a str,
+    pub runs: &'a [i64],
+    pub key: &'a SampleKey,
+}
+
+impl BestSamples for Store {
+    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, String> {
+        self.best_samples(set.runs, set.key, lens)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl<T: AsRef<[SampleRow]> + std::fmt::Debug> BestSamples for T {
+    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, String> {
+        let key = set.key;
+        let mut v: Vec<f64> = self
+            .as_ref()
+            .iter()
+            .filter(|s| {
+                set.runs.contains(&s.run_id)
+                    && s.key == *key
+                    && s.label == set.label
+                    && s.workload == set.workload
+            })
+            .map(|s| s.value)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        if key.higher_is_better {
+            v.reverse();
+        }
+        Ok(lens
+            .iter()
+            .map(|&len| Summary::of(&v[..(len as usize).min(v.len())]))
+            .collect())
+    }
+}
+
+/// The [`SetSummary`] of each (run, sample key) of samples in memory, in the order of their
+/// first sample (which for samples in store order is the store's order).
+pub fn summarise(samples: &[SampleRow]) -> Vec<SetSummary> {
+    let mut out: Vec<SetSummary> = Vec::new();
+    type Id<'a> = (i64, &'a str, &'a str, &'a SampleKey);
+    let mut index: std::collections::HashMap<Id, usize> = Default::default();
+    for s in samples {
+        let id = (s.run_id, s.label.as_str(), s.workload.as_str(), &s.key);
+        let i = *index.entry(id).or_insert_with(|| {
+            out.push(SetSummary {
+                run_id: s.run_id,
+                label: s.label.clone(),
+                workload: s.workload.clone(),
+                origin: s.origin,
+                key: s.key.clone(),
+                summary: Summary::new(),
+            });
+            out.len() - 1
+        });
+        out[i].summary.push(s.value);
+    }
+    out
+}
+
+/// Build the comparison of `labels` (the first is the baseline) from samples in memory, which
+/// may hold other labels too (they are ignored). For a selection just measured; a selection
+/// from the store is compared with [`from_store`], which never holds its samples.
 pub fn build(
     samples: &[SampleRow],
     labels: &[String],
     rule: Significance,
+) -> Result<Comparison, String> {
+    build_from(&summarise(samples), labels, rule, &samples)
+}
+
+/// Build the comparison of `labels` over the given runs of the store, reading summaries and
+/// best samples as streams (see the module documentation).
+pub fn from_store(
+    store: &Store,
+    run_ids: &[i64],
+    labels: &[String],
+    rule: Significance,
+) -> Result<Comparison, String> {
+    let sets = store.sample_stats(run_ids).map_err(|e| e.to_string())?;
+    build_from(&sets, labels, rule, store)
+}
+
+/// A column's pooled sample set: the runs it pools and their summary.
+#[derive(Clone, Default)]
+struct Pool {
+    runs: Vec<i64>,
+    summary: Summary,
+}
+
+/// Build the comparison of `labels` (the first is the baseline) from the summaries of the
+/// selected runs' sample sets (sets of other labels are ignored), pooling each label's runs;
+/// `best` gives the best-P shares. Errors when a label has no samples or nothing is left to
+/// compare.
+pub fn build_from(
+    sets: &[SetSummary],
+    labels: &[String],
+    rule: Significance,
+    best: &dyn BestSamples,
 ) -> Result<Comparison, String> {
     if labels.is_empty() {
         return Err("nothing to compare: name at least one label".into());
@@ -187,7 +311,10 @@ pub fn build(
     }
     let mut columns = Vec::new();
     for l in labels {
-        let mine: Vec<&SampleRow> = samples.iter().filter(|s| &s.label == l).collect();
+        let mine: Vec<&SetSummary> = sets
+            .iter()
+            .filter(|s| &s.label == l && s.summary.n() > 0)
+            .collect();
         if mine.is_empty() {
             return Err(format!(
                 "label `{l}` has no samples in the selected runs; `pagelab runs` lists the runs (interrupted ones count only with --include-incomplete)"
@@ -204,35 +331,39 @@ pub fn build(
             runs: runs.into_iter().collect(),
         });
     }
-    // (workload, mode) -> key -> label index -> values
-    type Groups<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<&'a SampleKey, Vec<Vec<f64>>>>;
+    // (workload, mode) -> key -> label index -> pooled set
+    type Groups<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<&'a SampleKey, Vec<Pool>>>;
     let mut groups: Groups = BTreeMap::new();
     let mut metric_order: Vec<&str> = Vec::new();
-    for s in samples {
+    for s in sets {
         let Some(col) = labels.iter().position(|l| l == &s.label) else {
             continue;
         };
+        if s.summary.n() == 0 {
+            continue;
+        }
         if !metric_order.contains(&s.key.metric.as_str()) {
             metric_order.push(&s.key.metric);
         }
-        groups
+        let pool = &mut groups
             .entry((&s.workload, &s.key.mode))
             .or_default()
             .entry(&s.key)
-            .or_insert_with(|| vec![Vec::new(); labels.len()])[col]
-            .push(s.value);
+            .or_insert_with(|| vec![Pool::default(); labels.len()])[col];
+        pool.runs.push(s.run_id);
+        pool.summary.merge(&s.summary);
     }
     let mut sections = Vec::new();
     for ((workload, mode), keys) in groups {
         // A section compares something only if two columns have data in it (or one label was
         // asked for: then it is that label's summary).
         let filled = (0..labels.len())
-            .filter(|&c| keys.values().any(|cols| !cols[c].is_empty()))
+            .filter(|&c| keys.values().any(|cols| cols[c].summary.n() > 0))
             .count();
         if labels.len() > 1 && filled < 2 {
             continue;
         }
-        let mut keys: Vec<(&SampleKey, Vec<Vec<f64>>)> = keys.into_iter().collect();
+        let mut keys: Vec<(&SampleKey, Vec<Pool>)> = keys.into_iter().collect();
         keys.sort_by_key(|(k, _)| {
             (
                 metric_order.iter().position(|m| *m == k.metric),
@@ -240,18 +371,47 @@ pub fn build(
                 k.higher_is_better,
             )
         });
+        // The best shares of every filled cell, read once for all the best-P rows.
+        let mut bests: Vec<Vec<Vec<Summary>>> = Vec::with_capacity(keys.len());
+        for (k, cols) in &keys {
+            let mut per_col = Vec::with_capacity(cols.len());
+            for (pool, label) in cols.iter().zip(labels) {
+                per_col.push(if pool.summary.n() == 0 {
+                    Vec::new()
+                } else {
+                    let lens: Vec<u64> = BEST
+                        .iter()
+                        .map(|&p| stats::best_len(pool.summary.n(), p))
+                        .collect();
+                    let id = PoolId {
+                        label,
+                        workload,
+                        runs: &pool.runs,
+                        key: k,
+                    };
+                    best.best(&id, &lens)?
+                });
+            }
+            bests.push(per_col);
+        }
         let higher_all: BTreeSet<bool> = keys.iter().map(|(k, _)| k.higher_is_better).collect();
         let mut rows = Vec::new();
         for higher in higher_all.into_iter().rev() {
             for stat in Stat::for_metric(higher) {
-                for (k, cols) in keys.iter().filter(|(k, _)| k.higher_is_better == higher) {
-                    let base = &cols[0];
+                for ((k, cols), bests) in keys
+                    .iter()
+                    .zip(&bests)
+                    .filter(|((k, _), _)| k.higher_is_better == higher)
+                {
+                    let base = &cols[0].summary;
                     let hib = stat.higher_is_better(higher);
-                    let base_v = (!base.is_empty()).then(|| stat.compute(base, higher));
+                    let base_v = (base.n() > 0).then(|| stat.compute(base, &bests[0], higher));
                     let cells = cols
                         .iter()
-                        .map(|x| {
-                            if x.is_empty() {
+                        .zip(bests)
+                        .map(|(pool, best)| {
+                            let x = &pool.summary;
+                            if x.n() == 0 {
                                 return Cell {
                                     value: None,
                                     pct_change: None,
@@ -259,7 +419,7 @@ pub fn build(
                                     samples: 0,
                                 };
                             }
-                            let v = stat.compute(x, higher);
+                            let v = stat.compute(x, best, higher);
                             let pct = base_v.map(|b| {
                                 if b == v {
                                     0.0
@@ -267,13 +427,13 @@ pub fn build(
                                     stats::pct_change(b, v, hib)
                                 }
                             });
-                            let sig = (stat.is_mean() && !base.is_empty())
-                                .then(|| stats::significant(base, x, higher, rule));
+                            let sig = (stat.is_mean() && base.n() > 0)
+                                .then(|| stats::significant_summary(base, x, higher, rule));
                             Cell {
                                 value: Some(v),
                                 pct_change: pct,
                                 significant: sig,
-                                samples: x.len(),
+                                samples: x.n() as usize,
                             }
                         })
                         .collect();
@@ -418,7 +578,8 @@ impl Comparison {
         serde_json::to_string_pretty(self).expect("a comparison serialises")
     }
 
-    /// One line per (row, column).
+    /// One line per (row, column). Text cells are [`neutralise`]d: a spreadsheet shows a label
+    /// like `=1+1` as written rather than evaluating it.
     pub fn render_csv(&self) -> String {
         let mut w = csv::Writer::from_writer(Vec::new());
         let _ = w.write_record([
@@ -438,12 +599,12 @@ impl Comparison {
                 for (c, col) in r.cells.iter().zip(&self.columns) {
                     let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
                     let _ = w.write_record([
-                        s.workload.clone(),
-                        s.mode.clone(),
+                        neutralise(&s.workload).into_owned(),
+                        neutralise(&s.mode).into_owned(),
                         r.stat.clone(),
-                        r.metric.clone(),
+                        neutralise(&r.metric).into_owned(),
                         r.tasks.to_string(),
-                        col.label.clone(),
+                        neutralise(&col.label).into_owned(),
                         opt(c.value),
                         opt(c.pct_change),
                         c.significant.map_or(String::new(), |b| b.to_string()),

@@ -44,7 +44,9 @@
 //!   (default `faults/sec`), `higher_is_better` (`true`/`false`, default `true`), `repeat`
 //!   (default 0) and `workload` (else the options', else an error). Each row is one sample;
 //!   empty optional cells take the default, `#` starts a comment line. What `pagelab export`
-//!   writes imports as is: its `run_id`, `label`, `origin` and `seq` columns are ignored.
+//!   writes imports as is: its `run_id`, `label`, `origin` and `seq` columns are ignored, and the
+//!   `'` it puts before a cell starting with a formula character is removed
+//!   ([`crate::csv_text`]).
 //!
 //! Nothing is written while parsing: a file either parses whole or gives an [`ImportError`]
 //! naming the file, the 1-based line and what was expected there. No input makes the parsers
@@ -1337,7 +1339,10 @@ fn parse_csv(
     for rec in rdr.records() {
         let rec = rec.map_err(|e| src.csv_err(&e))?;
         let n = record_line(&rec);
-        let cell = |c: Option<usize>| c.and_then(|c| rec.get(c)).filter(|s| !s.is_empty());
+        // Cells as `export` wrote them: a quote it put before a formula character comes off.
+        let cell = |c: Option<usize>| {
+            (c.and_then(|c| rec.get(c)).map(crate::csv_text::restore)).filter(|s| !s.is_empty())
+        };
         let err = |m: String| src.line_err(n, m);
         let tasks = cell(Some(tasks_col))
             .and_then(parse_uint)

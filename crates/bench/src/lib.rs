@@ -2,6 +2,7 @@
 //! results store, statistics and comparisons).
 
 pub mod compare;
+pub mod csv_text;
 pub mod experiments;
 pub mod host;
 pub mod import;

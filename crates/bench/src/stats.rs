@@ -11,7 +11,19 @@
 //!   of the 2023 per-VMA lock posting;
 //! - [`Significance::Interval`] (current): each side's interval mean ± 1.959964·sd (HStddev for
 //!   harmonic rows, Stddev for arithmetic ones); significant when the intervals do not overlap.
+//!
+//! # Streaming
+//!
+//! A store can hold millions of samples per sample set, so nothing that summarises them may
+//! need them all in memory at once: [`Summary`] takes samples one at a time (or merges two
+//! summaries) and keeps a constant-size state (count, sum, sum of reciprocals, extremes, and
+//! Welford's running mean and squared deviations of the values and of their reciprocals), from
+//! which every statistic above and both significance rules follow ([`significant_summary`]). Only
+//! `BHmean-P` needs the samples in order: callers feed the best [`best_len`] of them, best first,
+//! from a sorted query. The slice functions (`hmean`, `stddev`, ..., [`significant`]) are the
+//! straightforward definitions, kept as the reference the streaming forms are tested against.
 
+use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 /// Harmonic mean (`Hmean`). NaN for an empty sample or one with a non-positive value.
@@ -71,6 +83,201 @@ pub fn bhmean(x: &[f64], p: u32, higher_is_better: bool) -> f64 {
     hmean(&v[..k.min(v.len())])
 }
 
+/// How many samples `BHmean-P` (or `BAmean-P`) of `n` samples averages: `int(n * p / 100)`, at
+/// least one, at most `n`.
+pub fn best_len(n: u64, p: u32) -> u64 {
+    ((n * u64::from(p)) / 100).max(1).min(n)
+}
+
+/// The summary of a sample set, built one sample at a time in constant memory: everything
+/// mmtests prints of a set except the best-P means, which need the samples in order (see the
+/// module documentation). Summaries of disjoint sets [`merge`](Summary::merge) into the summary
+/// of their union, so the sets of several runs pool as their samples would.
+///
+/// Spreads use Welford's update (and Chan's formula to merge) rather than sums of squares, which
+/// lose every significant digit when the spread is small against the mean, as it is for rates in
+/// the millions.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    n: u64,
+    /// Samples `<= 0`: they leave the harmonic statistics undefined.
+    nonpositive: u64,
+    min: f64,
+    max: f64,
+    sum: f64,
+    /// Welford's running mean and sum of squared deviations of the values...
+    mean: f64,
+    m2: f64,
+    /// ... and of their reciprocals (only while every sample is positive).
+    recip_sum: f64,
+    recip_mean: f64,
+    recip_m2: f64,
+}
+
+impl Default for Summary {
+    fn default() -> Summary {
+        Summary {
+            n: 0,
+            nonpositive: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            sum: 0.0,
+            mean: 0.0,
+            m2: 0.0,
+            recip_sum: 0.0,
+            recip_mean: 0.0,
+            recip_m2: 0.0,
+        }
+    }
+}
+
+/// Chan et al.'s merge of two (count, mean, M2) states.
+fn merge_moments(na: u64, ma: f64, m2a: f64, nb: u64, mb: f64, m2b: f64) -> (f64, f64) {
+    if na == 0 {
+        return (mb, m2b);
+    }
+    if nb == 0 {
+        return (ma, m2a);
+    }
+    let (fa, fb) = (na as f64, nb as f64);
+    let n = fa + fb;
+    let delta = mb - ma;
+    (ma + delta * fb / n, m2a + m2b + delta * delta * fa * fb / n)
+}
+
+impl Summary {
+    /// An empty summary.
+    pub fn new() -> Summary {
+        Summary::default()
+    }
+
+    /// The summary of a slice.
+    pub fn of(x: &[f64]) -> Summary {
+        let mut s = Summary::new();
+        for &v in x {
+            s.push(v);
+        }
+        s
+    }
+
+    /// Adds one sample.
+    pub fn push(&mut self, x: f64) {
+        self.n += 1;
+        let n = self.n as f64;
+        self.min = self.min.min(x);
+        self.max = self.max.max(x);
+        self.sum += x;
+        let d = x - self.mean;
+        self.mean += d / n;
+        self.m2 += d * (x - self.mean);
+        if x <= 0.0 {
+            self.nonpositive += 1;
+        } else if self.nonpositive == 0 {
+            let r = 1.0 / x;
+            self.recip_sum += r;
+            let d = r - self.recip_mean;
+            self.recip_mean += d / n;
+            self.recip_m2 += d * (r - self.recip_mean);
+        }
+    }
+
+    /// Adds every sample `other` summarises.
+    pub fn merge(&mut self, other: &Summary) {
+        let (mean, m2) = merge_moments(self.n, self.mean, self.m2, other.n, other.mean, other.m2);
+        let (recip_mean, recip_m2) = merge_moments(
+            self.n,
+            self.recip_mean,
+            self.recip_m2,
+            other.n,
+            other.recip_mean,
+            other.recip_m2,
+        );
+        self.n += other.n;
+        self.nonpositive += other.nonpositive;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.sum += other.sum;
+        self.mean = mean;
+        self.m2 = m2;
+        self.recip_sum += other.recip_sum;
+        self.recip_mean = recip_mean;
+        self.recip_m2 = recip_m2;
+    }
+
+    /// The number of samples.
+    pub fn n(&self) -> u64 {
+        self.n
+    }
+
+    /// The smallest sample (`+inf` when empty).
+    pub fn min(&self) -> f64 {
+        self.min
+    }
+
+    /// The largest sample (`-inf` when empty).
+    pub fn max(&self) -> f64 {
+        self.max
+    }
+
+    /// As [`hmean`].
+    pub fn hmean(&self) -> f64 {
+        if self.n == 0 || self.nonpositive > 0 {
+            return f64::NAN;
+        }
+        self.n as f64 / self.recip_sum
+    }
+
+    /// As [`amean`].
+    pub fn amean(&self) -> f64 {
+        if self.n == 0 {
+            return f64::NAN;
+        }
+        self.sum / self.n as f64
+    }
+
+    /// As [`stddev`].
+    pub fn stddev(&self) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        (self.m2.max(0.0) / (self.n - 1) as f64).sqrt()
+    }
+
+    /// As [`hstddev`]: the sum of squared deviations of the reciprocals from their mean (which is
+    /// `1/H`) is exactly Welford's M2 of the reciprocals.
+    pub fn hstddev(&self) -> f64 {
+        let h = self.hmean();
+        if self.n < 2 || !h.is_finite() {
+            return 0.0;
+        }
+        (h.powi(4) * self.recip_m2.max(0.0) / self.n as f64).sqrt()
+    }
+
+    /// As [`coeff_var`].
+    pub fn coeff_var(&self) -> f64 {
+        self.stddev() * 100.0 / self.amean()
+    }
+
+    /// As [`hcoeff_var`].
+    pub fn hcoeff_var(&self) -> f64 {
+        self.hstddev() * 100.0 / self.hmean()
+    }
+
+    /// The mean mmtests shows for the set: Hmean for rates (`harmonic`), Amean for times.
+    pub fn mean_of(&self, harmonic: bool) -> f64 {
+        if harmonic { self.hmean() } else { self.amean() }
+    }
+
+    /// The spread that goes with [`Summary::mean_of`]: HStddev or Stddev.
+    pub fn spread_of(&self, harmonic: bool) -> f64 {
+        if harmonic {
+            self.hstddev()
+        } else {
+            self.stddev()
+        }
+    }
+}
+
 /// Percent change of `new` against `base`, positive when better.
 pub fn pct_change(base: f64, new: f64, higher_is_better: bool) -> f64 {
     if higher_is_better {
@@ -105,7 +312,7 @@ pub fn ttest_p(m1: f64, s1: f64, n1: usize, m2: f64, s2: f64, n2: usize) -> f64 
 }
 
 /// A summary statistic of a sample.
-type Summary = fn(&[f64]) -> f64;
+type Statistic = fn(&[f64]) -> f64;
 
 /// Is the difference between two samples significant? `harmonic` selects Hmean/HStddev (rates)
 /// or Amean/Stddev (times).
@@ -115,7 +322,7 @@ pub fn significant(a: &[f64], b: &[f64], harmonic: bool, rule: Significance) -> 
     if a.len() < 2 || b.len() < 2 {
         return false;
     }
-    let (m, s): (Summary, Summary) = if harmonic {
+    let (m, s): (Statistic, Statistic) = if harmonic {
         (hmean, hstddev)
     } else {
         (amean, stddev)
@@ -128,6 +335,26 @@ pub fn significant(a: &[f64], b: &[f64], harmonic: bool, rule: Significance) -> 
         Significance::Interval => {
             const Z: f64 = 1.959964;
             let (ma, sa, mb, sb) = (m(a), s(a), m(b), s(b));
+            ma + Z * sa < mb - Z * sb || mb + Z * sb < ma - Z * sa
+        }
+    }
+}
+
+/// [`significant`] on summaries: what compare, plots and reports use, since the rules need only
+/// each side's count, mean and spread.
+pub fn significant_summary(a: &Summary, b: &Summary, harmonic: bool, rule: Significance) -> bool {
+    if a.n() < 2 || b.n() < 2 {
+        return false;
+    }
+    let (ma, mb) = (a.mean_of(harmonic), b.mean_of(harmonic));
+    match rule {
+        Significance::TTest => {
+            let (na, nb) = (a.n() as usize, b.n() as usize);
+            ttest_p(ma, a.stddev(), na, mb, b.stddev(), nb) < 0.10
+        }
+        Significance::Interval => {
+            const Z: f64 = 1.959964;
+            let (sa, sb) = (a.spread_of(harmonic), b.spread_of(harmonic));
             ma + Z * sa < mb - Z * sb || mb + Z * sb < ma - Z * sa
         }
     }
@@ -192,6 +419,125 @@ mod tests {
         let b = [12.0, 11.0, 13.0, 12.0, 12.0];
         assert!(significant(&a, &b, false, Significance::TTest));
         assert!(!significant(&a, &a, false, Significance::TTest));
+    }
+
+    /// A small deterministic generator, so the random sets are the same on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+
+        /// A sample set like a benchmark's: a level, a relative spread, sometimes constant.
+        fn set(&mut self, n: usize) -> Vec<f64> {
+            let level = 10f64.powf(self.next() * 7.0);
+            let spread = [0.0, 1e-6, 0.01, 0.3][(self.next() * 4.0) as usize];
+            (0..n)
+                .map(|_| level * (1.0 + spread * (self.next() - 0.5)))
+                .collect()
+        }
+    }
+
+    /// Equal to rounding: means relative to themselves; spreads, where the reference's
+    /// two-pass sums cancel, relative to the level of the samples.
+    fn same(what: &str, got: f64, want: f64, x: &[f64]) {
+        let level = x.iter().fold(0.0, |m: f64, v| m.max(v.abs()));
+        let scale = if what.contains("Std") || what.contains("Coeff") {
+            level.max(want.abs())
+        } else {
+            want.abs()
+        };
+        let ok =
+            (got.is_nan() && want.is_nan()) || got == want || (got - want).abs() <= 1e-10 * scale;
+        assert!(ok, "{what}: streamed {got} vs reference {want} for {x:?}");
+    }
+
+    fn check_summary(s: &Summary, x: &[f64]) {
+        same("Hmean", s.hmean(), hmean(x), x);
+        same("Amean", s.amean(), amean(x), x);
+        same("Stddev", s.stddev(), stddev(x), x);
+        same("HStddev", s.hstddev(), hstddev(x), x);
+        same(
+            "Min",
+            s.min(),
+            x.iter().copied().fold(f64::INFINITY, f64::min),
+            x,
+        );
+        same(
+            "Max",
+            s.max(),
+            x.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            x,
+        );
+        assert_eq!(s.n(), x.len() as u64);
+    }
+
+    /// The streamed statistics equal the in-memory definitions on random sets, whole or merged
+    /// from two parts, including sets with a non-positive value (no harmonic statistics).
+    #[test]
+    fn streamed_summaries_match_the_reference() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..2000 {
+            let n = 1 + (rng.next() * 60.0) as usize;
+            let n = n.max(2);
+            let mut x = rng.set(n);
+            if round % 50 == 0 {
+                x[n / 2] = if round % 100 == 0 { 0.0 } else { -3.0 };
+            }
+            check_summary(&Summary::of(&x), &x);
+            let cut = (rng.next() * (n + 1) as f64) as usize;
+            let mut merged = Summary::of(&x[..cut]);
+            merged.merge(&Summary::of(&x[cut..]));
+            check_summary(&merged, &x);
+            same("CoeffVar", merged.coeff_var(), coeff_var(&x), &x);
+            same("HCoeffVar", merged.hcoeff_var(), hcoeff_var(&x), &x);
+        }
+        let empty = Summary::new();
+        assert!(empty.hmean().is_nan() && empty.amean().is_nan());
+        assert_eq!((empty.stddev(), empty.hstddev()), (0.0, 0.0));
+    }
+
+    #[test]
+    fn streamed_significance_matches_the_reference() {
+        let mut rng = Rng(42);
+        let mut seen = [0usize; 2];
+        for _ in 0..3000 {
+            let n = 1 + (rng.next() * 12.0) as usize;
+            let a = rng.set(n);
+            // Sometimes a shifted copy of the same level, so both verdicts occur.
+            let b: Vec<f64> = if rng.next() < 0.5 {
+                let shift = 1.0 + (rng.next() - 0.5) * 0.2;
+                a.iter()
+                    .map(|v| v * shift + rng.next() * v * 0.01)
+                    .collect()
+            } else {
+                let m = 1 + (rng.next() * 12.0) as usize;
+                rng.set(m)
+            };
+            for harmonic in [true, false] {
+                for rule in [Significance::TTest, Significance::Interval] {
+                    let want = significant(&a, &b, harmonic, rule);
+                    let got =
+                        significant_summary(&Summary::of(&a), &Summary::of(&b), harmonic, rule);
+                    assert_eq!(got, want, "{a:?} {b:?} harmonic {harmonic} {rule:?}");
+                    seen[usize::from(want)] += 1;
+                }
+            }
+        }
+        assert!(seen[0] > 100 && seen[1] > 100, "{seen:?}");
+    }
+
+    #[test]
+    fn best_len_is_mmtests_share_of_the_samples() {
+        assert_eq!(best_len(4, 50), 2);
+        assert_eq!(best_len(4, 1), 1);
+        assert_eq!(best_len(199, 99), 197);
+        assert_eq!(best_len(0, 50), 0);
+        assert_eq!(best_len(7_500_000, 95), 7_125_000);
     }
 
     #[test]

@@ -50,6 +50,7 @@
 //! * Run ids are never reused, even after deletions, so an id seen once always means that run.
 //! * Stored values are finite (SQLite would turn a NaN into NULL).
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io;
@@ -59,9 +60,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::types::{Type, Value};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Transaction, TransactionBehavior};
 
+use crate::compare::SetSummary;
 use crate::results::{
     CounterRow, Origin, RunData, RunFilter, RunMeta, SampleKey, SampleRow, Status, StoredRun,
 };
+use crate::stats::Summary;
 
 /// The environment variable that overrides the default store path, so that scripts and tests can
 /// point every pagelab command at another store without repeating `--db`.
@@ -997,40 +1000,231 @@ impl Store {
 
     /// The samples of the given runs (none for an empty list), ordered by run id, mode, tasks,
     /// metric, repeat and seq, each with the run's label, workload and origin for grouping.
+    ///
+    /// This holds every sample in memory: for small selections (a run just measured, tests).
+    /// Anything that reads a selection of any size uses [`Store::for_each_sample`],
+    /// [`Store::sample_stats`] and [`Store::best_samples`], which never do.
     pub fn samples(&self, run_ids: &[i64]) -> Result<Vec<SampleRow>, StoreError> {
-        if run_ids.is_empty() {
-            return Ok(Vec::new());
-        }
+        let mut out = Vec::new();
+        self.for_each_sample(run_ids, |s| {
+            out.push(s.clone());
+            Ok::<(), StoreError>(())
+        })?;
+        Ok(out)
+    }
+
+    /// The label, workload and origin of each of the given runs, by id.
+    fn run_names(
+        &self,
+        run_ids: &[i64],
+    ) -> Result<HashMap<i64, (String, String, Origin)>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT s.run_id, r.label, r.workload, r.origin, s.mode, s.tasks, s.metric,
-                    s.higher_is_better, s.repeat, s.seq, s.value
-                 FROM samples s JOIN runs r ON r.id = s.run_id
-                 WHERE s.run_id IN (SELECT value FROM json_each(?1))
-                 ORDER BY s.run_id, s.mode, s.tasks, s.metric, s.repeat, s.seq",
+                "SELECT id, label, workload, origin FROM runs
+                 WHERE id IN (SELECT value FROM json_each(?1))",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([json_ids(run_ids)], |r| {
-                Ok(SampleRow {
-                    run_id: r.get(0)?,
-                    label: r.get(1)?,
-                    workload: r.get(2)?,
-                    origin: parse_col(r, 3)?,
-                    key: SampleKey {
-                        mode: r.get(4)?,
-                        tasks: r.get(5)?,
-                        metric: r.get(6)?,
-                        higher_is_better: r.get(7)?,
-                    },
-                    repeat: r.get(8)?,
-                    seq: r.get(9)?,
-                    value: r.get(10)?,
-                })
+                Ok((r.get(0)?, (r.get(1)?, r.get(2)?, parse_col(r, 3)?)))
             })
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
+    /// Calls `f` with each sample of the given runs, in the order of [`Store::samples`], as the
+    /// rows are read: memory holds one row whatever the selection holds, so an export of
+    /// millions of samples streams. The row passed to `f` is reused from call to call. Stops at
+    /// the first error, of the store or of `f`.
+    pub fn for_each_sample<E: From<StoreError>>(
+        &self,
+        run_ids: &[i64],
+        mut f: impl FnMut(&SampleRow) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let names = self.run_names(run_ids)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT run_id, mode, tasks, metric, higher_is_better, repeat, seq, value
+                 FROM samples
+                 WHERE run_id IN (SELECT value FROM json_each(?1))
+                 ORDER BY run_id, mode, tasks, metric, repeat, seq",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([json_ids(run_ids)]).map_err(|e| self.err(e))?;
+        let mut cur = SampleRow {
+            run_id: i64::MIN,
+            label: String::new(),
+            workload: String::new(),
+            origin: Origin::Measured,
+            key: SampleKey {
+                mode: String::new(),
+                tasks: 0,
+                metric: String::new(),
+                higher_is_better: true,
+            },
+            repeat: 0,
+            seq: 0,
+            value: 0.0,
+        };
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let read = |cur: &mut SampleRow| -> rusqlite::Result<()> {
+                let run_id: i64 = r.get(0)?;
+                if run_id != cur.run_id {
+                    cur.run_id = run_id;
+                    // A run deleted since `run_names` read it: its samples went with it.
+                    if let Some((label, workload, origin)) = names.get(&run_id) {
+                        label.clone_into(&mut cur.label);
+                        workload.clone_into(&mut cur.workload);
+                        cur.origin = *origin;
+                    }
+                }
+                set_text(&mut cur.key.mode, r, 1)?;
+                cur.key.tasks = r.get(2)?;
+                set_text(&mut cur.key.metric, r, 3)?;
+                cur.key.higher_is_better = r.get(4)?;
+                cur.repeat = r.get(5)?;
+                cur.seq = r.get(6)?;
+                cur.value = r.get(7)?;
+                Ok(())
+            };
+            read(&mut cur).map_err(|e| self.err(e))?;
+            f(&cur)?;
+        }
+        Ok(())
+    }
+
+    /// The [`Summary`] of every sample set of the given runs, one per (run, mode, tasks, metric,
+    /// direction), ordered by run id, mode, tasks and metric (as [`Store::samples`] orders
+    /// samples, so that the first appearance of a metric is the same). Built while the rows are
+    /// read: memory holds one summary per set, whatever the sets hold.
+    pub fn sample_stats(&self, run_ids: &[i64]) -> Result<Vec<SetSummary>, StoreError> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names = self.run_names(run_ids)?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT run_id, mode, tasks, metric, higher_is_better, value FROM samples
+                 WHERE run_id IN (SELECT value FROM json_each(?1))
+                 ORDER BY run_id, mode, tasks, metric",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt.query([json_ids(run_ids)]).map_err(|e| self.err(e))?;
+        let mut out: Vec<SetSummary> = Vec::new();
+        // Where each set is in `out`; rows of one set normally come together, and the last set
+        // is checked first without building a key.
+        let mut index: HashMap<(i64, SampleKey), usize> = HashMap::new();
+        let mut last: Option<usize> = None;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let mut add = || -> rusqlite::Result<()> {
+                let run_id: i64 = r.get(0)?;
+                let mode = text(r, 1)?;
+                let tasks: u32 = r.get(2)?;
+                let metric = text(r, 3)?;
+                let higher_is_better: bool = r.get(4)?;
+                let value: f64 = r.get(5)?;
+                let same = |s: &SetSummary| {
+                    s.run_id == run_id
+                        && s.key.tasks == tasks
+                        && s.key.higher_is_better == higher_is_better
+                        && s.key.mode == mode
+                        && s.key.metric == metric
+                };
+                let i = match last {
+                    Some(i) if same(&out[i]) => i,
+                    _ => {
+                        let key = SampleKey {
+                            mode: mode.to_string(),
+                            tasks,
+                            metric: metric.to_string(),
+                            higher_is_better,
+                        };
+                        *index.entry((run_id, key.clone())).or_insert_with(|| {
+                            let (label, workload, origin) =
+                                names.get(&run_id).cloned().unwrap_or_else(|| {
+                                    (String::new(), String::new(), Origin::Measured)
+                                });
+                            out.push(SetSummary {
+                                run_id,
+                                label,
+                                workload,
+                                origin,
+                                key,
+                                summary: Summary::new(),
+                            });
+                            out.len() - 1
+                        })
+                    }
+                };
+                out[i].summary.push(value);
+                last = Some(i);
+                Ok(())
+            };
+            add().map_err(|e| self.err(e))?;
+        }
+        Ok(out)
+    }
+
+    /// The summaries of the best samples of one sample set pooled over the given runs: for each
+    /// length in `lens`, of the `len` best (highest for a higher-is-better metric, else lowest),
+    /// as `BHmean-P` and `BAmean-P` need them. SQLite sorts (spilling to temporary files, not
+    /// memory) and only the longest prefix asked for is read. The query has no `LIMIT` on
+    /// purpose: with one, SQLite keeps the best rows in a temporary B-tree instead of its
+    /// merge sorter, which for millions of rows is many times slower.
+    pub fn best_samples(
+        &self,
+        run_ids: &[i64],
+        key: &SampleKey,
+        lens: &[u64],
+    ) -> Result<Vec<Summary>, StoreError> {
+        let longest = lens.iter().copied().max().unwrap_or(0);
+        let mut out = vec![Summary::new(); lens.len()];
+        if run_ids.is_empty() || longest == 0 {
+            return Ok(out);
+        }
+        let order = if key.higher_is_better { "DESC" } else { "ASC" };
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT value FROM samples
+                 WHERE run_id IN (SELECT value FROM json_each(?1))
+                   AND mode = ?2 AND tasks = ?3 AND metric = ?4 AND higher_is_better = ?5
+                 ORDER BY value {order}"
+            ))
+            .map_err(|e| self.err(e))?;
+        let mut rows = stmt
+            .query(rusqlite::params![
+                json_ids(run_ids),
+                key.mode,
+                key.tasks,
+                key.metric,
+                key.higher_is_better,
+            ])
+            .map_err(|e| self.err(e))?;
+        let mut prefix = Summary::new();
+        while prefix.n() < longest
+            && let Some(r) = rows.next().map_err(|e| self.err(e))?
+        {
+            prefix.push(r.get(0).map_err(|e| self.err(e))?);
+            for (s, &len) in out.iter_mut().zip(lens) {
+                if len == prefix.n() {
+                    *s = prefix;
+                }
+            }
+        }
+        // Fewer rows than asked for: the longer prefixes are the whole set.
+        for (s, &len) in out.iter_mut().zip(lens) {
+            if len > prefix.n() {
+                *s = prefix;
+            }
+        }
+        Ok(out)
     }
 
     /// The counters of the given runs (none for an empty list), ordered by run id, mode, tasks,
@@ -1062,6 +1256,37 @@ impl Store {
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
 
+    /// Each counter of the given runs summed over its measured windows, with the number of
+    /// windows, per (run, mode, tasks, name) and in that order: what a report's counter tables
+    /// (means over windows) need, aggregated by SQLite rather than read row by row.
+    pub fn counter_totals(&self, run_ids: &[i64]) -> Result<Vec<CounterTotal>, StoreError> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT run_id, mode, tasks, name, count(*), sum(value) FROM counters
+                 WHERE run_id IN (SELECT value FROM json_each(?1))
+                 GROUP BY run_id, mode, tasks, name
+                 ORDER BY run_id, mode, tasks, name",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([json_ids(run_ids)], |r| {
+                Ok(CounterTotal {
+                    run_id: r.get(0)?,
+                    mode: r.get(1)?,
+                    tasks: r.get(2)?,
+                    name: r.get(3)?,
+                    windows: r.get(4)?,
+                    sum: r.get(5)?,
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+
     /// Every label with how many runs carry it, in order of first appearance (lowest run id), the
     /// order in which `compare` shows columns by default.
     pub fn labels(&self) -> Result<Vec<(String, usize)>, StoreError> {
@@ -1074,6 +1299,35 @@ impl Store {
             .map_err(|e| self.err(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
     }
+}
+
+/// A text column, borrowed from the row.
+fn text<'r>(r: &'r Row<'_>, i: usize) -> rusqlite::Result<&'r str> {
+    r.get_ref(i)?
+        .as_str()
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(i, Type::Text, e.into()))
+}
+
+/// Sets `dst` to a text column, reusing its allocation.
+fn set_text(dst: &mut String, r: &Row<'_>, i: usize) -> rusqlite::Result<()> {
+    let t = text(r, i)?;
+    if dst != t {
+        dst.clear();
+        dst.push_str(t);
+    }
+    Ok(())
+}
+
+/// A counter of one run summed over its measured windows (see [`Store::counter_totals`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CounterTotal {
+    pub run_id: i64,
+    pub mode: String,
+    pub tasks: u32,
+    pub name: String,
+    /// How many windows stored it.
+    pub windows: u64,
+    pub sum: f64,
 }
 
 /// Reads a text column into an enum (`Origin`, `Status`).

@@ -7,6 +7,7 @@
 //! every label stored for it: its profiles first, then for instance the projector's labels.
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use clap::Args;
 use pagelab_bench::experiments;
@@ -108,20 +109,23 @@ fn resolve(mut sel: CompareSelect, db: Option<&Path>, what: &str) -> Result<Comp
     Ok(sel)
 }
 
-/// The selected runs with their samples (and, for reports, counters).
+/// The selected runs with the summaries of their sample sets (and, for reports, their counters
+/// summed per run), read as streams: memory grows with the number of sets, not of samples. The
+/// store stays open behind [`Results::best`] for the best-P rows of the comparison tables.
 fn results(sel: &CompareSelect, db: Option<&Path>, counters: bool) -> Result<Results, String> {
     let s = results_cmd::select(sel, db)?;
     let ids: Vec<i64> = s.runs.iter().map(|r| r.id).collect();
-    let samples = s.store.samples(&ids).map_err(|e| e.to_string())?;
+    let sets = s.store.sample_stats(&ids).map_err(|e| e.to_string())?;
     let counters = if counters {
-        s.store.counters(&ids).map_err(|e| e.to_string())?
+        s.store.counter_totals(&ids).map_err(|e| e.to_string())?
     } else {
         Vec::new()
     };
     Ok(Results {
         labels: s.labels,
         runs: s.runs,
-        samples,
+        sets,
+        best: Rc::new(s.store),
         counters,
         rule: s.rule,
     })
@@ -215,8 +219,8 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
     let mut res = results(&sel, db, false)?;
     if let Some(o) = origin {
         res.runs.retain(|r| r.meta.origin == o);
-        res.samples.retain(|s| s.origin == o);
-        if res.samples.is_empty() {
+        res.sets.retain(|s| s.origin == o);
+        if res.sets.is_empty() {
             return Err(format!(
                 "nothing to plot: no {o} samples in the selected runs"
             ));

@@ -5,18 +5,22 @@
 //! can never alter it; `import` parses the whole file before it writes anything, and writes the
 //! run in one transaction.
 
-use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::io::{self, Write};
 use std::path::Path;
 
 use clap::Args;
 
 use pagelab_bench::compare::{self, Comparison};
+use pagelab_bench::csv_text::neutralise;
 use pagelab_bench::experiments;
 use pagelab_bench::import::{self, ImportOptions};
-use pagelab_bench::results::{RunFilter, Status, StoredRun};
+use pagelab_bench::output::OutputFile;
+use pagelab_bench::results::{RunFilter, SampleRow, Status, StoredRun};
 use pagelab_bench::stats;
-use pagelab_bench::store::Store;
+use pagelab_bench::store::{Store, StoreError};
+use serde::ser::{SerializeSeq, Serializer};
 
 use crate::measure::check_label;
 use crate::{
@@ -179,8 +183,7 @@ pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
     let format = parse_format(&a.format)?;
     let sel = select(&a.select, db)?;
     let ids: Vec<i64> = sel.runs.iter().map(|r| r.id).collect();
-    let samples = sel.store.samples(&ids).map_err(|e| e.to_string())?;
-    let c = compare::build(&samples, &sel.labels, sel.rule)?;
+    let c = compare::from_store(&sel.store, &ids, &sel.labels, sel.rule)?;
     print!("{}", render(&c, format));
     Ok(())
 }
@@ -260,7 +263,119 @@ pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
     Ok(())
 }
 
+/// What `export` can fail on while it streams: reading the store, or writing the output.
+enum ExportError {
+    Store(StoreError),
+    Write(io::Error),
+}
+
+impl From<StoreError> for ExportError {
+    fn from(e: StoreError) -> ExportError {
+        ExportError::Store(e)
+    }
+}
+
+impl From<io::Error> for ExportError {
+    fn from(e: io::Error) -> ExportError {
+        ExportError::Write(e)
+    }
+}
+
+impl From<csv::Error> for ExportError {
+    fn from(e: csv::Error) -> ExportError {
+        ExportError::Write(e.into())
+    }
+}
+
+impl From<serde_json::Error> for ExportError {
+    fn from(e: serde_json::Error) -> ExportError {
+        ExportError::Write(e.into())
+    }
+}
+
+/// Export formats.
+#[derive(Clone, Copy)]
+enum ExportFormat {
+    Csv,
+    Json,
+}
+
+/// The columns of a CSV export, which `pagelab import` reads back.
+const EXPORT_COLUMNS: [&str; 12] = [
+    "run_id",
+    "label",
+    "workload",
+    "origin",
+    "status",
+    "mode",
+    "tasks",
+    "metric",
+    "higher_is_better",
+    "repeat",
+    "seq",
+    "value",
+];
+
+/// Writes every sample of `ids` to `w` as it is read from the store: a CSV row, or a JSON array
+/// element, at a time, so memory does not grow with the number of samples. JSON is one
+/// pretty-printed array, valid once the last element is written. CSV text cells go through
+/// [`neutralise`], so a spreadsheet never takes a label for a formula.
+fn write_export(
+    store: &Store,
+    ids: &[i64],
+    status: &HashMap<i64, Status>,
+    format: ExportFormat,
+    w: &mut dyn Write,
+) -> Result<(), ExportError> {
+    let status_of = |id: i64| status.get(&id).copied().unwrap_or(Status::Complete);
+    match format {
+        ExportFormat::Json => {
+            let mut ser = serde_json::Serializer::pretty(&mut *w);
+            let mut seq = ser.serialize_seq(None)?;
+            store.for_each_sample(ids, |s: &SampleRow| {
+                seq.serialize_element(s).map_err(ExportError::from)
+            })?;
+            seq.end()?;
+            w.write_all(b"\n")?;
+        }
+        ExportFormat::Csv => {
+            let mut csv = csv::Writer::from_writer(&mut *w);
+            csv.write_record(EXPORT_COLUMNS)?;
+            let mut num = String::new();
+            store.for_each_sample(ids, |s: &SampleRow| {
+                let mut field = |csv: &mut csv::Writer<_>, v: &dyn std::fmt::Display| {
+                    num.clear();
+                    let _ = write!(num, "{v}");
+                    csv.write_field(&num)
+                };
+                field(&mut csv, &s.run_id)?;
+                csv.write_field(neutralise(&s.label).as_ref())?;
+                csv.write_field(neutralise(&s.workload).as_ref())?;
+                csv.write_field(s.origin.as_str())?;
+                csv.write_field(status_of(s.run_id).as_str())?;
+                csv.write_field(neutralise(&s.key.mode).as_ref())?;
+                field(&mut csv, &s.key.tasks)?;
+                csv.write_field(neutralise(&s.key.metric).as_ref())?;
+                field(&mut csv, &s.key.higher_is_better)?;
+                field(&mut csv, &s.repeat)?;
+                field(&mut csv, &s.seq)?;
+                field(&mut csv, &s.value)?;
+                csv.write_record(None::<&[u8]>)?;
+                Ok::<(), ExportError>(())
+            })?;
+            csv.flush()?;
+        }
+    }
+    w.flush()?;
+    Ok(())
+}
+
 pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
+    let format = match a.format.as_str() {
+        "csv" => ExportFormat::Csv,
+        "json" => ExportFormat::Json,
+        f => return Err(format!("unknown export format `{f}`; expected csv or json")),
+    };
     let store = open_read(db)?;
     let filter = filter_of(&a.select)?;
     let runs = store.runs(&filter).map_err(|e| e.to_string())?;
@@ -268,60 +383,25 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
         return Err("no run matches; `pagelab runs` lists what is stored".into());
     }
     let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
-    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
-    let status_of = |id: i64| {
-        runs.iter()
-            .find(|r| r.id == id)
-            .map_or(Status::Complete, |r| r.status)
-    };
-    let text = match a.format.as_str() {
-        "json" => serde_json::to_string_pretty(&samples).map_err(|e| e.to_string())? + "\n",
-        "csv" => {
-            let mut w = csv::Writer::from_writer(Vec::new());
-            w.write_record([
-                "run_id",
-                "label",
-                "workload",
-                "origin",
-                "status",
-                "mode",
-                "tasks",
-                "metric",
-                "higher_is_better",
-                "repeat",
-                "seq",
-                "value",
-            ])
-            .map_err(|e| e.to_string())?;
-            for s in &samples {
-                w.write_record([
-                    s.run_id.to_string(),
-                    s.label.clone(),
-                    s.workload.clone(),
-                    s.origin.to_string(),
-                    status_of(s.run_id).to_string(),
-                    s.key.mode.clone(),
-                    s.key.tasks.to_string(),
-                    s.key.metric.clone(),
-                    s.key.higher_is_better.to_string(),
-                    s.repeat.to_string(),
-                    s.seq.to_string(),
-                    s.value.to_string(),
-                ])
-                .map_err(|e| e.to_string())?;
-            }
-            String::from_utf8(w.into_inner().map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?
-        }
-        f => return Err(format!("unknown export format `{f}`; expected csv or json")),
+    let status: HashMap<i64, Status> = runs.iter().map(|r| (r.id, r.status)).collect();
+    let failed = |e: ExportError, dest: &str| match e {
+        ExportError::Store(e) => e.to_string(),
+        ExportError::Write(e) => format!("cannot write {dest}: {e}"),
     };
     match &a.out {
         Some(p) => {
-            std::fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))?
+            // Refuses the store in use and any database before anything is written; the
+            // temporary file replaces the target only once the export is complete.
+            let mut f = OutputFile::create(p, Some(store.path())).map_err(|e| e.to_string())?;
+            write_export(&store, &ids, &status, format, &mut f)
+                .map_err(|e| failed(e, &p.display().to_string()))?;
+            f.commit().map_err(|e| e.to_string())?;
         }
-        None => std::io::stdout()
-            .write_all(text.as_bytes())
-            .map_err(|e| e.to_string())?,
+        None => {
+            let mut out = io::BufWriter::new(io::stdout().lock());
+            write_export(&store, &ids, &status, format, &mut out)
+                .map_err(|e| failed(e, "standard output"))?;
+        }
     }
     Ok(())
 }

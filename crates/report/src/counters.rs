@@ -5,10 +5,13 @@
 //!
 //! Counters are stored per measured window (`CounterRow`: run, mode, tasks, repeat); a table
 //! cell is the mean over the windows of that label, task count and mode, so that labels with
-//! different numbers of runs or repeats read alike.
+//! different numbers of runs or repeats read alike. The store sums them per run
+//! ([`CounterTotal`]: the sum and the number of windows), so the tables need one row per run and
+//! counter, not per window.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use pagelab_bench::store::CounterTotal;
 use serde::Serialize;
 
 use crate::Results;
@@ -73,13 +76,14 @@ pub fn tables(res: &Results) -> Vec<Counters> {
             Some((r.id, (i, Source::of(r), r.meta.workload.as_str())))
         })
         .collect();
-    // source -> (workload, mode) -> name -> tasks -> label -> values over windows
+    // source -> (workload, mode) -> name -> tasks -> label -> (sum, windows)
     type Acc<'a> = BTreeMap<
         Source,
-        BTreeMap<(String, String), BTreeMap<String, BTreeMap<u32, BTreeMap<usize, Vec<f64>>>>>,
+        BTreeMap<(String, String), BTreeMap<String, BTreeMap<u32, BTreeMap<usize, (f64, u64)>>>>,
     >;
     let mut acc: Acc = BTreeMap::new();
     for c in &res.counters {
+        let c: &CounterTotal = c;
         let Some((label, source, workload)) = runs.get(&c.run_id) else {
             continue;
         };
@@ -92,8 +96,11 @@ pub fn tables(res: &Results) -> Vec<Counters> {
             .entry(c.tasks)
             .or_default()
             .entry(*label)
-            .or_default()
-            .push(c.value);
+            .and_modify(|(sum, n)| {
+                *sum += c.sum;
+                *n += c.windows;
+            })
+            .or_insert((c.sum, c.windows));
     }
     acc.into_iter()
         .map(|(source, groups)| {
@@ -108,7 +115,7 @@ pub fn tables(res: &Results) -> Vec<Counters> {
                                 .map(|(t, by_label)| {
                                     let by_label = by_label
                                         .into_iter()
-                                        .map(|(l, v)| (l, v.iter().sum::<f64>() / v.len() as f64))
+                                        .map(|(l, (sum, n))| (l, sum / n as f64))
                                         .collect();
                                     (t, by_label)
                                 })
@@ -269,8 +276,9 @@ fn count(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::series::tests::{example, run};
+    use crate::series::tests::{example_parts, run};
     use pagelab_bench::results::{CounterRow, Origin};
+    use pagelab_bench::stats::Significance;
 
     fn counter(run: i64, tasks: u32, repeat: u32, name: &str, value: f64) -> CounterRow {
         CounterRow {
@@ -285,9 +293,9 @@ mod tests {
 
     #[test]
     fn tables_average_windows_and_put_key_events_first() {
-        let mut r = example();
-        r.runs.push(run(7, "unselected", Origin::Measured, None));
-        r.counters = vec![
+        let (labels, mut runs, samples) = example_parts();
+        runs.push(run(7, "unselected", Origin::Measured, None));
+        let counters = [
             counter(1, 2, 0, "lock:zone:acquisitions", 1000.0),
             counter(1, 2, 0, "lock:zone:contended", 100.0),
             counter(1, 2, 0, "lock:zone:wait_ns", 2_000_000.0),
@@ -302,6 +310,7 @@ mod tests {
             counter(1, 2, 0, "event:oom_kill", 0.0),
             counter(7, 2, 0, "event:pgfault", 1.0),
         ];
+        let r = Results::from_samples(labels, runs, samples, &counters, Significance::Interval);
         let t = tables(&r);
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].source, Source::measured());

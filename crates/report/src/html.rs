@@ -552,7 +552,7 @@ fn sections(res: &Results, runs: &[&StoredRun]) -> Vec<SourceSection> {
             let present: Vec<String> = res
                 .labels
                 .iter()
-                .filter(|l| part.samples.iter().any(|s| &s.label == *l))
+                .filter(|l| part.sets.iter().any(|s| &s.label == *l))
                 .cloned()
                 .collect();
             let mut notes = Vec::new();
@@ -568,7 +568,7 @@ fn sections(res: &Results, runs: &[&StoredRun]) -> Vec<SourceSection> {
                 notes.push("No samples.".into());
                 Vec::new()
             } else {
-                match compare::build(&part.samples, &present, res.rule) {
+                match compare::build_from(&part.sets, &present, res.rule, &*part.best) {
                     Ok(c) => comp_tables(&c),
                     Err(e) => {
                         notes.push(e);
@@ -679,7 +679,7 @@ fn comp_tables(c: &Comparison) -> Vec<CompTable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::series::tests::{example, run, samples};
+    use crate::series::tests::{example, example_parts, run, samples};
     use pagelab_bench::results::CounterRow;
 
     fn meta() -> Meta {
@@ -706,8 +706,8 @@ mod tests {
 
     #[test]
     fn page_has_tables_plots_counters_and_a_projected_section() {
-        let mut r = example();
-        r.counters = vec![CounterRow {
+        let (labels, runs, samples) = example_parts();
+        let counters = [CounterRow {
             run_id: 1,
             mode: "threads".into(),
             tasks: 2,
@@ -715,6 +715,7 @@ mod tests {
             name: "event:vma_lock_abort".into(),
             value: 42.0,
         }];
+        let r = Results::from_samples(labels, runs, samples, &counters, Significance::Interval);
         let html = render(&r, &meta()).unwrap();
         // A scaling and a change plot of everything, then of each source (measured, projected).
         assert_eq!(
@@ -741,9 +742,8 @@ mod tests {
     fn every_stored_string_is_escaped() {
         let evil = "<script>alert(1)</script>";
         let evil2 = "\"><img src=x onerror=alert(2)>";
-        let mut r = example();
-        r.labels = vec![evil.into(), evil2.into()];
-        for run in &mut r.runs {
+        let (_, mut runs, mut samples) = example_parts();
+        for run in &mut runs {
             run.meta.label = if run.meta.label == "base" {
                 evil.into()
             } else {
@@ -762,7 +762,7 @@ mod tests {
                 run.meta.machine = Some("<i>big</i>".into());
             }
         }
-        for s in &mut r.samples {
+        for s in &mut samples {
             s.label = if s.run_id % 2 == 1 {
                 evil.into()
             } else {
@@ -770,6 +770,8 @@ mod tests {
             };
             s.workload = "<b>pft</b>".into();
         }
+        let labels = vec![evil.into(), evil2.into()];
+        let r = Results::from_samples(labels, runs, samples, &[], Significance::Interval);
         let mut m = meta();
         m.title = evil.into();
         m.command = evil2.into();
@@ -850,16 +852,16 @@ mod tests {
 
     #[test]
     fn a_single_label_gets_a_summary_and_no_change_plot() {
-        let mut r = example();
-        r.labels.truncate(1);
-        let extra = samples(
+        let (mut labels, runs, mut s) = example_parts();
+        labels.truncate(1);
+        s.extend(samples(
             &run(9, "base", Origin::Measured, None),
             "threads",
             4,
             "faults/sec",
             &[1.0],
-        );
-        r.samples.extend(extra);
+        ));
+        let r = Results::from_samples(labels, runs, s, &[], Significance::Interval);
         let html = render(&r, &meta()).unwrap();
         // Scaling plots only: of everything, of the measured and of the projected runs.
         assert_eq!(html.matches("<img ").count(), 3);

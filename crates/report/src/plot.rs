@@ -994,11 +994,17 @@ mod tests {
 
     #[test]
     fn imported_results_get_a_third_style() {
-        let mut r = example();
+        let (labels, mut runs, mut s) = crate::series::tests::example_parts();
         let imp = crate::series::tests::run(5, "base", Origin::Imported, Some("lab"));
-        let extra = crate::series::tests::samples(&imp, "threads", 2, "faults/sec", &[150.0]);
-        r.runs.push(imp);
-        r.samples.extend(extra);
+        s.extend(crate::series::tests::samples(
+            &imp,
+            "threads",
+            2,
+            "faults/sec",
+            &[150.0],
+        ));
+        runs.push(imp);
+        let r = crate::Results::from_samples(labels, runs, s, &[], Significance::Interval);
         let c = &charts(&r, &Filter::default())[0];
         let svg =
             String::from_utf8(render(c, Kind::Scaling, Format::Svg, &ctx()).unwrap()).unwrap();

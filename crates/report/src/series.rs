@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use pagelab_bench::results::{Origin, StoredRun};
-use pagelab_bench::stats::{self, Significance};
+use pagelab_bench::stats::{self, Significance, Summary};
 use serde::Serialize;
 
 use crate::Results;
@@ -81,12 +81,11 @@ impl PartialOrd for Source {
 
 /// mmtests' summary of one sample set: `(Hmean, HStddev)` for rates (higher is better),
 /// `(Amean, Stddev)` otherwise.
-pub fn summarise(samples: &[f64], higher_is_better: bool) -> (f64, f64) {
-    if higher_is_better {
-        (stats::hmean(samples), stats::hstddev(samples))
-    } else {
-        (stats::amean(samples), stats::stddev(samples))
-    }
+pub fn summarise(summary: &Summary, higher_is_better: bool) -> (f64, f64) {
+    (
+        summary.mean_of(higher_is_better),
+        summary.spread_of(higher_is_better),
+    )
 }
 
 /// What [`summarise`] computes, for axis titles: `Hmean ± HStddev`.
@@ -104,7 +103,8 @@ pub struct Point {
     pub tasks: u32,
     pub mean: f64,
     pub spread: f64,
-    pub samples: Vec<f64>,
+    /// The pooled sample set, for the significance of changes.
+    pub summary: Summary,
 }
 
 /// One curve: a label's samples from one source, in one mode.
@@ -185,21 +185,22 @@ pub fn colour_slots(res: &Results) -> Vec<usize> {
     slots
 }
 
-/// The charts of the selected results: one per (workload, metric), in the order the samples
-/// first name them (as compare orders its rows); samples of labels not selected are ignored.
+/// The charts of the selected results: one per (workload, metric), in the order the sample sets
+/// first name them (as compare orders its rows); sets of labels not selected are ignored.
 pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
     let source_of: HashMap<i64, Source> = res.runs.iter().map(|r| (r.id, Source::of(r))).collect();
     let slots = colour_slots(res);
     type Key<'a> = (&'a str, &'a str, bool);
-    // (workload, metric, higher) -> mode -> (label index, source) -> tasks -> samples
-    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, Vec<f64>>>;
+    // (workload, metric, higher) -> mode -> (label index, source) -> tasks -> pooled set
+    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, Summary>>;
     let mut order: Vec<Key> = Vec::new();
     let mut groups: HashMap<Key, BTreeMap<&str, Curves>> = HashMap::new();
-    for s in &res.samples {
+    for s in &res.sets {
         let Some(label_index) = res.labels.iter().position(|l| *l == s.label) else {
             continue;
         };
-        if f.metric.as_ref().is_some_and(|m| *m != s.key.metric)
+        if s.summary.n() == 0
+            || f.metric.as_ref().is_some_and(|m| *m != s.key.metric)
             || f.mode.as_ref().is_some_and(|m| *m != s.key.mode)
         {
             continue;
@@ -225,7 +226,7 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
             .or_default()
             .entry(s.key.tasks)
             .or_default()
-            .push(s.value);
+            .merge(&s.summary);
     }
     order
         .into_iter()
@@ -244,13 +245,13 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
                             source,
                             points: by_tasks
                                 .into_iter()
-                                .map(|(tasks, samples)| {
-                                    let (mean, spread) = summarise(&samples, higher_is_better);
+                                .map(|(tasks, summary)| {
+                                    let (mean, spread) = summarise(&summary, higher_is_better);
                                     Point {
                                         tasks,
                                         mean,
                                         spread,
-                                        samples,
+                                        summary,
                                     }
                                 })
                                 .collect(),
@@ -321,9 +322,9 @@ impl Panel {
                         pct.is_finite().then(|| Change {
                             tasks: p.tasks,
                             pct,
-                            significant: stats::significant(
-                                &b.samples,
-                                &p.samples,
+                            significant: stats::significant_summary(
+                                &b.summary,
+                                &p.summary,
                                 higher_is_better,
                                 rule,
                             ),
@@ -401,6 +402,12 @@ pub(crate) mod tests {
 
     /// Two labels measured, the second also projected for a machine, in two modes.
     pub(crate) fn example() -> Results {
+        let (labels, runs, samples) = example_parts();
+        Results::from_samples(labels, runs, samples, &[], Significance::Interval)
+    }
+
+    /// What [`example`] is made of, for tests that change it first.
+    pub(crate) fn example_parts() -> (Vec<String>, Vec<StoredRun>, Vec<SampleRow>) {
         let a = run(1, "base", Origin::Measured, None);
         let b = run(2, "new", Origin::Measured, None);
         let pa = run(3, "base", Origin::Projected, Some("big-box"));
@@ -423,13 +430,7 @@ pub(crate) mod tests {
                 &[v * 0.9, v * 0.9],
             ));
         }
-        Results {
-            labels: vec!["base".into(), "new".into()],
-            runs: vec![a, b, pa, pb],
-            samples: s,
-            counters: Vec::new(),
-            rule: Significance::Interval,
-        }
+        (vec!["base".into(), "new".into()], vec![a, b, pa, pb], s)
     }
 
     #[test]
@@ -462,15 +463,21 @@ pub(crate) mod tests {
         let p = &threads.series[2].points[1];
         assert_eq!(p.tasks, 2);
         assert!((p.mean - 3.0 / (1.0 / 150.0 + 1.0 / 250.0 + 1.0 / 200.0)).abs() < 1e-9);
-        assert!((p.spread - stats::hstddev(&[150.0, 250.0, 200.0])).abs() < 1e-12);
+        assert!((p.spread - stats::hstddev(&[150.0, 250.0, 200.0])).abs() < 1e-9);
         assert_eq!(threads.series[1].points.len(), 4);
     }
 
     #[test]
     fn filters_narrow_to_one_metric_and_mode() {
-        let mut r = example();
-        let extra = samples(&r.runs[0], "threads", 1, "latency-p99-us", &[5.0, 7.0]);
-        r.samples.extend(extra);
+        let (labels, runs, mut s) = example_parts();
+        s.extend(samples(
+            &runs[0],
+            "threads",
+            1,
+            "latency-p99-us",
+            &[5.0, 7.0],
+        ));
+        let r = Results::from_samples(labels, runs, s, &[], Significance::Interval);
         let all = charts(&r, &Filter::default());
         assert_eq!(all.len(), 2);
         assert!(!all[1].higher_is_better);
@@ -524,7 +531,7 @@ pub(crate) mod tests {
                         tasks: 1,
                         mean: 10.0,
                         spread: 0.0,
-                        samples: vec![10.0],
+                        summary: Summary::of(&[10.0]),
                     }],
                 },
                 Series {
@@ -536,7 +543,7 @@ pub(crate) mod tests {
                         tasks: 1,
                         mean: 8.0,
                         spread: 0.0,
-                        samples: vec![8.0],
+                        summary: Summary::of(&[8.0]),
                     }],
                 },
             ],
@@ -563,7 +570,7 @@ pub(crate) mod tests {
                 run.meta.label += "@big-box";
             }
         }
-        for s in &mut r.samples {
+        for s in &mut r.sets {
             if s.origin == Origin::Projected {
                 s.label += "@big-box";
             }
