@@ -361,8 +361,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             "interrupted; what was projected is stored, marked incomplete".into()
         });
     }
-    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
-    let c = compare::build(&samples, &labels, rule)?;
+    let c = compare::from_store(&store, &ids, &labels, rule)?;
     print!("{}", render(&c, format));
     for p in &proj {
         let top = p
