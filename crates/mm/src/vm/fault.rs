@@ -307,6 +307,8 @@ impl FaultCtx<'_> {
         }
         let pt = &self.mm.pgtable;
         let slot = self.walk_alloc_reclaim(addr)?;
+        // Who takes this table's lock: what decides whether traces see it shared.
+        pt.note_pte_user(slot, self.cpu);
         let pte = pt.load(slot);
         if pte.is_none() {
             match &vma.backing {

@@ -693,4 +693,67 @@ mod tests {
             t.munmap(a, pages * PAGE_SIZE as u64).unwrap();
         }
     }
+
+    /// Two threads fault neighbouring pages of one PTE table: its split lock is shared per mm,
+    /// and traces record its acquisitions and releases under the shared class. A table only
+    /// one thread faults stays private and records nothing. A table installed afresh at the
+    /// same place (after munmap) starts private again.
+    #[test]
+    fn pte_lock_scope_follows_the_cpus_that_take_it() {
+        use crate::vm::pgtable::PTE_PTL_SHARED;
+        use pagelab_sync::Scope;
+        use pagelab_sync::trace::{self, Kind};
+
+        let k = Kernel::new(&MemConfig::new(32 << 20, 2), &Policy::default()).unwrap();
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let t1 = k.new_task(mm.clone(), CpuId(1));
+        let page = PAGE_SIZE as u64;
+        let len = 2 * PMD_SIZE;
+        let a = t0.mmap(len, true, MapKind::Anon).unwrap();
+        assert!(a.is_multiple_of(PMD_SIZE));
+        let (shared, private) = (a, a + PMD_SIZE);
+        let scope = |addr: u64| mm.pgtable.pte_lock_scope(mm.pgtable.walk(addr).unwrap());
+        for i in 0..4 {
+            t0.store(shared + i * page, i).unwrap();
+            t0.store(private + i * page, i).unwrap();
+        }
+        assert_eq!(scope(shared), Scope::Private, "one CPU so far");
+        assert_eq!(scope(private), Scope::Private);
+
+        trace::start(1024);
+        for i in 4..8 {
+            t1.store(shared + i * page, i).unwrap();
+        }
+        let in_shared = trace::stop();
+        trace::start(1024);
+        for i in 4..8 {
+            t0.store(private + i * page, i).unwrap();
+        }
+        let in_private = trace::stop();
+        assert_eq!(scope(shared), Scope::Mm, "two CPUs took its lock");
+        assert_eq!(scope(private), Scope::Private);
+        let ptl = |evs: &[trace::Event], acquire: bool| {
+            evs.iter()
+                .filter(|e| std::ptr::eq(e.class, &PTE_PTL_SHARED))
+                .filter(|e| matches!(e.kind, Kind::Acquire { .. }) == acquire)
+                .count()
+        };
+        // The second CPU's first fault marks the table shared as it takes the lock.
+        assert_eq!(ptl(&in_shared, true), 4, "{in_shared:?}");
+        assert_eq!(ptl(&in_shared, false), 4);
+        assert_eq!(ptl(&in_private, true) + ptl(&in_private, false), 0);
+
+        // CPU 1 stops running the mm, so the munmaps' TLB flushes do not wait for it.
+        t1.idle();
+        t0.munmap(a, len).unwrap();
+        let b = t0.mmap(len, true, MapKind::Anon).unwrap();
+        t0.store(b, 1).unwrap();
+        assert_eq!(
+            mm.pgtable.pte_lock_scope(mm.pgtable.walk(b).unwrap()),
+            Scope::Private,
+            "a new table forgets the old one's users"
+        );
+        t0.munmap(b, len).unwrap();
+    }
 }
