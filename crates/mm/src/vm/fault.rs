@@ -4,8 +4,9 @@
 //! (`lock_vma_under_rcu`); if that is refused (the VMA is being changed, is gone, or — in 6.4 —
 //! has no anon_vma yet, or the profile's kernel did not handle that kind of fault under the VMA
 //! lock: `mm.vma_lock_faults`) or the fault must be retried, the fault takes mmap_lock for read
-//! and looks the VMA up again. Each fallback is counted by reason (`vma_lock_fallback_*`). `handle_mm_fault` then walks the page table, allocating missing
-//! levels, and dispatches on the PTE:
+//! and looks the VMA up again. Each fallback is counted by reason (`vma_lock_fallback_*`).
+//! `handle_mm_fault` then walks the page table, allocating missing levels, and dispatches on
+//! the PTE:
 //! - none, anonymous VMA: `do_anonymous_page` (a zeroed page);
 //! - none, file VMA: `do_read_fault` (map the page-cache page, and with fault-around up to 16
 //!   already-cached neighbours under the same PTE lock), `do_cow_fault` (private write: copy into
