@@ -237,6 +237,52 @@ pub enum VmaLock {
     Refcount,
 }
 
+/// Which page faults may be handled under the per-VMA lock (`lock_vma_under_rcu` and the
+/// `FAULT_FLAG_VMA_LOCK` checks of mm/memory.c), as each kernel allowed them. The values are
+/// ordered: each covers what the previous one did and more. The fallbacks each refuses are
+/// counted by reason (`vma_lock_fallback_*` in vmstat).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum VmaLockFaults {
+    /// 6.4 and 6.5 (and the pvl-v2 posting as merged): only anonymous VMAs
+    /// (`lock_vma_under_rcu` gives up unless `vma_is_anonymous`), and a swap-in under the VMA
+    /// lock returns `VM_FAULT_RETRY` and is redone under mmap_lock (6.4-rc's "mm: prevent
+    /// do_swap_page from handling page faults under VMA lock").
+    #[serde(rename = "anon")]
+    Anon,
+    /// 6.6: anonymous VMAs including swap-ins (Suren Baghdasaryan's "mm: handle swap page
+    /// faults under per-VMA lock", part of "Per-VMA lock support for swap and userfaults",
+    /// July 2023); file-backed VMAs still take mmap_lock.
+    #[serde(rename = "anon+swap")]
+    AnonSwap,
+    /// 6.7 and later: file-backed and shared VMAs too: read, copy-on-write and shared-write
+    /// faults (Matthew Wilcox's "Handle more faults under the VMA lock" series).
+    #[serde(rename = "all")]
+    All,
+}
+
+impl VmaLockFaults {
+    /// Faults on file-backed VMAs (private or shared) may stay under the VMA lock.
+    #[inline]
+    pub fn file(self) -> bool {
+        self == VmaLockFaults::All
+    }
+
+    /// Swap-ins may stay under the VMA lock.
+    #[inline]
+    pub fn swap(self) -> bool {
+        self >= VmaLockFaults::AnonSwap
+    }
+
+    /// The value as profiles spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            VmaLockFaults::Anon => "anon",
+            VmaLockFaults::AnonSwap => "anon+swap",
+            VmaLockFaults::All => "all",
+        }
+    }
+}
+
 /// Page-table locking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -285,6 +331,17 @@ pub struct MmPolicy {
     pub fault_around: u32,
     #[serde(default = "MmPolicy::default_tlb")]
     pub tlb_shootdown: TlbShootdown,
+    // Issue 12 items 2 and 3 (munmap's lock downgrade, per-VMA lock coverage).
+    /// Which faults may use the per-VMA lock; the others fall back to mmap_lock. Meaningful
+    /// only with a `vma_lock` other than `none`.
+    #[serde(default = "MmPolicy::default_vma_lock_faults")]
+    pub vma_lock_faults: VmaLockFaults,
+    /// munmap downgrades mmap_lock from write to read once the VMAs are detached, and zaps,
+    /// flushes TLBs and frees pages and page tables under the read lock (Linux 4.20+, Yang
+    /// Shi's "mm: mmap: zap pages with read mmap_sem in munmap"), so faults and other readers
+    /// of the mm proceed meanwhile. Before 4.20 the whole munmap holds it for write.
+    #[serde(default = "MmPolicy::default_munmap_downgrade")]
+    pub munmap_downgrade: bool,
 }
 
 impl MmPolicy {
@@ -303,6 +360,12 @@ impl MmPolicy {
     fn default_tlb() -> TlbShootdown {
         TlbShootdown::Ipi
     }
+    fn default_vma_lock_faults() -> VmaLockFaults {
+        VmaLockFaults::All
+    }
+    fn default_munmap_downgrade() -> bool {
+        true
+    }
 }
 
 impl Default for MmPolicy {
@@ -313,6 +376,8 @@ impl Default for MmPolicy {
             rss: Self::default_rss(),
             fault_around: Self::default_fault_around(),
             tlb_shootdown: Self::default_tlb(),
+            vma_lock_faults: Self::default_vma_lock_faults(),
+            munmap_downgrade: Self::default_munmap_downgrade(),
         }
     }
 }
@@ -714,6 +779,16 @@ impl Policy {
                 "memcg.charge_batch has no effect with memcg.charge = \"atomic\"; remove it or choose \"stock\"".into(),
             ));
         }
+        // A coverage narrower than the default without any VMA lock says something the profile
+        // does not do (every fault takes mmap_lock): refused, as lru.batch is with per-page.
+        if self.mm.vma_lock == VmaLock::None
+            && self.mm.vma_lock_faults != MmPolicy::default_vma_lock_faults()
+        {
+            return Err(PolicyError(format!(
+                "mm.vma_lock_faults = \"{}\" has no effect with mm.vma_lock = \"none\" (every fault takes mmap_lock); remove it or choose a VMA lock",
+                self.mm.vma_lock_faults.name()
+            )));
+        }
         if self.alloc.prezero && self.alloc.prezero_pool == 0 {
             return Err(PolicyError(
                 "alloc.prezero_pool must be at least 1 page when alloc.prezero = true".into(),
@@ -997,5 +1072,94 @@ mod tests {
             "{e}"
         );
         boot("[alloc]\nprezero = true\nprezero_pool = 1000\n", 4 << 20).unwrap();
+    }
+
+    #[test]
+    fn vma_lock_faults_and_munmap_downgrade_parse() {
+        let p = Policy::from_toml_str(
+            "[mm]\nvma_lock = \"rwsem\"\nvma_lock_faults = \"anon+swap\"\nmunmap_downgrade = false\n",
+        )
+        .unwrap();
+        assert_eq!(p.mm.vma_lock_faults, VmaLockFaults::AnonSwap);
+        assert!(!p.mm.munmap_downgrade);
+        assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+        let d = Policy::default();
+        assert_eq!(d.mm.vma_lock_faults, VmaLockFaults::All);
+        assert!(d.mm.munmap_downgrade);
+        assert!(VmaLockFaults::AnonSwap.swap() && !VmaLockFaults::AnonSwap.file());
+        assert!(!VmaLockFaults::Anon.swap() && VmaLockFaults::All.file());
+    }
+
+    #[test]
+    fn bad_vma_lock_faults_and_munmap_downgrade_are_named() {
+        let e = Policy::from_toml_str("[mm]\nvma_lock_faults = \"file\"\n").unwrap_err();
+        assert!(
+            e.0.contains("line 2")
+                && e.0.contains("file")
+                && e.0.contains("`anon`")
+                && e.0.contains("`anon+swap`")
+                && e.0.contains("`all`"),
+            "{e}"
+        );
+        let e = Policy::from_toml_str("[mm]\nmunmap_downgrade = \"yes\"\n").unwrap_err();
+        assert!(e.0.contains("line 2") && e.0.contains("bool"), "{e}");
+        let e = Policy::from_toml_str("[mm]\nvma_lock = \"none\"\nvma_lock_faults = \"anon\"\n")
+            .unwrap_err();
+        assert!(
+            e.0.contains("mm.vma_lock_faults") && e.0.contains("\"none\"") && !e.0.contains('\n'),
+            "{e}"
+        );
+        // The default coverage with no VMA lock is what every pre-6.4 profile stores.
+        Policy::from_toml_str("[mm]\nvma_lock = \"none\"\nvma_lock_faults = \"all\"\n").unwrap();
+    }
+
+    /// The shipped profiles set the issue-12 switches as their kernels did: munmap
+    /// downgrades from 4.20, and the per-VMA lock covers anonymous faults only in pvl-v2 (6.4)
+    /// and every fault in 6.7 and later.
+    #[test]
+    fn shipped_profiles_follow_their_kernels() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles");
+        let before_4_20 = [
+            "linux-2.6.13",
+            "linux-2.6.13-prezero",
+            "linux-2.6.13-rss-delta",
+            "linux-2.6.13-split-ptl",
+            "vanilla-4.9",
+            "hopcpu",
+            "linux-4.15",
+            "large-zone-batch",
+            "lru-lock-base",
+            "lru-lock-splice",
+        ];
+        let mut seen = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let p = Policy::from_toml_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(
+                text.contains("munmap_downgrade"),
+                "{name} does not say whether munmap downgrades"
+            );
+            assert_eq!(
+                p.mm.munmap_downgrade,
+                !before_4_20.contains(&name.as_str()),
+                "{name}: munmap_downgrade"
+            );
+            let want = match name.as_str() {
+                "pvl-v2" => VmaLockFaults::Anon,
+                _ => VmaLockFaults::All,
+            };
+            assert_eq!(p.mm.vma_lock_faults, want, "{name}: vma_lock_faults");
+            seen += 1;
+        }
+        assert!(
+            seen >= 17,
+            "only {seen} profiles found in {}",
+            dir.display()
+        );
     }
 }

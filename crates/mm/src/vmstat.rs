@@ -80,6 +80,19 @@ vm_events! {
     VmaLockRetry => "vma_lock_retry",
     /// No VMA was found under RCU (`vma_lock_miss`).
     VmaLockMiss => "vma_lock_miss",
+    /// A fault on a file-backed VMA took mmap_lock because the profile's per-VMA lock covers
+    /// anonymous VMAs only (`mm.vma_lock_faults` before "all"). Also counted in
+    /// `vma_lock_abort`, as the kernel counts it.
+    VmaLockFallbackFile => "vma_lock_fallback_file",
+    /// A fault on an anonymous VMA without an anon_vma took mmap_lock (6.4's
+    /// `lock_vma_under_rcu` refused such VMAs). Also counted in `vma_lock_abort`.
+    VmaLockFallbackAnonVma => "vma_lock_fallback_anon_vma",
+    /// A swap-in started under the VMA lock was retried under mmap_lock (6.4 and 6.5). Also
+    /// counted in `vma_lock_retry`.
+    VmaLockFallbackSwap => "vma_lock_fallback_swap",
+    /// munmaps that downgraded mmap_lock to read for the zap, TLB flush and freeing
+    /// (`mm.munmap_downgrade`).
+    MunmapDowngrade => "munmap_downgrade",
     /// Faults handled under mmap_lock held for read.
     FaultMmapLock => "fault_mmap_lock",
     /// TLB shootdown IPIs sent.

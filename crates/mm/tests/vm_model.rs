@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use pagelab_mm::policy::{
     LruAdd, LruRelease, MemcgCharge, MglruMove, Ptl, RssCounter, TlbShootdown, VmaLock,
+    VmaLockFaults,
 };
 use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
 use pagelab_mm::vm::filemap::File;
@@ -77,43 +78,56 @@ fn policy() -> impl Strategy<Value = Policy> {
         any::<bool>(),
         any::<bool>(),
         0..3u8,
+        0..3u8,
+        any::<bool>(),
     )
-        .prop_map(|(vl, ptl, rss, add, rel, tlb, around, lru_gen)| {
-            let mut p = Policy::default();
-            p.mm.vma_lock = [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount][vl as usize];
-            p.mm.ptl = if ptl { Ptl::Split } else { Ptl::Mm };
-            p.mm.rss = [
-                RssCounter::Atomic,
-                RssCounter::PerThread,
-                RssCounter::PerCpu,
-            ][rss as usize];
-            p.lru.add = [LruAdd::PerPage, LruAdd::Batch, LruAdd::Splice][add as usize];
-            p.lru.release = if rel {
-                LruRelease::Concurrent
-            } else {
-                LruRelease::Locked
-            };
-            p.mm.tlb_shootdown = if tlb {
-                TlbShootdown::Ipi
-            } else {
-                TlbShootdown::None
-            };
-            p.mm.fault_around = if around { 16 } else { 0 };
-            // Classic lists, or MGLRU moving folios one by one or in bulk (MGLRU never ran
-            // with the 2018 splice).
-            if lru_gen > 0 {
-                p.lru.mglru = true;
-                p.lru.mglru_move = if lru_gen == 2 {
-                    MglruMove::Bulk
-                } else {
-                    MglruMove::PerFolio
-                };
-                if p.lru.add == LruAdd::Splice {
-                    p.lru.add = LruAdd::Batch;
+        .prop_map(
+            |(vl, ptl, rss, add, rel, tlb, around, lru_gen, cover, downgrade)| {
+                let mut p = Policy::default();
+                p.mm.vma_lock = [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount][vl as usize];
+                // Which faults the VMA lock covers (6.4, 6.6, 6.7+); without one, the default.
+                if p.mm.vma_lock != VmaLock::None {
+                    p.mm.vma_lock_faults = [
+                        VmaLockFaults::Anon,
+                        VmaLockFaults::AnonSwap,
+                        VmaLockFaults::All,
+                    ][cover as usize];
                 }
-            }
-            p
-        })
+                p.mm.munmap_downgrade = downgrade;
+                p.mm.ptl = if ptl { Ptl::Split } else { Ptl::Mm };
+                p.mm.rss = [
+                    RssCounter::Atomic,
+                    RssCounter::PerThread,
+                    RssCounter::PerCpu,
+                ][rss as usize];
+                p.lru.add = [LruAdd::PerPage, LruAdd::Batch, LruAdd::Splice][add as usize];
+                p.lru.release = if rel {
+                    LruRelease::Concurrent
+                } else {
+                    LruRelease::Locked
+                };
+                p.mm.tlb_shootdown = if tlb {
+                    TlbShootdown::Ipi
+                } else {
+                    TlbShootdown::None
+                };
+                p.mm.fault_around = if around { 16 } else { 0 };
+                // Classic lists, or MGLRU moving folios one by one or in bulk (MGLRU never ran
+                // with the 2018 splice).
+                if lru_gen > 0 {
+                    p.lru.mglru = true;
+                    p.lru.mglru_move = if lru_gen == 2 {
+                        MglruMove::Bulk
+                    } else {
+                        MglruMove::PerFolio
+                    };
+                    if p.lru.add == LruAdd::Splice {
+                        p.lru.add = LruAdd::Batch;
+                    }
+                }
+                p
+            },
+        )
 }
 
 /// A mapping the model knows about.

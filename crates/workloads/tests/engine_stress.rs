@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pagelab_mm::policy::{
     LruAdd, LruLockScope, LruRelease, MglruMove, PcpLists, PcpTune, Ptl, RssCounter, TlbShootdown,
-    VmaLock,
+    VmaLock, VmaLockFaults,
 };
 use pagelab_mm::{Kernel, Policy};
 use pagelab_sync::LockKind;
@@ -33,6 +33,17 @@ fn policies() -> Vec<(String, Policy)> {
     };
     vary("vma_lock=none", &|p| p.mm.vma_lock = VmaLock::None);
     vary("vma_lock=rwsem", &|p| p.mm.vma_lock = VmaLock::Rwsem);
+    vary("vma_lock_faults=anon", &|p| {
+        p.mm.vma_lock_faults = VmaLockFaults::Anon
+    });
+    vary("vma_lock_faults=anon+swap", &|p| {
+        p.mm.vma_lock_faults = VmaLockFaults::AnonSwap
+    });
+    vary("rwsem, vma_lock_faults=anon", &|p| {
+        p.mm.vma_lock = VmaLock::Rwsem;
+        p.mm.vma_lock_faults = VmaLockFaults::Anon;
+    });
+    vary("munmap_downgrade=false", &|p| p.mm.munmap_downgrade = false);
     vary("ptl=mm", &|p| p.mm.ptl = Ptl::Mm);
     vary("rss=atomic", &|p| p.mm.rss = RssCounter::Atomic);
     vary("rss=per-thread", &|p| p.mm.rss = RssCounter::PerThread);

@@ -84,6 +84,11 @@ pub fn try_to_inc_max_seq(
             st.skipped += 1;
             continue;
         };
+        // The walk covers the whole page table, not only the VMAs in the tree, so it must
+        // also exclude `free_pgtables`, which a munmap that downgraded mmap_lock to read
+        // (`mm.munmap_downgrade`) runs alongside other readers: it holds the rmap lock for
+        // write there, as for reclaim's rmap walks.
+        let _rmap = mm.rmap_lock.read();
         st.walked += 1;
         st.ptes += mm.pgtable.walk_young(|_, pfn| {
             let page = &pages[pfn];

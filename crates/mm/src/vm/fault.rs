@@ -2,9 +2,11 @@
 //!
 //! Entry: with per-VMA locks on, the VMA is looked up under RCU and read-locked on its own
 //! (`lock_vma_under_rcu`); if that is refused (the VMA is being changed, is gone, or — in 6.4 —
-//! has no anon_vma yet) or the fault must be retried, the fault takes mmap_lock for read and
-//! looks the VMA up again. `handle_mm_fault` then walks the page table, allocating missing
-//! levels, and dispatches on the PTE:
+//! has no anon_vma yet, or the profile's kernel did not handle that kind of fault under the VMA
+//! lock: `mm.vma_lock_faults`) or the fault must be retried, the fault takes mmap_lock for read
+//! and looks the VMA up again. Each fallback is counted by reason (`vma_lock_fallback_*`).
+//! `handle_mm_fault` then walks the page table, allocating missing levels, and dispatches on
+//! the PTE:
 //! - none, anonymous VMA: `do_anonymous_page` (a zeroed page);
 //! - none, file VMA: `do_read_fault` (map the page-cache page, and with fault-around up to 16
 //!   already-cached neighbours under the same PTE lock), `do_cow_fault` (private write: copy into
@@ -60,6 +62,29 @@ pub struct FaultCtx<'a> {
     pub mm: &'a Mm,
     pub cpu: CpuId,
     pub rss: &'a TaskRss,
+}
+
+/// Why `lock_vma_under_rcu` refused: the kernel's event, and the engine's finer reason for a
+/// refusal the profile's kernel made by design (not by contention).
+struct Refused {
+    event: VmEvent,
+    reason: Option<VmEvent>,
+}
+
+impl Refused {
+    fn plain(event: VmEvent) -> Self {
+        Refused {
+            event,
+            reason: None,
+        }
+    }
+
+    fn abort(reason: VmEvent) -> Self {
+        Refused {
+            event: VmEvent::VmaLockAbort,
+            reason: Some(reason),
+        }
+    }
 }
 
 /// Which lock the fault holds.
@@ -213,7 +238,12 @@ impl FaultCtx<'_> {
                         self.count(VmEvent::VmaLockRetry);
                     }
                 },
-                Err(ev) => self.count(ev),
+                Err(refused) => {
+                    if let Some(reason) = refused.reason {
+                        self.count(reason);
+                    }
+                    self.count(refused.event);
+                }
             }
         }
         let _r = self.mm.mmap_lock.read();
@@ -230,22 +260,34 @@ impl FaultCtx<'_> {
         }
     }
 
-    /// `lock_vma_under_rcu`: the VMA read-locked on its own, or the event saying why not.
+    /// `lock_vma_under_rcu`: the VMA read-locked on its own, or the events saying why not.
+    ///
+    /// Which VMAs qualify follows `mm.vma_lock_faults`: before 6.7 `lock_vma_under_rcu` gave
+    /// up on any VMA that was not `vma_is_anonymous` (6.4's "For now only anonymous VMAs are
+    /// supported"), counting `VMA_LOCK_ABORT`; the engine counts the same abort plus its
+    /// reason.
     fn lock_vma_under_rcu<'g>(
         &'g self,
         g: &'g RcuGuard<'_>,
         addr: u64,
         kind: VmaLockKind,
-    ) -> Result<(&'g Vma, crate::vm::vma_lock::VmaReadGuard<'g>), VmEvent> {
-        let vma = self.mm.vmas(g).find(addr).ok_or(VmEvent::VmaLockMiss)?;
+    ) -> Result<(&'g Vma, crate::vm::vma_lock::VmaReadGuard<'g>), Refused> {
+        let vma = self
+            .mm
+            .vmas(g)
+            .find(addr)
+            .ok_or(Refused::plain(VmEvent::VmaLockMiss))?;
+        if !vma.is_anon() && !self.k.policy().mm.vma_lock_faults.file() {
+            return Err(Refused::abort(VmEvent::VmaLockFallbackFile));
+        }
         // 6.4 could not prepare an anon_vma under the VMA lock: such faults went to mmap_lock.
         if kind == VmaLockKind::Rwsem && vma.needs_anon_vma() && !vma.has_anon_vma() {
-            return Err(VmEvent::VmaLockAbort);
+            return Err(Refused::abort(VmEvent::VmaLockFallbackAnonVma));
         }
         let guard = vma
             .lock
             .start_read(&self.mm.mm_lock_seq)
-            .map_err(|_| VmEvent::VmaLockAbort)?;
+            .map_err(|_| Refused::plain(VmEvent::VmaLockAbort))?;
         Ok((vma, guard))
     }
 
@@ -273,6 +315,8 @@ impl FaultCtx<'_> {
         }
         let pt = &self.mm.pgtable;
         let slot = self.walk_alloc_reclaim(addr)?;
+        // Who takes this table's lock: what decides whether traces see it shared.
+        pt.note_pte_user(slot, self.cpu);
         let pte = pt.load(slot);
         if pte.is_none() {
             match &vma.backing {
@@ -288,6 +332,12 @@ impl FaultCtx<'_> {
                 self.count(VmEvent::FaultSpurious);
             }
         } else if let Some(entry) = SwapEntry::from_pte(pte).filter(|_| self.k.swap().is_some()) {
+            if held == Held::Vma && !self.k.policy().mm.vma_lock_faults.swap() {
+                // 6.4/6.5 `do_swap_page`: `VM_FAULT_RETRY` under the VMA lock, redone under
+                // mmap_lock.
+                self.count(VmEvent::VmaLockFallbackSwap);
+                return Ok(Outcome::Retry);
+            }
             self.do_swap_page(vma, slot, addr, write, pte, entry)?;
         } else {
             return Err(FaultError::Sigbus { addr, entry: pte.0 });

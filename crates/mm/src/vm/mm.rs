@@ -7,7 +7,9 @@
 //! Locking:
 //! - `mmap_lock` (an rwsem whose reader count is one shared cache line) is taken for write by
 //!   mmap and munmap, and for read by faults that do not use (or fall back from) per-VMA
-//!   locks.
+//!   locks. With `mm.munmap_downgrade` (4.20+) munmap holds it for write only while it
+//!   detaches the VMAs, then downgrades to read for the zap, the TLB flush and the freeing
+//!   (see [`Mm::munmap`]).
 //! - The VMA tree is published with RCU: readers (faults) look VMAs up without any lock;
 //!   writers, holding mmap_lock for write, publish a modified copy.
 //! - A writer write-locks each VMA it changes (`vma_start_write`) and `mmap_write_unlock`
@@ -22,7 +24,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pagelab_sync::{LockStatsSnapshot, RcuCell, RcuGuard, RwSem, RwSemWriteGuard, SpinLock};
+use pagelab_sync::{
+    LockStatsSnapshot, RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinLock,
+};
 
 use crate::alloc::AllocError;
 use crate::cpu::CpuId;
@@ -87,6 +91,8 @@ pub struct Mm {
     pub rss: Rss,
     pub tlb: TlbState,
     vma_lock_kind: VmaLockKind,
+    /// `mm.munmap_downgrade`: munmap zaps under mmap_lock held for read.
+    munmap_downgrade: bool,
     /// What the kernel's `anon_vma` lock does for rmap walks: reclaim holds it for read while
     /// it walks this mm's page table to a page; `free_pgtables` holds it for write, so no
     /// page-table page is freed under a walk. Reclaim never needs `mmap_lock`, so a fault
@@ -105,10 +111,29 @@ pub struct MmapWriteGuard<'a> {
     guard: Option<RwSemWriteGuard<'a, ()>>,
 }
 
+impl<'a> MmapWriteGuard<'a> {
+    /// `mmap_write_downgrade`: release every VMA write-locked under this hold (advancing
+    /// `mm_lock_seq`, as the kernel's `vma_end_write_all` in `mmap_write_downgrade` does) and
+    /// turn the write lock into a read lock without letting a writer in between; readers
+    /// waiting now are admitted with it. VMAs detached under the write lock stay unlockable
+    /// (they are marked detached), so only the VMAs still in the tree become usable again.
+    pub fn downgrade(mut self) -> RwSemReadGuard<'a, ()> {
+        let g = self
+            .guard
+            .take()
+            .expect("a write guard holds the lock until dropped");
+        self.mm.mm_lock_seq.end_write_all();
+        self.mm.mmap_lock.downgrade(g)
+    }
+}
+
 impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
-        self.mm.mm_lock_seq.end_write_all();
-        drop(self.guard.take());
+        // Nothing to do after a downgrade: the VMAs were released then.
+        if let Some(g) = self.guard.take() {
+            self.mm.mm_lock_seq.end_write_all();
+            drop(g);
+        }
     }
 }
 
@@ -137,6 +162,7 @@ impl Mm {
                 k.swap().is_some(),
             ),
             vma_lock_kind: k.vma_lock_kind().unwrap_or(VmaLockKind::Refcount),
+            munmap_downgrade: p.mm.munmap_downgrade,
             retired_vma_stats: SpinLock::new(p.locks.spinlock, LockStatsSnapshot::default()),
             k,
         })
@@ -251,6 +277,18 @@ impl Mm {
 
     /// `do_munmap`: unmap `[addr, addr + len)`, splitting VMAs that straddle the ends. Unmapping
     /// a range with nothing mapped is a no-op, as in the kernel.
+    ///
+    /// mmap_lock is held for write while the VMAs are write-locked, split and detached. With
+    /// `mm.munmap_downgrade` it is then downgraded to read for `unmap_region` (zap, TLB flush,
+    /// freeing pages and page tables), as `__do_munmap(.., downgrade)` does from 4.20 (Yang
+    /// Shi, "mm: mmap: zap pages with read mmap_sem in munmap") and `do_vmi_align_munmap(..,
+    /// unlock)` today: the read hold still keeps mmap and other munmaps (writers) out, which is
+    /// what `free_pgtables`' floor/ceiling rule needs, while faults on other VMAs and readers
+    /// of the mm proceed. From 5.8 to 6.4 the kernel refused to downgrade when a neighbour of
+    /// the range could grow into it (a `VM_GROWSDOWN` next or `VM_GROWSUP` previous VMA,
+    /// because stack expansion ran under the read lock); 6.5 moved stack expansion under the
+    /// write lock and downgrades always. The engine has no growable stack VMAs, so with the
+    /// switch on every munmap that found something to unmap downgrades.
     pub fn munmap(&self, g: &RcuGuard<'_>, cpu: CpuId, addr: u64, len: u64) -> Result<(), MmError> {
         if !addr.is_multiple_of(PAGE_SIZE as u64) {
             return Err(MmError::Invalid(format!(
@@ -297,8 +335,17 @@ impl Mm {
         }
         let lo = victims[0].start.max(addr);
         let hi = victims[victims.len() - 1].end.min(end);
-        self.unmap_region(cpu, lo, hi, floor, ceiling);
-        drop(w);
+        if self.munmap_downgrade {
+            let _r = w.downgrade();
+            self.k
+                .mem()
+                .events()
+                .count(cpu, VmEvent::MunmapDowngrade, 1);
+            self.unmap_region(cpu, lo, hi, floor, ceiling);
+        } else {
+            self.unmap_region(cpu, lo, hi, floor, ceiling);
+            drop(w);
+        }
         Ok(())
     }
 
@@ -492,5 +539,221 @@ impl Drop for Mm {
         // files they map; let them go now rather than at some later writer's reclaim.
         self.k.rcu().synchronize();
         // The page table frees its remaining (top-level) pages when it drops.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::alloc::MemConfig;
+    use crate::policy::Policy;
+
+    /// Runs a munmap on CPU 0 whose TLB flush waits for CPU 1 (a task in user mode that does
+    /// not acknowledge), and reports whether mmap_lock could be read-locked meanwhile, i.e.
+    /// during the zap, after the VMAs were detached.
+    fn reader_gets_in_during_zap(downgrade: bool) -> (bool, u64) {
+        let mut p = Policy::default();
+        p.mm.munmap_downgrade = downgrade;
+        p.mm.tlb_shootdown = TlbShootdown::Ipi;
+        let k = Kernel::new(&MemConfig::new(16 << 20, 2), &p).unwrap();
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let _other = k.new_task(mm.clone(), CpuId(1));
+        let (k2, mm2) = (k.clone(), mm.clone());
+        let unmapper = std::thread::spawn(move || {
+            let t = k2.new_task(mm2, CpuId(0));
+            let a = t.mmap(4 * PAGE_SIZE as u64, true, MapKind::Anon).unwrap();
+            t.store(a, 7).unwrap();
+            t.munmap(a, 4 * PAGE_SIZE as u64).unwrap();
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !mm.tlb.pending(CpuId(1)) {
+            assert!(Instant::now() < deadline, "the munmap never flushed");
+            std::thread::yield_now();
+        }
+        let got = mm.mmap_lock.try_read().is_some();
+        // The VMA is already gone from the tree, and a writer is still kept out.
+        let reader = pagelab_sync::RcuDomain::register(k.rcu()).unwrap();
+        assert!(mm.vmas(&reader.lock()).is_empty());
+        drop(reader);
+        assert!(mm.mmap_lock.try_write().is_none());
+        while !unmapper.is_finished() {
+            mm.tlb.ack(CpuId(1));
+            std::thread::yield_now();
+        }
+        unmapper.join().unwrap();
+        (got, k.mem().events().sum(VmEvent::MunmapDowngrade))
+    }
+
+    #[test]
+    fn munmap_downgrade_admits_readers_during_the_zap() {
+        assert_eq!(reader_gets_in_during_zap(true), (true, 1));
+    }
+
+    #[test]
+    fn munmap_without_downgrade_keeps_readers_out_until_done() {
+        assert_eq!(reader_gets_in_during_zap(false), (false, 0));
+    }
+
+    fn events(k: &Kernel, e: VmEvent) -> u64 {
+        k.mem().events().sum(e)
+    }
+
+    /// File faults stay under the VMA lock only from 6.7 ("all"); before, each one is an
+    /// abort counted with its reason, and so is 6.4's first fault of an anonymous VMA that
+    /// has no anon_vma yet.
+    #[test]
+    fn vma_lock_coverage_decides_which_faults_fall_back() {
+        use crate::policy::{VmaLock, VmaLockFaults};
+        for cover in [
+            VmaLockFaults::Anon,
+            VmaLockFaults::AnonSwap,
+            VmaLockFaults::All,
+        ] {
+            let mut p = Policy::default();
+            p.mm.vma_lock = VmaLock::Rwsem;
+            p.mm.vma_lock_faults = cover;
+            let k = Kernel::new(&MemConfig::new(16 << 20, 1), &p).unwrap();
+            let mm = k.new_mm(CpuId(0)).unwrap();
+            let t = k.new_task(mm.clone(), CpuId(0));
+            let file = k.create_file(8);
+            let f = t
+                .mmap(
+                    8 * PAGE_SIZE as u64,
+                    true,
+                    MapKind::File {
+                        file,
+                        offset: 0,
+                        shared: true,
+                    },
+                )
+                .unwrap();
+            let a = t.mmap(8 * PAGE_SIZE as u64, true, MapKind::Anon).unwrap();
+            for i in 0..4 {
+                t.load(f + i * 2 * PAGE_SIZE as u64).unwrap();
+                t.store(a + i * PAGE_SIZE as u64, i).unwrap();
+            }
+            let file_fallbacks = events(&k, VmEvent::VmaLockFallbackFile);
+            let anon_vma = events(&k, VmEvent::VmaLockFallbackAnonVma);
+            assert_eq!(anon_vma, 1, "{cover:?}: the first anonymous fault");
+            let want_file = if cover.file() { 0 } else { 4 };
+            assert_eq!(file_fallbacks, want_file, "{cover:?}");
+            assert_eq!(
+                events(&k, VmEvent::VmaLockAbort),
+                file_fallbacks + anon_vma,
+                "{cover:?}: every fallback is also an abort"
+            );
+            assert_eq!(
+                events(&k, VmEvent::VmaLockSuccess),
+                8 - file_fallbacks - anon_vma,
+                "{cover:?}"
+            );
+            t.munmap(f, 8 * PAGE_SIZE as u64).unwrap();
+            t.munmap(a, 8 * PAGE_SIZE as u64).unwrap();
+        }
+    }
+
+    /// 6.4 and 6.5 retried every swap-in under mmap_lock; 6.6 handled them under the VMA lock.
+    #[test]
+    fn swap_ins_fall_back_only_before_anon_swap_coverage() {
+        use crate::policy::{VmaLock, VmaLockFaults};
+        use crate::reclaim::swap::{Backing, SwapConfig};
+        for cover in [VmaLockFaults::Anon, VmaLockFaults::AnonSwap] {
+            let mut p = Policy::default();
+            p.mm.vma_lock = VmaLock::Refcount;
+            p.mm.vma_lock_faults = cover;
+            let cfg = MemConfig::new(32 << 20, 1).with_memcgs(2);
+            let swap = SwapConfig::new(4096, Backing::Memory { compress: false }, 1);
+            let k = Kernel::with_swap(&cfg, &p, Some(swap)).unwrap();
+            k.stop_kswapd();
+            k.mem().memcgs().set_max(1, 256).unwrap();
+            let mm = k.new_mm(CpuId(0)).unwrap();
+            mm.set_memcg(1).unwrap();
+            let t = k.new_task(mm.clone(), CpuId(0));
+            let pages = 1024u64;
+            let a = t
+                .mmap(pages * PAGE_SIZE as u64, true, MapKind::Anon)
+                .unwrap();
+            for i in 0..pages {
+                t.store(a + i * PAGE_SIZE as u64, i + 1).unwrap();
+            }
+            for i in 0..pages {
+                assert_eq!(t.load(a + i * PAGE_SIZE as u64).unwrap(), i + 1);
+            }
+            let swapins = events(&k, VmEvent::FaultSwap);
+            assert!(swapins > 0, "{cover:?}: nothing was swapped in");
+            let fell_back = events(&k, VmEvent::VmaLockFallbackSwap);
+            if cover.swap() {
+                assert_eq!(fell_back, 0, "{cover:?}");
+            } else {
+                assert_eq!(fell_back, swapins, "{cover:?}: every swap-in retried");
+                assert!(events(&k, VmEvent::VmaLockRetry) >= fell_back);
+            }
+            t.munmap(a, pages * PAGE_SIZE as u64).unwrap();
+        }
+    }
+
+    /// Two threads fault neighbouring pages of one PTE table: its split lock is shared per mm,
+    /// and traces record its acquisitions and releases under the shared class. A table only
+    /// one thread faults stays private and records nothing. A table installed afresh at the
+    /// same place (after munmap) starts private again.
+    #[test]
+    fn pte_lock_scope_follows_the_cpus_that_take_it() {
+        use crate::vm::pgtable::PTE_PTL_SHARED;
+        use pagelab_sync::Scope;
+        use pagelab_sync::trace::{self, Kind};
+
+        let k = Kernel::new(&MemConfig::new(32 << 20, 2), &Policy::default()).unwrap();
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let t1 = k.new_task(mm.clone(), CpuId(1));
+        let page = PAGE_SIZE as u64;
+        let len = 2 * PMD_SIZE;
+        let a = t0.mmap(len, true, MapKind::Anon).unwrap();
+        assert!(a.is_multiple_of(PMD_SIZE));
+        let (shared, private) = (a, a + PMD_SIZE);
+        let scope = |addr: u64| mm.pgtable.pte_lock_scope(mm.pgtable.walk(addr).unwrap());
+        for i in 0..4 {
+            t0.store(shared + i * page, i).unwrap();
+            t0.store(private + i * page, i).unwrap();
+        }
+        assert_eq!(scope(shared), Scope::Private, "one CPU so far");
+        assert_eq!(scope(private), Scope::Private);
+
+        trace::start(1024);
+        for i in 4..8 {
+            t1.store(shared + i * page, i).unwrap();
+        }
+        let in_shared = trace::stop();
+        trace::start(1024);
+        for i in 4..8 {
+            t0.store(private + i * page, i).unwrap();
+        }
+        let in_private = trace::stop();
+        assert_eq!(scope(shared), Scope::Mm, "two CPUs took its lock");
+        assert_eq!(scope(private), Scope::Private);
+        let ptl = |evs: &[trace::Event], acquire: bool| {
+            evs.iter()
+                .filter(|e| std::ptr::eq(e.class, &PTE_PTL_SHARED))
+                .filter(|e| matches!(e.kind, Kind::Acquire { .. }) == acquire)
+                .count()
+        };
+        // The second CPU's first fault marks the table shared as it takes the lock.
+        assert_eq!(ptl(&in_shared, true), 4, "{in_shared:?}");
+        assert_eq!(ptl(&in_shared, false), 4);
+        assert_eq!(ptl(&in_private, true) + ptl(&in_private, false), 0);
+
+        // CPU 1 stops running the mm, so the munmaps' TLB flushes do not wait for it.
+        t1.idle();
+        t0.munmap(a, len).unwrap();
+        let b = t0.mmap(len, true, MapKind::Anon).unwrap();
+        t0.store(b, 1).unwrap();
+        assert_eq!(
+            mm.pgtable.pte_lock_scope(mm.pgtable.walk(b).unwrap()),
+            Scope::Private,
+            "a new table forgets the old one's users"
+        );
+        t0.munmap(b, len).unwrap();
     }
 }

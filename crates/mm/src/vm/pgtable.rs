@@ -19,6 +19,13 @@
 //!   Dickins' split page-table locks, 2.6.15, kept in `struct ptdesc` today; here in
 //!   [`SplitPtl`], one lock per arena frame); with [`Ptl::Mm`] every PTE update of the address
 //!   space serialises on the one `mm->page_table_lock`, as before 2.6.15.
+//! - Who shares a split lock: a PTE table's lock is contended only when tasks on different
+//!   CPUs fault pages of the same table (neighbouring pages of one VMA, such as the edges of
+//!   pft's per-thread slices). Each split lock remembers the first CPU that took it since the
+//!   table was installed and sets a shared bit once another one does
+//!   ([`PageTable::note_pte_user`]); traces then see its acquisitions with the scope that is
+//!   really shared ([`PageTable::pte_lock_scope`]): private while one task uses the table,
+//!   per mm once several do.
 //! - `ptep_get_and_clear` in [`PageTable::get_and_clear`], `zap_pte_range` and its upper-level
 //!   callers in [`PageTable::zap_range`].
 //! - `free_pgtables`/`free_pgd_range` with their floor/ceiling rule in
@@ -70,22 +77,27 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{
-    AtomicU64, AtomicUsize,
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 use crossbeam_utils::CachePadded;
-use pagelab_sync::{LockKind, LockStatsSnapshot, SpinGuard, SpinLock};
+use pagelab_sync::trace::{self, Access, LockModel};
+use pagelab_sync::{LockKind, LockStatsSnapshot, Scope, SpinGuard, SpinLock};
 
 use crate::alloc::{AllocError, Gfp, Mem};
 use crate::cpu::CpuId;
 use crate::page::{PAGE_SHIFT, PAGE_SIZE, Pfn, pg};
 use crate::policy::Ptl;
 
-/// A split PTE-table lock (`ptlock_ptr`): one per table page, and the workloads the projector
-/// replays fault disjoint ranges per task, so each task has its own tables.
+/// A split PTE-table lock (`ptlock_ptr`) while one task takes it: private, so traces fold it
+/// into compute.
 pub static PTE_PTL: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("ptl", pagelab_sync::Scope::Private);
+/// A split PTE-table lock that tasks on more than one CPU have taken (they fault neighbouring
+/// pages of one table): shared by the threads of the mm, so replay makes them meet there.
+pub static PTE_PTL_SHARED: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("ptl (shared)", pagelab_sync::Scope::Mm);
 /// `mm->page_table_lock`: one per address space.
 pub static PAGE_TABLE_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("page_table_lock", pagelab_sync::Scope::Mm);
@@ -327,8 +339,36 @@ impl PteSlot {
 
 /// One split PTE lock. Aligned to 64 bytes, the stride of `struct page` in which the kernel
 /// embeds its `ptlock`, so that two tables' locks never share a cache line.
+///
+/// `first` and `shared` say who takes the lock (see [`PageTable::note_pte_user`]). They sit in
+/// the lock's own line, which every taker writes anyway, and are written only when they
+/// change (once when the table is installed, once when a second CPU arrives), so reading them
+/// on every fault adds no cache-line transfer.
 #[repr(align(64))]
-struct PtlCell(SpinLock<()>);
+struct PtlCell {
+    lock: SpinLock<()>,
+    /// The CPU (plus one) that first took the lock since the table was installed; 0: none.
+    first: AtomicU32,
+    /// Another CPU has taken it too.
+    shared: AtomicBool,
+}
+
+/// A held PTE-table lock ([`PageTable::pte_lock`]). When the acquisition was traced as a
+/// shared split lock, the release is traced too, before the lock is let go.
+#[must_use = "the PTE lock is released as soon as the guard is dropped"]
+pub struct PtlGuard<'a> {
+    traced: Option<(usize, LockModel)>,
+    _guard: SpinGuard<'a, ()>,
+}
+
+impl Drop for PtlGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some((id, model)) = self.traced {
+            trace::release(&PTE_PTL_SHARED, id, model, Access::Exclusive);
+        }
+    }
+}
 
 /// Split PTE locks: one `SpinLock<()>` per frame of the arena, used for the frames that are
 /// PTE tables (the kernel's `ptlock` in `struct ptdesc`, with `ALLOC_SPLIT_PTLOCKS` off).
@@ -345,7 +385,11 @@ impl SplitPtl {
     pub fn new(nr_pages: usize, kind: LockKind) -> Self {
         SplitPtl {
             locks: (0..nr_pages)
-                .map(|_| PtlCell(SpinLock::new(kind, ()).with_class(&PTE_PTL)))
+                .map(|_| PtlCell {
+                    lock: SpinLock::new(kind, ()).with_class(&PTE_PTL),
+                    first: AtomicU32::new(0),
+                    shared: AtomicBool::new(false),
+                })
                 .collect(),
         }
     }
@@ -353,7 +397,46 @@ impl SplitPtl {
     /// The lock of the PTE table in frame `table` (`ptlock_ptr`).
     #[inline]
     pub fn lock_of(&self, table: Pfn) -> &SpinLock<()> {
-        &self.locks[table.idx()].0
+        &self.locks[table.idx()].lock
+    }
+
+    /// The task on `cpu` is about to take the lock of the PTE table in `table`: remember the
+    /// first CPU, and mark the lock shared when another one comes. Loads only, once settled.
+    #[inline]
+    pub fn note_user(&self, table: Pfn, cpu: CpuId) {
+        let c = &self.locks[table.idx()];
+        if c.shared.load(Relaxed) {
+            return;
+        }
+        let me = u32::from(cpu.0) + 1;
+        let first = match c.first.load(Relaxed) {
+            0 => match c.first.compare_exchange(0, me, Relaxed, Relaxed) {
+                Ok(_) => return,
+                Err(f) => f,
+            },
+            f => f,
+        };
+        if first != me {
+            c.shared.store(true, Relaxed);
+        }
+    }
+
+    /// Whether tasks on more than one CPU have taken the lock of the table in `table` since it
+    /// was installed.
+    #[inline]
+    pub fn is_shared(&self, table: Pfn) -> bool {
+        self.locks[table.idx()].shared.load(Relaxed)
+    }
+
+    /// Forget who took the lock of `table`: the frame becomes a new PTE table (installed, not
+    /// yet reachable), whose users start afresh.
+    fn reset_users(&self, table: Pfn, cpu: CpuId) {
+        let c = &self.locks[table.idx()];
+        // Whoever installs the table is about to take its lock: the first user.
+        c.first.store(u32::from(cpu.0) + 1, Relaxed);
+        if c.shared.load(Relaxed) {
+            c.shared.store(false, Relaxed);
+        }
     }
 
     /// Frames covered.
@@ -363,13 +446,13 @@ impl SplitPtl {
 
     /// Statistics summed over every split lock (one lock class, as lockstat reports `ptlock`).
     pub fn stats(&self) -> LockStatsSnapshot {
-        self.locks.iter().map(|l| l.0.stats()).sum()
+        self.locks.iter().map(|l| l.lock.stats()).sum()
     }
 
     /// Zero every split lock's statistics.
     pub fn reset_stats(&self) {
         for l in self.locks.iter() {
-            l.0.reset_stats();
+            l.lock.reset_stats();
         }
     }
 }
@@ -551,7 +634,7 @@ impl PageTable {
             table = if e & Pte::PRESENT != 0 {
                 entry_table(e)
             } else {
-                self.install(cpu, w)?
+                self.install(cpu, w, level - 1)?
             };
         }
         Ok(PteSlot {
@@ -564,8 +647,14 @@ impl PageTable {
     /// installed. The page is allocated and zeroed before the lock is taken, so that the lock
     /// is held for a load and a store only; the price is an allocation wasted on a lost race.
     #[cold]
-    fn install(&self, cpu: CpuId, w: &AtomicU64) -> Result<Pfn, AllocError> {
+    fn install(&self, cpu: CpuId, w: &AtomicU64, level: u32) -> Result<Pfn, AllocError> {
         let new = alloc_table(&self.mem, cpu)?;
+        if level == LEVEL_PTE
+            && let Some(s) = &self.split
+        {
+            // Before it is published: the frame may have been another mm's PTE table.
+            s.reset_users(new, cpu);
+        }
         let guard = self.mm.page_table_lock.lock();
         // Every writer of upper entries holds the lock, and our acquisition of it makes the
         // winner's zeroing of its table visible too, so a relaxed load is enough.
@@ -594,14 +683,74 @@ impl PageTable {
     /// `pte_offset_map_lock`'s lock: the lock that protects the PTE table of `slot`, i.e. the
     /// table's split lock, or the mm-wide `page_table_lock` in [`Ptl::Mm`] mode.
     #[inline]
-    pub fn pte_lock(&self, slot: PteSlot) -> SpinGuard<'_, ()> {
-        self.ptl(slot.table).lock()
+    pub fn pte_lock(&self, slot: PteSlot) -> PtlGuard<'_> {
+        self.lock_table(slot.table)
     }
 
     /// [`PageTable::pte_lock`] if it is free right now (`spin_trylock(ptl)`).
     #[inline]
-    pub fn try_pte_lock(&self, slot: PteSlot) -> Option<SpinGuard<'_, ()>> {
-        self.ptl(slot.table).try_lock()
+    pub fn try_pte_lock(&self, slot: PteSlot) -> Option<PtlGuard<'_>> {
+        let l = self.ptl(slot.table);
+        let guard = l.try_lock()?;
+        Some(PtlGuard {
+            traced: self.trace_shared(slot.table, l, true),
+            _guard: guard,
+        })
+    }
+
+    #[inline]
+    fn lock_table(&self, table: Pfn) -> PtlGuard<'_> {
+        let l = self.ptl(table);
+        let guard = l.lock();
+        PtlGuard {
+            traced: self.trace_shared(table, l, false),
+            _guard: guard,
+        }
+    }
+
+    /// Record the acquisition of a split lock that several CPUs take, under the shared class
+    /// (the lock's own class is private and records nothing). Returns what the release must
+    /// record.
+    #[inline]
+    fn trace_shared(
+        &self,
+        table: Pfn,
+        l: &SpinLock<()>,
+        trylock: bool,
+    ) -> Option<(usize, LockModel)> {
+        if !trace::active() {
+            return None;
+        }
+        let s = self.split.as_ref()?;
+        if !s.is_shared(table) {
+            return None;
+        }
+        let id = l as *const SpinLock<()> as usize;
+        let model = match l.kind() {
+            LockKind::Ticket => LockModel::Ticket,
+            LockKind::Queued => LockModel::Queued,
+        };
+        trace::acquire(&PTE_PTL_SHARED, id, model, Access::Exclusive, trylock);
+        Some((id, model))
+    }
+
+    /// The task on `cpu` is about to lock the PTE table of `slot` (a fault that walked to it):
+    /// see [`SplitPtl::note_user`]. Nothing to remember in [`Ptl::Mm`] mode, where the one
+    /// lock is per mm anyway.
+    #[inline]
+    pub fn note_pte_user(&self, slot: PteSlot, cpu: CpuId) {
+        if let Some(s) = &self.split {
+            s.note_user(slot.table, cpu);
+        }
+    }
+
+    /// How far the lock of `slot`'s PTE table is shared, as traces record it: per mm for the
+    /// mm-wide lock or a split lock several CPUs took, private for a split lock one CPU took.
+    pub fn pte_lock_scope(&self, slot: PteSlot) -> Scope {
+        match &self.split {
+            Some(s) if !s.is_shared(slot.table) => Scope::Private,
+            _ => Scope::Mm,
+        }
     }
 
     /// Store a PTE (`set_pte_at`). The caller holds [`PageTable::pte_lock`] for the slot's
@@ -718,7 +867,7 @@ impl PageTable {
         let shift = entry_shift(level);
         let (first, last) = index_range(base, level, start, end);
         if level == LEVEL_PTE {
-            let _ptl = self.ptl(table).lock();
+            let _ptl = self.lock_table(table);
             for (i, w) in words.iter().enumerate().take(last + 1).skip(first) {
                 // Relaxed: under the lock, and a zero entry can only become nonzero under it.
                 if w.load(Relaxed) == 0 {

@@ -76,6 +76,13 @@ impl TlbState {
         }
     }
 
+    /// Whether a flush was requested from `cpu` and not yet acknowledged (a snapshot): a
+    /// shootdown is waiting for it.
+    pub fn pending(&self, cpu: CpuId) -> bool {
+        let m = &self.cpus[cpu.idx()];
+        m.done.load(Ordering::Acquire) != m.requested.load(Ordering::Acquire)
+    }
+
     /// The task on `cpu` enters the engine (kernel mode).
     #[inline]
     pub fn enter_kernel(&self, cpu: CpuId) {
