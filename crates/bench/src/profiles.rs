@@ -24,6 +24,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/linux-2.6.13-rss-delta.toml"),
     ),
     (
+        "linux-2.6.13-atomic",
+        include_str!("../../../profiles/linux-2.6.13-atomic.toml"),
+    ),
+    (
+        "linux-2.6.13-atomic-rss-delta",
+        include_str!("../../../profiles/linux-2.6.13-atomic-rss-delta.toml"),
+    ),
+    (
+        "linux-2.6.13-prefault",
+        include_str!("../../../profiles/linux-2.6.13-prefault.toml"),
+    ),
+    (
         "vanilla-4.9",
         include_str!("../../../profiles/vanilla-4.9.toml"),
     ),

@@ -245,6 +245,12 @@ pub enum Ptl {
     Mm,
     /// One lock per PTE-table page (Hugh Dickins, 2.6.15: split page-table locks).
     Split,
+    /// Christoph Lameter's page-fault scalability patches (2004-2005, last posted against
+    /// 2.6.13-rc6-mm1, never merged): an anonymous fault installs its PTE with a
+    /// compare-and-exchange on the empty entry (`ptep_cmpxchg`) and takes no lock; the loser
+    /// of a race frees its page. Missing page-table levels are populated the same way. Every
+    /// other PTE update still takes `mm->page_table_lock`.
+    Atomic,
 }
 
 /// How RSS counters are kept.
@@ -285,6 +291,11 @@ pub struct MmPolicy {
     pub fault_around: u32,
     #[serde(default = "MmPolicy::default_tlb")]
     pub tlb_shootdown: TlbShootdown,
+    /// Anticipatory prefaulting (Lameter 2004-2005): pages mapped after the faulting one by
+    /// an anonymous write fault, within the VMA and its PTE table; 0 turns it off. At most
+    /// [`MmPolicy::MAX_ANON_PREFAULT`].
+    #[serde(default)]
+    pub anon_prefault: u32,
 }
 
 impl MmPolicy {
@@ -303,6 +314,9 @@ impl MmPolicy {
     fn default_tlb() -> TlbShootdown {
         TlbShootdown::Ipi
     }
+    /// The most pages `anon_prefault` may add to a fault: the rest of one PTE table (the
+    /// faulting page is one of its 512 entries), as a fault maps under one table's lock.
+    pub const MAX_ANON_PREFAULT: u32 = 511;
 }
 
 impl Default for MmPolicy {
@@ -313,6 +327,7 @@ impl Default for MmPolicy {
             rss: Self::default_rss(),
             fault_around: Self::default_fault_around(),
             tlb_shootdown: Self::default_tlb(),
+            anon_prefault: 0,
         }
     }
 }
@@ -536,6 +551,13 @@ impl Policy {
                 self.mm.fault_around
             )));
         }
+        if self.mm.anon_prefault > MmPolicy::MAX_ANON_PREFAULT {
+            return Err(PolicyError(format!(
+                "mm.anon_prefault ({}) reaches past one page table: at most {} pages after the faulting one",
+                self.mm.anon_prefault,
+                MmPolicy::MAX_ANON_PREFAULT
+            )));
+        }
         let m = &self.memcg;
         if m.charge_batch == 0 || m.charge_batch > MemcgPolicy::MAX_CHARGE_BATCH {
             return Err(PolicyError(format!(
@@ -619,6 +641,34 @@ mod tests {
         let e =
             Policy::from_toml_str("[pcp]\nlists = \"none\"\ntune = \"adaptive\"\n").unwrap_err();
         assert!(e.0.contains("pcp.tune"), "{e}");
+    }
+
+    #[test]
+    fn atomic_ptl_and_anon_prefault_are_checked() {
+        let p = Policy::from_toml_str("[mm]\nptl = \"atomic\"\nanon_prefault = 511\n").unwrap();
+        assert_eq!((p.mm.ptl, p.mm.anon_prefault), (Ptl::Atomic, 511));
+        assert_eq!(Policy::from_toml_str("").unwrap().mm.anon_prefault, 0);
+        let e = Policy::from_toml_str("[mm]\nptl = \"lockless\"\n").unwrap_err();
+        assert!(
+            e.0.contains("lockless")
+                && e.0.contains("mm")
+                && e.0.contains("split")
+                && e.0.contains("atomic")
+                && e.0.contains("line 2"),
+            "{e}"
+        );
+        for bad in [512, 4096] {
+            let e = Policy::from_toml_str(&format!("[mm]\nanon_prefault = {bad}\n")).unwrap_err();
+            assert!(
+                e.0.contains("mm.anon_prefault") && e.0.contains("511") && !e.0.contains('\n'),
+                "{e}"
+            );
+        }
+        let e = Policy::from_toml_str("[mm]\nanon_prefault = -1\n").unwrap_err();
+        assert!(
+            e.0.contains("anon_prefault") || e.0.contains("line 2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -135,3 +135,144 @@ fn copy_on_write_under_a_tight_memcg_reclaims_instead_of_failing() {
     k.lru().drain_all();
     assert_eq!(k.mem().memcgs().stat(1).unwrap().usage, 0, "charges left");
 }
+
+/// Pages of `[a, a + n pages)` mapped, by page number.
+fn mapped_pages(mm: &pagelab_mm::Mm, a: u64, n: u64) -> Vec<u64> {
+    (0..n)
+        .filter(|i| mapping(mm, a + i * PAGE).is_some())
+        .collect()
+}
+
+/// `mm.anon_prefault = 4`: a write fault maps its page and the 4 after it, never past the VMA's
+/// end nor the faulting PTE table's, and skips pages already mapped; each page is charged,
+/// counted in RSS and zeroed.
+#[test]
+fn prefault_maps_the_next_pages_within_the_vma_and_the_table() {
+    for ptl in [
+        pagelab_mm::policy::Ptl::Mm,
+        pagelab_mm::policy::Ptl::Split,
+        pagelab_mm::policy::Ptl::Atomic,
+    ] {
+        let mut p = exact_memcg();
+        p.mm.anon_prefault = 4;
+        p.mm.ptl = ptl;
+        let k = kernel(32 << 20, None, &p);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        mm.set_memcg(1).unwrap();
+        let t = k.new_task(mm.clone(), CpuId(0));
+        // 3 PTE tables' worth, so that the VMA crosses at least one table boundary.
+        let n = 3 * 512;
+        let a = t.mmap(n * PAGE, true, MapKind::Anon).unwrap();
+        let table_page = |i: u64| ((a >> 12) + i) % 512;
+
+        // In the middle of a table: the page and the next 4.
+        let mid = (0..n - 8).find(|&i| table_page(i) == 100).unwrap();
+        t.store(a + mid * PAGE, 1).unwrap();
+        assert_eq!(
+            mapped_pages(&mm, a, n),
+            (mid..mid + 5).collect::<Vec<_>>(),
+            "{ptl:?}"
+        );
+        for i in mid + 1..mid + 5 {
+            assert_eq!(t.load(a + i * PAGE + 16).unwrap(), 0, "{ptl:?} page {i}");
+        }
+
+        // Two pages before a table's end: the page and the one after, not the next table's.
+        let edge = (0..n - 8).find(|&i| table_page(i) == 510).unwrap();
+        t.store(a + edge * PAGE, 2).unwrap();
+        assert!(mapping(&mm, a + (edge + 1) * PAGE).is_some(), "{ptl:?}");
+        assert!(
+            mapping(&mm, a + (edge + 2) * PAGE).is_none(),
+            "{ptl:?}: prefault crossed into the next PTE table"
+        );
+
+        // An already mapped page in the window (here the zero page, read before) is left
+        // alone and the others are filled.
+        let start = (0..n - 8).find(|&i| table_page(i) == 200).unwrap();
+        assert_eq!(t.load(a + (start + 2) * PAGE).unwrap(), 0);
+        let before = mapped_pages(&mm, a, n).len();
+        t.store(a + start * PAGE, 4).unwrap();
+        assert_eq!(mapped_pages(&mm, a, n).len(), before + 4, "{ptl:?}");
+        assert_eq!(
+            mapping(&mm, a + (start + 2) * PAGE),
+            Some((k.zero_pfn(), false))
+        );
+
+        // At the VMA's last page: that page only.
+        let before = mapped_pages(&mm, a, n).len();
+        t.store(a + (n - 1) * PAGE, 5).unwrap();
+        assert_eq!(mapped_pages(&mm, a, n).len(), before + 1, "{ptl:?}");
+
+        // A read fault still maps the zero page and nothing more.
+        let r = (0..n - 8).find(|&i| table_page(i) == 300).unwrap();
+        let before = mapped_pages(&mm, a, n).len();
+        assert_eq!(t.load(a + r * PAGE).unwrap(), 0);
+        assert_eq!(mapped_pages(&mm, a, n).len(), before + 1, "{ptl:?}");
+
+        let total = mapped_pages(&mm, a, n)
+            .iter()
+            .filter(|&&i| mapping(&mm, a + i * PAGE).unwrap().0 != k.zero_pfn())
+            .count() as i64;
+        assert_eq!(total, 5 + 2 + 4 + 1, "{ptl:?}");
+        t.sync_rss();
+        assert_eq!(mm.rss.sum(RssType::Anon), total, "{ptl:?}");
+        assert_eq!(
+            k.mem().memcgs().stat(1).unwrap().usage,
+            total as u64,
+            "{ptl:?}: every prefaulted page is charged"
+        );
+        mm.check(true).unwrap();
+        t.munmap(a, n * PAGE).unwrap();
+        k.lru().drain_all();
+        assert_eq!(k.mem().memcgs().stat(1).unwrap().usage, 0, "{ptl:?}");
+    }
+}
+
+/// `mm.ptl = "atomic"`: many threads fault the same pages at once, with no PTE lock; every
+/// page ends mapped once, the losers' pages are freed, RSS is exact, and nothing leaks.
+#[test]
+fn atomic_installs_race_without_leaks() {
+    let mut p = Policy::default();
+    p.mm.ptl = pagelab_mm::policy::Ptl::Atomic;
+    p.mm.rss = pagelab_mm::policy::RssCounter::Atomic;
+    p.mm.vma_lock = pagelab_mm::policy::VmaLock::None;
+    let k = Kernel::new(&MemConfig::new(32 << 20, 4), &p).unwrap();
+    let mm = k.new_mm(CpuId(0)).unwrap();
+    let n = 2048;
+    let a = k
+        .new_task(mm.clone(), CpuId(0))
+        .mmap(n * PAGE, true, MapKind::Anon)
+        .unwrap();
+    std::thread::scope(|s| {
+        for c in 0..4u16 {
+            let t = k.new_task(mm.clone(), CpuId(c));
+            s.spawn(move || {
+                for i in 0..n {
+                    // Half the threads read first (the zero page), so that writes race
+                    // both with installs and with copy-on-write of the zero page.
+                    if c % 2 == 1 {
+                        let _ = t.load(a + i * PAGE).unwrap();
+                    }
+                    t.store(a + i * PAGE + 8 * u64::from(c), u64::from(c) + 1)
+                        .unwrap();
+                }
+                t.sync_rss();
+            });
+        }
+    });
+    let t = k.new_task(mm.clone(), CpuId(0));
+    for i in 0..n {
+        for c in 0..4u64 {
+            assert_eq!(t.load(a + i * PAGE + 8 * c).unwrap(), c + 1, "page {i}");
+        }
+    }
+    let (anon, _) = mm.check(true).unwrap();
+    assert_eq!(anon, n);
+    t.munmap(a, n * PAGE).unwrap();
+    drop(t);
+    drop(mm);
+    k.drain_deferred_mms();
+    k.lru().drain_all();
+    k.mem().drain_all_pages();
+    assert_eq!(k.mem().check().unwrap().allocated, Kernel::RESERVED_FRAMES);
+}

@@ -70,18 +70,20 @@ fn op() -> impl Strategy<Value = Op> {
 fn policy() -> impl Strategy<Value = Policy> {
     (
         0..3u8,
-        any::<bool>(),
         0..3u8,
         0..3u8,
+        0..3u8,
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
         0..3u8,
+        prop::sample::select(vec![0u32, 1, 4, 511]),
     )
-        .prop_map(|(vl, ptl, rss, add, rel, tlb, around, lru_gen)| {
+        .prop_map(|(vl, ptl, rss, add, rel, tlb, around, lru_gen, prefault)| {
             let mut p = Policy::default();
             p.mm.vma_lock = [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount][vl as usize];
-            p.mm.ptl = if ptl { Ptl::Split } else { Ptl::Mm };
+            p.mm.ptl = [Ptl::Mm, Ptl::Split, Ptl::Atomic][ptl as usize];
+            p.mm.anon_prefault = prefault;
             p.mm.rss = [
                 RssCounter::Atomic,
                 RssCounter::PerThread,

@@ -34,6 +34,16 @@ fn policies() -> Vec<(String, Policy)> {
     vary("vma_lock=none", &|p| p.mm.vma_lock = VmaLock::None);
     vary("vma_lock=rwsem", &|p| p.mm.vma_lock = VmaLock::Rwsem);
     vary("ptl=mm", &|p| p.mm.ptl = Ptl::Mm);
+    vary("ptl=atomic", &|p| p.mm.ptl = Ptl::Atomic);
+    vary("ptl=atomic rss=per-thread", &|p| {
+        p.mm.ptl = Ptl::Atomic;
+        p.mm.rss = RssCounter::PerThread;
+    });
+    vary("anon_prefault=16", &|p| p.mm.anon_prefault = 16);
+    vary("anon_prefault=511 ptl=atomic", &|p| {
+        p.mm.anon_prefault = 511;
+        p.mm.ptl = Ptl::Atomic;
+    });
     vary("rss=atomic", &|p| p.mm.rss = RssCounter::Atomic);
     vary("rss=per-thread", &|p| p.mm.rss = RssCounter::PerThread);
     vary("tlb=none", &|p| p.mm.tlb_shootdown = TlbShootdown::None);

@@ -24,6 +24,7 @@ use crate::cpu::CpuId;
 use crate::kernel::Kernel;
 use crate::lru::LruList;
 use crate::page::{Pfn, pg};
+use crate::policy::Ptl;
 use crate::reclaim::swap::SwapEntry;
 use crate::reclaim::vmscan;
 use crate::reclaim::workingset::{LruSizes, workingset_size};
@@ -474,23 +475,103 @@ impl FaultCtx<'_> {
         }
         let pfn = self.alloc_charged_page(Gfp::USER_ZERO, addr)?;
         self.prep_anon(pfn, addr);
-        let pt = &self.mm.pgtable;
-        let ptl = pt.pte_lock(slot);
-        if !pt.load(slot).is_none() {
-            drop(ptl);
-            self.discard_new_anon(pfn);
-            return Ok(());
-        }
-        self.k.lru().add(self.cpu, pfn);
-        self.mm.rss.add(self.rss, self.cpu, RssType::Anon, 1);
         let mut pte = Pte::new(pfn, vma.writable).with_accessed(true);
         if write {
             pte = pte.with_dirty(true);
         }
-        pt.set(slot, pte);
-        drop(ptl);
+        let prefault = self.prefault_pages(vma, slot, addr);
+        let pt = &self.mm.pgtable;
+        let mut mapped = 0;
+        if pt.ptl_mode() == Ptl::Atomic {
+            // Lameter 2005: no lock; the compare-and-exchange decides the race, and only the
+            // winner's page joins the LRU and the RSS count.
+            if pt.install_if_none(slot, pte) {
+                self.k.lru().add(self.cpu, pfn);
+                mapped += 1;
+            } else {
+                self.discard_new_anon(pfn);
+            }
+            for (s, p) in prefault {
+                if pt.install_if_none(s, Pte::new(p, vma.writable)) {
+                    self.k.lru().add(self.cpu, p);
+                    mapped += 1;
+                } else {
+                    self.discard_new_anon(p);
+                }
+            }
+        } else {
+            let mut lost = Vec::new();
+            let ptl = pt.pte_lock(slot);
+            if pt.load(slot).is_none() {
+                self.k.lru().add(self.cpu, pfn);
+                pt.set(slot, pte);
+                mapped += 1;
+            } else {
+                lost.push(pfn);
+            }
+            for (s, p) in prefault {
+                if pt.load(s).is_none() {
+                    self.k.lru().add(self.cpu, p);
+                    pt.set(s, Pte::new(p, vma.writable));
+                    mapped += 1;
+                } else {
+                    lost.push(p);
+                }
+            }
+            drop(ptl);
+            for p in lost {
+                self.discard_new_anon(p);
+            }
+        }
+        if mapped > 0 {
+            self.mm.rss.add(self.rss, self.cpu, RssType::Anon, mapped);
+        }
         self.count(VmEvent::FaultAnon);
         Ok(())
+    }
+
+    /// Anticipatory prefaulting (Christoph Lameter, 2004-2005, "prefaulting" in his page-fault
+    /// scalability patch sets; never merged): a write fault on an anonymous page also
+    /// allocates, zeroes and maps the next `mm.anon_prefault` pages that are still none,
+    /// within the VMA and the faulting PTE table, so that a thread sweeping a region takes one
+    /// fault per `N + 1` pages. (His patch sized the batch as a power of two,
+    /// `max_prealloc_order`; the engine takes a page count.) The pages are allocated and
+    /// charged here, before the PTE lock, without reclaiming: prefaulting is a guess, and
+    /// when memory or the group's room is short it stops rather than pushing other pages
+    /// out. Returns the slots and their prepared pages; the caller installs those whose PTE
+    /// is still none and frees the others.
+    fn prefault_pages(&self, vma: &Vma, slot: PteSlot, addr: u64) -> Vec<(PteSlot, Pfn)> {
+        let n = self.k.policy().mm.anon_prefault as usize;
+        let mut out = Vec::new();
+        if n == 0 {
+            return out;
+        }
+        let pt = &self.mm.pgtable;
+        let memcg = self.mm.memcg();
+        let memcgs = self.k.mem().memcgs();
+        for i in 1..=n {
+            let a = addr + (i as u64) * crate::page::PAGE_SIZE as u64;
+            let Some(s) = slot.offset(i) else { break };
+            if a >= vma.end {
+                break;
+            }
+            if !pt.load(s).is_none() {
+                continue;
+            }
+            let Ok(p) = self.k.mem().alloc_page(self.cpu, Gfp::USER_ZERO) else {
+                break;
+            };
+            if !memcgs.try_charge(self.cpu, memcg, 1) {
+                self.k.mem().free_pages(self.cpu, p, 0);
+                break;
+            }
+            self.k.mem().pages()[p]
+                .memcg
+                .store(memcg, Ordering::Relaxed);
+            self.prep_anon(p, a);
+            out.push((s, p));
+        }
+        out
     }
 
     /// The zero-page branch of `do_anonymous_page`: map the shared zero frame read-only,
@@ -498,11 +579,15 @@ impl FaultCtx<'_> {
     fn map_zero_page(&self, slot: PteSlot) -> Result<(), FaultError> {
         let pt = &self.mm.pgtable;
         let pte = Pte::new(self.k.zero_pfn(), false).with_accessed(true);
-        let ptl = pt.pte_lock(slot);
-        if pt.load(slot).is_none() {
-            pt.set(slot, pte);
+        if pt.ptl_mode() == Ptl::Atomic {
+            pt.install_if_none(slot, pte);
+        } else {
+            let ptl = pt.pte_lock(slot);
+            if pt.load(slot).is_none() {
+                pt.set(slot, pte);
+            }
+            drop(ptl);
         }
-        drop(ptl);
         self.count(VmEvent::FaultAnon);
         Ok(())
     }
