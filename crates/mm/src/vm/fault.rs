@@ -13,7 +13,9 @@
 //!
 //! Every PTE is installed under its PTE lock after re-checking that it is still none (another
 //! thread may have won the race; the loser frees its page). New pages join the LRU under the
-//! PTE lock, as `folio_add_lru_vma` does before `set_pte_at`.
+//! PTE lock, as `folio_add_lru_vma` does before `set_pte_at`. The exception is
+//! `mm.ptl = "atomic"` (Lameter 2005): an anonymous fault installs with a compare-and-exchange
+//! on the empty PTE and no lock, and only the winner's page joins the LRU, after the install.
 
 use std::sync::atomic::Ordering;
 
@@ -460,9 +462,11 @@ impl FaultCtx<'_> {
     ///
     /// Every profile has the zero page: 2.6.13 mapped `ZERO_PAGE` on anonymous read faults
     /// too. It was taken out in 2.6.24 and restored in 2.6.32; no profile of the engine is a
-    /// kernel of that gap, so the gap is not modelled. (2.6.14 to 2.6.23 counted a zero-page
-    /// mapping in `file_rss`; the engine counts it nowhere, as since 2.6.32 — see the report
-    /// of issue 12 on what could not be verified.)
+    /// kernel of that gap, so the gap is not modelled. The kernels before the removal took a
+    /// reference on the zero page and, from memory of their source (not checked against it
+    /// here), counted the mapping in the RSS; the engine follows the kernel since 2.6.32 for
+    /// every profile and counts it nowhere. Anonymous faults that fill a page of their own
+    /// are what the lameter and pft workloads measure, and those are unaffected.
     fn do_anonymous_page(
         &self,
         vma: &Vma,
