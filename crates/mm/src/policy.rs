@@ -440,7 +440,8 @@ pub struct LruPolicy {
     pub lock_scope: LruLockScope,
     #[serde(default = "LruPolicy::default_add")]
     pub add: LruAdd,
-    /// Pages per per-CPU add batch (`PAGEVEC_SIZE` 14 before 5.17, `FOLIO_BATCH` 15, or 31).
+    /// Pages per per-CPU add batch (`PAGEVEC_SIZE`: 16 in the 2.6.13 era, 14 later and until 5.17;
+    /// `FOLIO_BATCH` 15, or 31).
     #[serde(default = "LruPolicy::default_batch")]
     pub batch: u32,
     #[serde(default = "LruPolicy::default_release")]
