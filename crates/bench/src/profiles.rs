@@ -24,6 +24,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/linux-2.6.13-rss-delta.toml"),
     ),
     (
+        "linux-2.6.13-atomic",
+        include_str!("../../../profiles/linux-2.6.13-atomic.toml"),
+    ),
+    (
+        "linux-2.6.13-atomic-rss-delta",
+        include_str!("../../../profiles/linux-2.6.13-atomic-rss-delta.toml"),
+    ),
+    (
+        "linux-2.6.13-prefault",
+        include_str!("../../../profiles/linux-2.6.13-prefault.toml"),
+    ),
+    (
         "vanilla-4.9",
         include_str!("../../../profiles/vanilla-4.9.toml"),
     ),
@@ -243,6 +255,43 @@ mod tests {
                 .iter()
                 .any(|(k, v)| k == "pcp.batch" && v == "15")
         );
+    }
+
+    #[test]
+    fn lameter_2005_profiles_differ_from_2_6_13_only_where_they_should() {
+        let base = load("linux-2.6.13").unwrap().policy;
+        let keys = |name: &str| -> Vec<String> {
+            diff(&base, &load(name).unwrap().policy)
+                .into_iter()
+                .map(|(k, _, _)| k)
+                .collect()
+        };
+        assert_eq!(keys("linux-2.6.13-atomic"), ["mm.ptl"]);
+        assert_eq!(keys("linux-2.6.13-atomic-rss-delta"), ["mm.ptl", "mm.rss"]);
+        assert_eq!(keys("linux-2.6.13-prefault"), ["mm.anon_prefault"]);
+        assert_eq!((base.lru.batch, base.mm.anon_prefault), (16, 0));
+    }
+
+    #[test]
+    fn bad_atomic_and_prefault_values_name_the_file_and_key() {
+        let dir = std::env::temp_dir().join(format!("pagelab-prof-anon-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("anon.toml");
+        std::fs::write(&f, "[mm]\nanon_prefault = 512\n").unwrap();
+        let e = load(f.to_str().unwrap()).unwrap_err();
+        assert!(
+            e.contains("anon.toml") && e.contains("mm.anon_prefault") && e.contains("511"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+        std::fs::write(&f, "[mm]\nptl = \"cmpxchg\"\n").unwrap();
+        let e = load(f.to_str().unwrap()).unwrap_err();
+        assert!(
+            e.contains("anon.toml") && e.contains("cmpxchg") && e.contains("atomic"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

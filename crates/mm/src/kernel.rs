@@ -10,9 +10,10 @@ use std::sync::{Arc, RwLock, Weak};
 
 use pagelab_sync::{LockStatsSnapshot, RcuDomain};
 
-use crate::alloc::{Mem, MemConfig, MemError, PageAllocator};
+use crate::alloc::{Gfp, Mem, MemConfig, MemError, PageAllocator};
 use crate::cpu::CpuId;
 use crate::lru::Lru;
+use crate::page::Pfn;
 use crate::policy::{Policy, Ptl, VmaLock as VmaLockPolicy};
 use crate::reclaim::swap::{SwapConfig, SwapDevice, SwapError};
 use crate::task::Task;
@@ -40,6 +41,12 @@ pub struct Kernel {
     /// The RCU domain (a loom `Arc` under `--cfg loom`, like every sync primitive).
     rcu: pagelab_sync::shim::Arc<RcuDomain>,
     split_ptl: Option<Arc<SplitPtl>>,
+    /// The shared zero page (`ZERO_PAGE`, `my_zero_pfn`): one zeroed frame taken at boot and
+    /// never freed, mapped read-only by every anonymous read fault. It is no anonymous or
+    /// file page: never on an LRU list, never charged to a memory cgroup, no map count and
+    /// no RSS (`vm_normal_page` does not return it, so the kernel's rmap and counters never
+    /// see it).
+    zero_pfn: Pfn,
     policy: Policy,
     next_id: AtomicU32,
     /// The swap device, if the machine has one: without it anonymous memory cannot be
@@ -135,12 +142,18 @@ impl Kernel {
         );
         let split_ptl = (policy.mm.ptl == Ptl::Split)
             .then(|| Arc::new(SplitPtl::new(mem.pages().len(), policy.locks.spinlock)));
+        // The kernel's zero page lives in .bss; here it is the first frame the machine hands
+        // out, taken before anything can compete for it.
+        let zero_pfn = mem
+            .alloc_page(CpuId(0), Gfp::KERNEL.with_zero())
+            .map_err(|_| MemError::Config("no frame left for the zero page".into()))?;
         let k = Arc::new(Kernel {
             alloc,
             lru,
             // One reader slot per virtual CPU and a few for helpers (teardown, checks).
             rcu: RcuDomain::new(cfg.nr_cpus * 2 + 8),
             split_ptl,
+            zero_pfn,
             policy: policy.clone(),
             next_id: AtomicU32::new(1),
             swap,
@@ -196,6 +209,22 @@ impl Kernel {
     pub fn nr_cpus(&self) -> usize {
         self.mem().nr_cpus()
     }
+
+    /// The shared zero page's frame.
+    pub fn zero_pfn(&self) -> Pfn {
+        self.zero_pfn
+    }
+
+    /// `is_zero_pfn`: whether `pfn` is the shared zero page, which every path meeting a PTE
+    /// must leave alone (no reference, map count, RSS, LRU or charge to drop).
+    #[inline]
+    pub fn is_zero_pfn(&self, pfn: Pfn) -> bool {
+        pfn == self.zero_pfn
+    }
+
+    /// Frames the kernel holds for its whole life (the zero page): what an allocator census
+    /// counts as allocated once every address space is gone.
+    pub const RESERVED_FRAMES: u64 = 1;
 
     pub(crate) fn split_ptl(&self) -> Option<&Arc<SplitPtl>> {
         self.split_ptl.as_ref()

@@ -291,6 +291,12 @@ pub enum Ptl {
     Mm,
     /// One lock per PTE-table page (Hugh Dickins, 2.6.15: split page-table locks).
     Split,
+    /// Christoph Lameter's page-fault scalability patches (2004-2005, last posted against
+    /// 2.6.13-rc6-mm1, never merged): an anonymous fault installs its PTE with a
+    /// compare-and-exchange on the empty entry (`ptep_cmpxchg`) and takes no lock; the loser
+    /// of a race frees its page. Missing page-table levels are populated the same way. Every
+    /// other PTE update still takes `mm->page_table_lock`.
+    Atomic,
 }
 
 /// How RSS counters are kept.
@@ -342,6 +348,11 @@ pub struct MmPolicy {
     /// of the mm proceed meanwhile. Before 4.20 the whole munmap holds it for write.
     #[serde(default = "MmPolicy::default_munmap_downgrade")]
     pub munmap_downgrade: bool,
+    /// Anticipatory prefaulting (Lameter 2004-2005): pages mapped after the faulting one by
+    /// an anonymous write fault, within the VMA and its PTE table; 0 turns it off. At most
+    /// [`MmPolicy::MAX_ANON_PREFAULT`].
+    #[serde(default)]
+    pub anon_prefault: u32,
 }
 
 impl MmPolicy {
@@ -366,6 +377,9 @@ impl MmPolicy {
     fn default_munmap_downgrade() -> bool {
         true
     }
+    /// The most pages `anon_prefault` may add to a fault: the rest of one PTE table (the
+    /// faulting page is one of its 512 entries), as a fault maps under one table's lock.
+    pub const MAX_ANON_PREFAULT: u32 = 511;
 }
 
 impl Default for MmPolicy {
@@ -378,6 +392,7 @@ impl Default for MmPolicy {
             tlb_shootdown: Self::default_tlb(),
             vma_lock_faults: Self::default_vma_lock_faults(),
             munmap_downgrade: Self::default_munmap_downgrade(),
+            anon_prefault: 0,
         }
     }
 }
@@ -490,7 +505,8 @@ pub struct LruPolicy {
     pub lock_scope: LruLockScope,
     #[serde(default = "LruPolicy::default_add")]
     pub add: LruAdd,
-    /// Pages per per-CPU add batch (`PAGEVEC_SIZE` 14 before 5.17, `FOLIO_BATCH` 15, or 31).
+    /// Pages per per-CPU add batch (`PAGEVEC_SIZE`: 16 in the 2.6.13 era, 14 later and until 5.17;
+    /// `FOLIO_BATCH` 15, or 31).
     #[serde(default = "LruPolicy::default_batch")]
     pub batch: u32,
     #[serde(default = "LruPolicy::default_release")]
@@ -623,13 +639,23 @@ pub const MEMCG_CHARGE_BATCH: Bound = Bound {
     why: "MEMCG_CHARGE_BATCH was 32, then 64; at most one PTE table's worth",
 };
 
-const NUMERIC: [(&str, &str, Bound, bool); 6] = [
+/// `mm.anon_prefault`: the pages mapped after the faulting one stay within its PTE table (the
+/// fault maps them under that table's lock), so at most 511.
+pub const ANON_PREFAULT: Bound = Bound {
+    key: "mm.anon_prefault",
+    min: 0,
+    max: MmPolicy::MAX_ANON_PREFAULT as u64,
+    why: "prefaulted pages stay within the faulting page's PTE table",
+};
+
+const NUMERIC: [(&str, &str, Bound, bool); 7] = [
     ("pcp", "batch", PCP_BATCH, true),
     ("pcp", "high", PCP_HIGH, true),
     ("alloc", "prezero_pool", PREZERO_POOL, false),
     ("mm", "fault_around", FAULT_AROUND, false),
     ("lru", "batch", LRU_BATCH, false),
     ("memcg", "charge_batch", MEMCG_CHARGE_BATCH, false),
+    ("mm", "anon_prefault", ANON_PREFAULT, false),
 ];
 
 /// The line (1-based) where `key` is set inside `[section]`, for error messages.
@@ -738,6 +764,7 @@ impl Policy {
         FAULT_AROUND.check(u64::from(self.mm.fault_around))?;
         LRU_BATCH.check(u64::from(self.lru.batch))?;
         MEMCG_CHARGE_BATCH.check(u64::from(self.memcg.charge_batch))?;
+        ANON_PREFAULT.check(u64::from(self.mm.anon_prefault))?;
         let around = self.mm.fault_around;
         if around != 0 && !around.is_power_of_two() {
             return Err(PolicyError(format!(
@@ -772,9 +799,8 @@ impl Policy {
                 "lru.mglru_move has no effect without lru.mglru = true".into(),
             ));
         }
-        if self.memcg.charge == MemcgCharge::Atomic
-            && self.memcg.charge_batch != MemcgPolicy::default_batch()
-        {
+        let m = &self.memcg;
+        if m.charge == MemcgCharge::Atomic && m.charge_batch != MemcgPolicy::default_batch() {
             return Err(PolicyError(
                 "memcg.charge_batch has no effect with memcg.charge = \"atomic\"; remove it or choose \"stock\"".into(),
             ));
@@ -897,6 +923,34 @@ mod tests {
         let e =
             Policy::from_toml_str("[pcp]\nlists = \"none\"\ntune = \"adaptive\"\n").unwrap_err();
         assert!(e.0.contains("pcp.tune"), "{e}");
+    }
+
+    #[test]
+    fn atomic_ptl_and_anon_prefault_are_checked() {
+        let p = Policy::from_toml_str("[mm]\nptl = \"atomic\"\nanon_prefault = 511\n").unwrap();
+        assert_eq!((p.mm.ptl, p.mm.anon_prefault), (Ptl::Atomic, 511));
+        assert_eq!(Policy::from_toml_str("").unwrap().mm.anon_prefault, 0);
+        let e = Policy::from_toml_str("[mm]\nptl = \"lockless\"\n").unwrap_err();
+        assert!(
+            e.0.contains("lockless")
+                && e.0.contains("mm")
+                && e.0.contains("split")
+                && e.0.contains("atomic")
+                && e.0.contains("line 2"),
+            "{e}"
+        );
+        for bad in [512, 4096] {
+            let e = Policy::from_toml_str(&format!("[mm]\nanon_prefault = {bad}\n")).unwrap_err();
+            assert!(
+                e.0.contains("mm.anon_prefault") && e.0.contains("511") && !e.0.contains('\n'),
+                "{e}"
+            );
+        }
+        let e = Policy::from_toml_str("[mm]\nanon_prefault = -1\n").unwrap_err();
+        assert!(
+            e.0.contains("anon_prefault") || e.0.contains("line 2"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1146,7 +1200,7 @@ mod tests {
             );
             assert_eq!(
                 p.mm.munmap_downgrade,
-                !before_4_20.contains(&name.as_str()),
+                !(before_4_20.contains(&name.as_str()) || name.starts_with("linux-2.6.")),
                 "{name}: munmap_downgrade"
             );
             let want = match name.as_str() {

@@ -18,7 +18,7 @@ use proptest::prelude::*;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 const CPU: CpuId = CpuId(0);
-const MODES: [Ptl; 2] = [Ptl::Mm, Ptl::Split];
+const MODES: [Ptl; 3] = [Ptl::Mm, Ptl::Split, Ptl::Atomic];
 
 fn mem(nr_cpus: usize) -> Arc<Mem> {
     Arc::new(Mem::new(&MemConfig::new(64 << 20, nr_cpus), &Policy::default()).unwrap())
@@ -230,7 +230,7 @@ fn pte_lock_is_per_table_only_in_split_mode() {
             let _g = pt.pte_lock(a);
             assert!(pt.try_pte_lock(a2).is_none(), "same table, same lock");
             match mode {
-                Ptl::Mm => {
+                Ptl::Mm | Ptl::Atomic => {
                     assert!(pt.try_pte_lock(b).is_none(), "one lock for the whole mm");
                     assert!(pt.page_table_lock().try_lock().is_none());
                     assert!(pt.split_ptl().is_none());
@@ -244,7 +244,7 @@ fn pte_lock_is_per_table_only_in_split_mode() {
         }
         let (mm, sp) = (pt.lock_stats().acquisitions, split.stats().acquisitions);
         match mode {
-            Ptl::Mm => assert_eq!((mm, sp), (1, 0)),
+            Ptl::Mm | Ptl::Atomic => assert_eq!((mm, sp), (1, 0)),
             // pte_lock(a) and try_pte_lock(b) on split locks, try_lock of the mm lock.
             Ptl::Split => assert_eq!((mm, sp), (1, 2)),
         }
@@ -824,4 +824,10 @@ fn racing_installs_leave_one_table_per_slot_mm_lock() {
 #[test]
 fn racing_installs_leave_one_table_per_slot_split_locks() {
     install_race(Ptl::Split);
+}
+
+/// Upper levels populated by compare-and-exchange, without `page_table_lock`.
+#[test]
+fn racing_installs_leave_one_table_per_slot_atomic() {
+    install_race(Ptl::Atomic);
 }

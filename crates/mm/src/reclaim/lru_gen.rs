@@ -91,6 +91,10 @@ pub fn try_to_inc_max_seq(
         let _rmap = mm.rmap_lock.read();
         st.walked += 1;
         st.ptes += mm.pgtable.walk_young(|_, pfn| {
+            // The zero page belongs to no generation.
+            if k.is_zero_pfn(pfn) {
+                return false;
+            }
             let page = &pages[pfn];
             let ours = k.mem().zone_of(pfn) == node && page.memcg.load(Relaxed) as usize == memcg;
             let marked = ours && mark_young(page, youngest);

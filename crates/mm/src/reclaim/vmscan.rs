@@ -430,11 +430,12 @@ fn swap_out_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
         if pte.present() && pte.pfn() == pfn {
             swap.swap_duplicate(entry)
                 .expect("a freshly reserved slot takes a reference");
-            let old = pt.get_and_clear(slot);
+            // One exchange, never a none entry in between: a lockless anonymous fault
+            // (`mm.ptl = "atomic"`) would fill it, and the swap entry would overwrite that.
+            let old = pt.xchg(slot, entry.to_pte());
             if old.dirty() {
                 page.set(pg::DIRTY);
             }
-            pt.set(slot, entry.to_pte());
             page.mapcount.fetch_sub(1, Relaxed);
             // The mapping's reference goes with it (never the last: the isolation and the
             // swap cache hold theirs).

@@ -381,6 +381,10 @@ impl Mm {
                 return;
             }
             let pfn = pte.pfn();
+            // The zero page: nothing to drop (`vm_normal_page` returns no page for it).
+            if self.k.is_zero_pfn(pfn) {
+                return;
+            }
             let page = &mem.pages()[pfn];
             if page.test(pg::ANON) {
                 anon += 1;
@@ -485,6 +489,13 @@ impl Mm {
                 return;
             };
             let pfn: Pfn = pte.pfn();
+            if self.k.is_zero_pfn(pfn) {
+                // Mapped read-only, never counted, never referenced.
+                if pte.writable() {
+                    err = Some(format!("zero page mapped writable at {addr:#x}"));
+                }
+                return;
+            }
             let page = &mem.pages()[pfn];
             if page.refcount.load(Ordering::Relaxed) < 1
                 || page.mapcount.load(Ordering::Relaxed) < 1

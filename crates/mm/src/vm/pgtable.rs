@@ -42,10 +42,14 @@
 //! # Locking: which lock protects what
 //!
 //! - **Upper-level entries** (PGD, PUD, PMD words) are written only under
-//!   `mm->page_table_lock`, whatever the [`Ptl`] mode: installs in `walk_alloc`, clears in
-//!   `free_pgtables` and `destroy`. They are read without any lock (walks).
+//!   `mm->page_table_lock` (installs in `walk_alloc`, clears in `free_pgtables` and
+//!   `destroy`), except that [`Ptl::Atomic`] installs fill an empty entry with a
+//!   compare-and-exchange and no lock. They are read without any lock (walks).
 //! - **PTEs** are written only under the PTE lock of their table ([`PageTable::pte_lock`]):
-//!   the table's split lock, or `mm->page_table_lock` in [`Ptl::Mm`] mode. The one exception
+//!   the table's split lock, or `mm->page_table_lock` in [`Ptl::Mm`] and [`Ptl::Atomic`]
+//!   modes. In [`Ptl::Atomic`] mode anonymous faults fill *empty* PTEs with a
+//!   compare-and-exchange and no lock ([`PageTable::install_if_none`]), so nobody may leave a
+//!   PTE transiently none while changing it under the lock. The other exception
 //!   is the MMU's accessed/dirty update in `translate`, a compare-and-swap that only ever adds
 //!   those two bits to a present entry it has just read, as the hardware's locked update does;
 //!   it can therefore never resurrect an entry cleared under the lock.
@@ -77,7 +81,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{
-    AtomicBool, AtomicU32, AtomicU64, AtomicUsize,
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
     Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
@@ -337,6 +341,50 @@ impl PteSlot {
     }
 }
 
+/// A word a PTE can live in: the arena's `AtomicU64`s, and under `--cfg loom` loom's, so that
+/// the model of the lockless install (tests/loom_pte.rs) runs the engine's own
+/// [`ptep_cmpxchg_none`].
+pub trait PteWord {
+    fn cas(&self, current: u64, new: u64, success: Ordering, failure: Ordering)
+    -> Result<u64, u64>;
+}
+
+impl PteWord for AtomicU64 {
+    #[inline]
+    fn cas(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        self.compare_exchange(current, new, success, failure)
+    }
+}
+
+#[cfg(loom)]
+impl PteWord for loom::sync::atomic::AtomicU64 {
+    fn cas(
+        &self,
+        current: u64,
+        new: u64,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u64, u64> {
+        self.compare_exchange(current, new, success, failure)
+    }
+}
+
+/// `ptep_cmpxchg` from `pte_none` to `pte` (Lameter 2005): whether this caller installed it.
+/// `Release` on success, so that whoever loads the PTE with `Acquire` (the MMU, a later
+/// fault) sees the page as it was prepared (zeroed, copied); `Relaxed` on failure, as the
+/// loser only frees its own page and never looks at the winner's.
+#[inline]
+pub fn ptep_cmpxchg_none(w: &impl PteWord, pte: Pte) -> bool {
+    debug_assert!(!pte.is_none(), "installing an empty PTE");
+    w.cas(0, pte.0, Release, Relaxed).is_ok()
+}
+
 /// One split PTE lock. Aligned to 64 bytes, the stride of `struct page` in which the kernel
 /// embeds its `ptlock`, so that two tables' locks never share a cache line.
 ///
@@ -527,7 +575,7 @@ impl PageTable {
         split: Option<Arc<SplitPtl>>,
     ) -> Result<PageTable, AllocError> {
         let split = match mode {
-            Ptl::Mm => None,
+            Ptl::Mm | Ptl::Atomic => None,
             Ptl::Split => {
                 Some(split.unwrap_or_else(|| Arc::new(SplitPtl::new(mem.pages().len(), kind))))
             }
@@ -646,6 +694,12 @@ impl PageTable {
     /// Fill the empty upper entry `w` with a new table, or adopt the one a racing thread
     /// installed. The page is allocated and zeroed before the lock is taken, so that the lock
     /// is held for a load and a store only; the price is an allocation wasted on a lost race.
+    ///
+    /// In [`Ptl::Atomic`] mode the entry is filled with a compare-and-exchange and no lock, as
+    /// the 2005 atomic-fault patches populated the upper levels (`pud/pmd_test_and_populate`,
+    /// as far as can be told without the patch text at hand); `free_pgtables` still clears
+    /// entries under the lock, which is safe because it never clears an entry a fault can be
+    /// walking through (the floor/ceiling rule).
     #[cold]
     fn install(&self, cpu: CpuId, w: &AtomicU64, level: u32) -> Result<Pfn, AllocError> {
         let new = alloc_table(&self.mem, cpu)?;
@@ -654,6 +708,21 @@ impl PageTable {
         {
             // Before it is published: the frame may have been another mm's PTE table.
             s.reset_users(new, cpu);
+        }
+        if self.mode == Ptl::Atomic {
+            // Release: whoever sees the entry sees the zeroed table; Acquire on failure: the
+            // winner's zeroing of its table is visible to us.
+            return match w.compare_exchange(0, table_entry(new), Release, Acquire) {
+                Ok(_) => {
+                    self.mm.nr_tables.fetch_add(1, Relaxed);
+                    Ok(new)
+                }
+                Err(e) => {
+                    self.mm.install_races.fetch_add(1, Relaxed);
+                    free_table(&self.mem, cpu, new, true);
+                    Ok(entry_table(e))
+                }
+            };
         }
         let guard = self.mm.page_table_lock.lock();
         // Every writer of upper entries holds the lock, and our acquisition of it makes the
@@ -768,6 +837,31 @@ impl PageTable {
         self.word(slot.table, slot.index).store(pte.0, Release);
     }
 
+    /// Install `pte` in an empty slot without any lock (`ptep_cmpxchg` on a `pte_none` entry,
+    /// Lameter 2005): `false`, and nothing changed, if the slot is no longer none because
+    /// another thread got there first. `Release` on success, like [`PageTable::set`].
+    ///
+    /// This is what lets [`Ptl::Atomic`] faults skip the PTE lock. Everyone else who writes a
+    /// PTE under the lock must then never leave a none entry in between two stores that mean
+    /// one change (a cleared entry could be filled by a lockless installer): a present or
+    /// swap entry is replaced with one [`PageTable::xchg`].
+    #[inline]
+    pub fn install_if_none(&self, slot: PteSlot, pte: Pte) -> bool {
+        ptep_cmpxchg_none(self.word(slot.table, slot.index), pte)
+    }
+
+    /// Replace a PTE with `pte` in one atomic exchange and return the old value, accessed and
+    /// dirty bits included (`ptep_xchg` of the 2005 patches; today's `ptep_get_and_clear` +
+    /// `set_pte_at` pair under the lock). The caller holds the PTE lock.
+    #[inline]
+    pub fn xchg(&self, slot: PteSlot, pte: Pte) -> Pte {
+        debug_assert!(
+            self.ptl(slot.table).is_locked(),
+            "xchg of {slot:?} without its PTE lock"
+        );
+        Pte(self.word(slot.table, slot.index).swap(pte.0, AcqRel))
+    }
+
     /// Take a PTE, leaving it none (`ptep_get_and_clear`). An atomic swap, so the value
     /// returned includes accessed/dirty bits the MMU set up to the last moment; an MMU that
     /// read the old value can no longer update it. The caller holds the PTE lock.
@@ -869,7 +963,9 @@ impl PageTable {
         if level == LEVEL_PTE {
             let _ptl = self.lock_table(table);
             for (i, w) in words.iter().enumerate().take(last + 1).skip(first) {
-                // Relaxed: under the lock, and a zero entry can only become nonzero under it.
+                // Relaxed: a zero entry becomes nonzero only under the lock, or (in
+                // `Ptl::Atomic` mode) by a fault, which the caller excludes from the range
+                // being zapped (mmap_lock or the VMA's write lock).
                 if w.load(Relaxed) == 0 {
                     continue;
                 }
