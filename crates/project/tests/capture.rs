@@ -24,7 +24,7 @@ fn mean(v: &[f64]) -> f64 {
 #[test]
 fn page_fault1_traces_whole_iterations_of_shared_events() {
     let p = profiles::load("mm-unstable-20230210").unwrap();
-    let mut spec = CaptureSpec::new(WorkloadKind::PageFault1, p, 16);
+    let mut spec = CaptureSpec::new(WorkloadKind::PageFault1, p.clone(), 16);
     spec.cycles = 1;
     let t = capture(&spec).unwrap();
     assert_eq!(t.meta.window, Window::Cycle);
@@ -52,7 +52,9 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
         .iter()
         .filter(|e| matches!(e, Event::Acquire { inst, shared: true, .. } if t.instances[*inst as usize].class == "mmap_lock"))
         .count();
-    assert_eq!(mmap_reads, 32_768);
+    // Each fault reads it once, and munmap (4.20+) holds it for read after its downgrade.
+    assert!(p.policy.mm.munmap_downgrade);
+    assert_eq!(mmap_reads, 32_768 + 1);
     // The scale is a ratio of two timed windows: how far it sits from 1 depends on how busy
     // the host is (speed is for benchmarks, not tests), so only its sanity is checked here.
     assert!(
@@ -78,14 +80,13 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
     assert_eq!(again.events.len(), t.events.len());
     assert_eq!(again.meta, t.meta);
 
-    // mmap_lock is per mm: threads meet at it, processes do not.
+    // mmap_lock is per mm: threads meet at it, processes do not. Since 4.20 munmap zaps under
+    // the read lock, so threads no longer wait out each other's munmap; what remains is the
+    // reader count's line moving between CPUs on every fault.
     let m = Machine::load("broadwell-2s-44c").unwrap();
     let rate = |mode| mean(&replay_row(&m, &t, mode, 16, 3, 1, 4096).unwrap().metrics[0].2);
     let (procs, threads) = (rate(Mode::Processes), rate(Mode::Threads));
-    assert!(
-        threads < 0.8 * procs,
-        "threads {threads} against processes {procs}"
-    );
+    assert!(threads < procs, "threads {threads} against processes {procs}");
 }
 
 #[test]
