@@ -77,7 +77,7 @@ fn with_hooks<R>(f: impl FnOnce(Hooks<'_>) -> R) -> (R, usize, usize) {
     let (mut starts, mut samples) = (0, 0);
     let r = f(Hooks {
         measure_start: &mut || starts += 1,
-        sample: &mut |_, _| samples += 1,
+        sample: &mut |_, _, _| samples += 1,
     });
     (r, starts, samples)
 }
@@ -210,7 +210,7 @@ fn pft_threads_one_vma_and_vma_per_thread_1_and_2() {
                 true,
                 params,
                 &stop,
-                &mut |_, _| {},
+                &mut |_, _, _| {},
             )
             .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(!interrupted);
@@ -292,7 +292,7 @@ fn one_bad_child(
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |_, _| {},
+            sample: &mut |_, _, _| {},
         },
         |vm, c: &AtomicU64, halt| {
             if claim.take() {
@@ -367,7 +367,7 @@ fn stop_after_the_first_sample() {
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |i, _| {
+            sample: &mut |i, _, _| {
                 samples += 1;
                 // Sample 1 is the warm-up; stop once the first kept sample is in.
                 if i == 2 {
@@ -395,7 +395,7 @@ fn no_tasks_is_a_config_error() {
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |_, _| {},
+            sample: &mut |_, _, _| {},
         },
         |_, _, _| Ok(()),
     );
@@ -405,6 +405,6 @@ fn no_tasks_is_a_config_error() {
         repetitions: 1,
         vma_per_task: true,
     };
-    let r = pft_processes(0, params, &stop, &mut |_, _| {});
+    let r = pft_processes(0, params, &stop, &mut |_, _, _| {});
     assert!(matches!(r, Err(WorkloadError::Config(_))));
 }
