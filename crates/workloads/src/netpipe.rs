@@ -1074,6 +1074,7 @@ mod tests {
         };
         let stop = AtomicBool::new(false);
         let mut last = (0, 0);
+        let mut kept = Vec::new();
         let s = run_sizes(
             &policy("high-order"),
             32 << 20,
@@ -1082,10 +1083,20 @@ mod tests {
             &[256, 16384],
             spec,
             &stop,
-            &mut |d, t| last = (d, t),
+            &mut |d, t, k| {
+                last = (d, t);
+                kept.extend(k);
+            },
         )
         .unwrap();
         assert_eq!(last, (4, 4));
+        // The kept samples are handed over as taken, with their send size; not the warm-ups.
+        let want: Vec<(usize, f64)> = s
+            .sizes
+            .iter()
+            .map(|r| (r.send_size, r.samples[0]))
+            .collect();
+        assert_eq!(kept, want);
         assert!(!s.interrupted);
         let sizes: Vec<_> = s.sizes.iter().map(|r| r.send_size).collect();
         assert_eq!(sizes, [256, 16384]);

@@ -166,11 +166,18 @@ fn pft_processes_1_and_2() {
     for n in [1usize, 2] {
         let stop = AtomicBool::new(false);
         let mut calls = Vec::new();
-        let (reps, interrupted) = pft_processes(n, params, &stop, &mut |i, of| calls.push((i, of)))
-            .unwrap_or_else(|e| panic!("pft x{n}: {e}"));
+        let (reps, interrupted) = pft_processes(n, params, &stop, &mut |i, of, r| {
+            calls.push((i, of, r.wall_ns))
+        })
+        .unwrap_or_else(|e| panic!("pft x{n}: {e}"));
         assert_no_children(&format!("pft x{n}"));
         assert!(!interrupted);
-        assert_eq!(calls, vec![(1, 3), (2, 3), (3, 3)]);
+        // Each repetition is handed over as it is measured, the same as returned.
+        let wall: Vec<u64> = reps.iter().map(|r| r.wall_ns).collect();
+        assert_eq!(
+            calls,
+            vec![(1, 3, wall[0]), (2, 3, wall[1]), (3, 3, wall[2])]
+        );
         assert_eq!(reps.len(), 3);
         for r in &reps {
             assert_eq!(r.tasks.len(), n);
@@ -237,7 +244,7 @@ fn pft_processes_interrupted() {
         vma_per_task: true,
     };
     let stop = AtomicBool::new(false);
-    let (reps, interrupted) = pft_processes(2, params, &stop, &mut |i, _| {
+    let (reps, interrupted) = pft_processes(2, params, &stop, &mut |i, _, _| {
         if i == 1 {
             stop.store(true, Ordering::Relaxed);
         }
