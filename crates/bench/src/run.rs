@@ -1144,7 +1144,9 @@ mod tests {
             rows[0]
                 .metrics
                 .iter()
-                .all(|m| m.higher_is_better && m.samples.len() == 1 && m.samples[0] > 0.0)
+                .all(|m| m.higher_is_better && m.samples.len() == 1 && m.samples[0] > 0.0),
+            "{:?}",
+            rows[0].metrics
         );
         let keys: Vec<String> = rows[0]
             .sample_sets()
