@@ -138,9 +138,11 @@ pub const ABANDONED: &str = "abandoned";
 impl StoredRun {
     /// A run left `running` by a process that no longer exists (`kill -9`, a crash, a reboot):
     /// nothing will finish it. Its samples are as good as an interrupted run's. A running run
-    /// without a recorded owner was begun by a pagelab too old to record one, which cannot
-    /// write a store of this schema, so it is abandoned too. A run whose owner ran on another
-    /// host or in another pid namespace cannot be judged from here and is not abandoned.
+    /// without a recorded owner was begun by a pagelab from before owners were recorded; such a
+    /// pagelab refuses a store of this schema, so only a process of it already measuring when
+    /// the store was upgraded could still write it: it is taken as abandoned. A run whose owner
+    /// ran on another host or in another pid namespace cannot be judged from here and is not
+    /// abandoned.
     pub fn abandoned(&self) -> bool {
         self.status == Status::Running
             && self
