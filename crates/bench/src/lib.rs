@@ -8,6 +8,7 @@ pub mod host;
 pub mod import;
 pub mod micro;
 pub mod output;
+pub mod owner;
 pub mod profiles;
 pub mod results;
 pub mod run;

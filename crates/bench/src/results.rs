@@ -11,6 +11,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::owner::{Liveness, Owner};
+
 /// Where a run's numbers come from. Compare and reports treat all alike but say which is which.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -27,7 +29,8 @@ pub enum Origin {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
-    /// Still being written (or its writer died: the samples it stored are kept).
+    /// Still being written, or its writer died (killed, power lost): the samples it stored are
+    /// kept, and [`StoredRun::abandoned`] tells the two apart.
     Running,
     Complete,
     /// Stopped early (Ctrl-C, a failure): what was measured is stored.
@@ -88,6 +91,21 @@ pub struct RunMeta {
     pub command: String,
 }
 
+/// The longest label quoted whole in a message; the longest label accepted is as long.
+pub const MAX_LABEL_CHARS: usize = 64;
+
+/// A label as messages quote it: whole, in backquotes, if it could be a label; otherwise its
+/// first 40 characters and its length, so that a file pasted into `--label` or a runaway shell
+/// variable gets a one-line error instead of a screenful. Control characters are escaped.
+pub fn quote_label(l: &str) -> String {
+    let n = l.chars().count();
+    if n <= MAX_LABEL_CHARS {
+        return format!("`{}`", l.escape_debug());
+    }
+    let prefix: String = l.chars().take(40).collect();
+    format!("`{}`...({n} characters)", prefix.escape_debug())
+}
+
 /// What one set of samples measures.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SampleKey {
@@ -109,6 +127,44 @@ pub struct StoredRun {
     pub started: String,
     pub finished: Option<String>,
     pub nr_samples: u64,
+    /// The process writing the run, recorded while it is running (none for runs stored whole,
+    /// and for runs begun by a pagelab that did not record it).
+    pub owner: Option<Owner>,
+}
+
+/// The status `runs` shows for a run whose process is gone; derived, never stored.
+pub const ABANDONED: &str = "abandoned";
+
+impl StoredRun {
+    /// A run left `running` by a process that no longer exists (`kill -9`, a crash, a reboot):
+    /// nothing will finish it. Its samples are as good as an interrupted run's. A running run
+    /// without a recorded owner was begun by a pagelab from before owners were recorded; such a
+    /// pagelab refuses a store of this schema, so only a process of it already measuring when
+    /// the store was upgraded could still write it: it is taken as abandoned. A run whose owner
+    /// ran on another host or in another pid namespace cannot be judged from here and is not
+    /// abandoned.
+    pub fn abandoned(&self) -> bool {
+        self.status == Status::Running
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|o| o.liveness() == Liveness::Gone)
+    }
+
+    /// The status to show: the stored one, or [`ABANDONED`].
+    pub fn shown_status(&self) -> &'static str {
+        if self.abandoned() {
+            ABANDONED
+        } else {
+            self.status.as_str()
+        }
+    }
+
+    /// Stopped early, whether by an interrupt or by the death of its process: what it
+    /// measured is there, but not all that was asked for.
+    pub fn incomplete(&self) -> bool {
+        self.status == Status::Incomplete || self.abandoned()
+    }
 }
 
 /// One sample, with what a comparison needs to group it.
@@ -160,6 +216,18 @@ pub struct RunData {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_labels_are_quoted_by_a_prefix() {
+        assert_eq!(quote_label("linux-6.7"), "`linux-6.7`");
+        assert_eq!(quote_label("a\nb"), "`a\\nb`");
+        let long = "x".repeat(10_000);
+        let q = quote_label(&long);
+        assert_eq!(q, format!("`{}`...(10000 characters)", "x".repeat(40)));
+        // Characters, not bytes: a multi-byte label is cut on a character boundary.
+        let q = quote_label(&"é".repeat(100));
+        assert!(q.ends_with("...(100 characters)"), "{q}");
+    }
 
     #[test]
     fn enums_round_trip_and_reject_unknown_names() {

@@ -117,7 +117,34 @@ pub struct RunRow {
 /// Parse an mmtests-style task list: `1,2,4` (or space-separated, as shell loops list them),
 /// `1..8` (inclusive), `2..16:2` (stride). A count may appear only once.
 pub fn parse_tasks(s: &str) -> Result<Vec<usize>, String> {
-    const MAX: usize = 4096;
+    parse_tasks_up_to(s, ENGINE_MAX_CPUS, &|n| {
+        format!("{n} tasks: the engine models at most {ENGINE_MAX_CPUS} CPUs")
+    })
+}
+
+/// The most virtual CPUs the engine models.
+const ENGINE_MAX_CPUS: usize = 4096;
+
+/// A task list for `target`: on the engine, [`parse_tasks`]; on the host, counts up to a
+/// bound of pagelab's own that only keeps a typo from building a huge list. The host's real
+/// limits (processes, threads, memory) are checked by [`check`], which names them.
+pub fn parse_tasks_for(s: &str, target: &Target) -> Result<Vec<usize>, String> {
+    match target {
+        Target::Engine { .. } => parse_tasks(s),
+        Target::Kernel => parse_tasks_up_to(s, HOST_MAX_TASKS, &|n| {
+            format!("{n} tasks: pagelab runs at most {HOST_MAX_TASKS} tasks on the host")
+        }),
+    }
+}
+
+/// pagelab's own bound on the task count on the host.
+const HOST_MAX_TASKS: usize = 1 << 20;
+
+fn parse_tasks_up_to(
+    s: &str,
+    max: usize,
+    too_many: &dyn Fn(usize) -> String,
+) -> Result<Vec<usize>, String> {
     let mut out: Vec<usize> = Vec::new();
     let num = |t: &str| -> Result<usize, String> {
         let n = t
@@ -126,8 +153,8 @@ pub fn parse_tasks(s: &str) -> Result<Vec<usize>, String> {
             .ok()
             .filter(|&n| n >= 1)
             .ok_or_else(|| format!("`{t}` in task list `{s}` is not a positive number"))?;
-        if n > MAX {
-            return Err(format!("{n} tasks: the engine models at most {MAX} CPUs"));
+        if n > max {
+            return Err(too_many(n));
         }
         Ok(n)
     };
@@ -214,6 +241,7 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
             })
         }
         Target::Kernel => {
+            check_host_tasks(max_tasks)?;
             let t = max_tasks as u64;
             let need = match req.workload {
                 WorkloadKind::PageFault1 | WorkloadKind::PageFault3 => {
@@ -232,6 +260,50 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                 _ => Ok(()),
             }
         }
+    }
+}
+
+/// The host's limits on how many tasks (processes or threads: the kernel counts both) can
+/// exist at once, the smallest first, each with what it is.
+fn host_task_limits() -> Vec<(u64, String)> {
+    let mut limits = Vec::new();
+    let sysctl = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    if let Some(n) = rustix::process::getrlimit(rustix::process::Resource::Nproc).current {
+        limits.push((
+            n,
+            format!("this user may have at most {n} processes and threads here (RLIMIT_NPROC, ulimit -u)"),
+        ));
+    }
+    if let Some(n) = sysctl("threads-max") {
+        limits.push((
+            n,
+            format!("this host's kernel allows at most {n} threads (kernel.threads-max)"),
+        ));
+    }
+    if let Some(n) = sysctl("pid_max") {
+        limits.push((
+            n,
+            format!("this host's kernel gives out at most {n} pids (kernel.pid_max)"),
+        ));
+    }
+    limits.sort_by_key(|l| l.0);
+    limits
+}
+
+/// On the host every task is a thread or a process of its own, beside the ones already running:
+/// a count at or above the host's limit would fail part-way through starting them.
+fn check_host_tasks(tasks: usize) -> Result<(), String> {
+    match host_task_limits().into_iter().next() {
+        Some((limit, what)) if tasks as u64 >= limit => Err(format!(
+            "{tasks} tasks on the host kernel: {what}; use fewer tasks"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -296,7 +368,7 @@ fn run_kvcache(
     n: usize,
     req: &RunRequest,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, Option<Kept<'_>>),
 ) -> Result<(Vec<Metric>, EngineCounters, bool), WorkloadError> {
     let r = kvcache::run(
         policy,
@@ -304,10 +376,10 @@ fn run_kvcache(
         &req.swap,
         req.spec,
         stop,
-        progress,
+        &mut |d, t, v| progress(d, t, Some(Kept::Rate(KVCACHE_METRIC, v))),
     )?;
     let mut metrics = vec![Metric {
-        name: "ops/sec".into(),
+        name: KVCACHE_METRIC.into(),
         higher_is_better: true,
         samples: r.ops_samples,
     }];
@@ -331,7 +403,7 @@ fn run_netpipe(
     max_pairs: usize,
     req: &RunRequest,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, Option<Kept<'_>>),
 ) -> Result<(Vec<Metric>, EngineCounters, bool), WorkloadError> {
     let arena = engine_arena(WorkloadKind::Netpipe, max_pairs, req.sizes);
     pagelab_sync::stats::set_enabled(true);
@@ -343,7 +415,7 @@ fn run_netpipe(
         &netpipe::SEND_SIZES,
         req.spec,
         stop,
-        progress,
+        &mut |d, t, kept| progress(d, t, kept.map(|(size, v)| Kept::SendSize(size, v))),
     );
     pagelab_sync::stats::set_enabled(false);
     let sweep = r?;
@@ -351,7 +423,7 @@ fn run_netpipe(
         .sizes
         .into_iter()
         .map(|s| Metric {
-            name: format!("send-{}", s.send_size),
+            name: netpipe_metric(s.send_size),
             higher_is_better: true,
             samples: s.samples,
         })
@@ -366,7 +438,7 @@ fn run_one<V: Vm + Send>(
     req: &RunRequest,
     stop: &AtomicBool,
     measure_start: &mut dyn FnMut(),
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, Option<Kept<'_>>),
 ) -> Result<(Vec<Metric>, Vec<Repetition>, bool), WorkloadError> {
     if let Some(v) = page_fault_variant(w) {
         let memsize = req.sizes.memsize;
@@ -376,14 +448,17 @@ fn run_one<V: Vm + Send>(
             stop,
             Hooks {
                 measure_start,
-                sample: progress,
+                sample: &mut |d, t, kept| progress(d, t, kept.map(Kept::Continuous)),
             },
             |vm, counter, halt| page_fault::task_loop(vm, v, memsize, counter, halt),
         )?;
         return Ok((continuous_metrics(c.samples), Vec::new(), c.interrupted));
     }
     measure_start();
-    let (reps, interrupted) = pft::run(vms, shared_mm, pft_params(w, req), stop, progress)?;
+    let (reps, interrupted) =
+        pft::run(vms, shared_mm, pft_params(w, req), stop, &mut |d, t, r| {
+            progress(d, t, Some(Kept::Repetition(r)))
+        })?;
     Ok((pft_metrics(&reps), reps, interrupted))
 }
 
@@ -406,7 +481,7 @@ fn pft_params(w: WorkloadKind, req: &RunRequest) -> PftParams {
 
 fn continuous_metrics(samples: Vec<f64>) -> Vec<Metric> {
     vec![Metric {
-        name: "faults/sec".into(),
+        name: CONTINUOUS_METRIC.into(),
         higher_is_better: true,
         samples,
     }]
@@ -420,7 +495,7 @@ fn run_host_processes(
     req: &RunRequest,
     stop: &AtomicBool,
     measure_start: &mut dyn FnMut(),
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, Option<Kept<'_>>),
 ) -> Result<(Vec<Metric>, Vec<Repetition>, bool), WorkloadError> {
     if let Some(v) = page_fault_variant(w) {
         let memsize = req.sizes.memsize;
@@ -430,40 +505,180 @@ fn run_host_processes(
             stop,
             Hooks {
                 measure_start,
-                sample: progress,
+                sample: &mut |d, t, kept| progress(d, t, kept.map(Kept::Continuous)),
             },
             |vm, counter, halt| page_fault::task_loop(vm, v, memsize, counter, halt),
         )?;
         return Ok((continuous_metrics(c.samples), Vec::new(), c.interrupted));
     }
     measure_start();
-    let (reps, interrupted) = host_proc::pft_processes(n, pft_params(w, req), stop, progress)?;
+    let (reps, interrupted) =
+        host_proc::pft_processes(n, pft_params(w, req), stop, &mut |d, t, r| {
+            progress(d, t, Some(Kept::Repetition(r)))
+        })?;
     Ok((pft_metrics(&reps), reps, interrupted))
 }
 
 fn pft_metrics(reps: &[Repetition]) -> Vec<Metric> {
     vec![
         Metric {
-            name: "faults/cpu".into(),
+            name: PFT_CPU_METRIC.into(),
             higher_is_better: true,
             samples: reps.iter().map(Repetition::faults_per_cpu).collect(),
         },
         Metric {
-            name: "faults/sec".into(),
+            name: CONTINUOUS_METRIC.into(),
             higher_is_better: true,
             samples: reps.iter().map(Repetition::faults_per_sec).collect(),
         },
     ]
 }
 
-/// Run the request; `progress(label, done, total)` reports each sample and `sink` receives each
-/// row as soon as it is measured (the store writes it there, so an interrupted or failed run
-/// keeps what it measured). Returns the rows.
+/// The metric of the continuous page-fault workloads, and pft's per-wall-second rate.
+const CONTINUOUS_METRIC: &str = "faults/sec";
+/// pft's faults per CPU second.
+const PFT_CPU_METRIC: &str = "faults/cpu";
+/// kvcache's throughput.
+const KVCACHE_METRIC: &str = "ops/sec";
+
+/// netpipe's metric for one send size.
+fn netpipe_metric(send_size: usize) -> String {
+    format!("send-{send_size}")
+}
+
+/// A sample the moment a workload took it, before the row it belongs to is finished.
+enum Kept<'a> {
+    /// A continuous workload's rate (page_fault1/2/3).
+    Continuous(f64),
+    /// A pft or lameter repetition.
+    Repetition(&'a Repetition),
+    /// netpipe: messages per second at a send size.
+    SendSize(usize, f64),
+    /// A rate under the metric named.
+    Rate(&'static str, f64),
+}
+
+impl Kept<'_> {
+    /// `(metric, value)` pairs, every metric higher-is-better, as the row will hold them.
+    fn values(&self) -> Vec<(String, f64)> {
+        match *self {
+            Kept::Continuous(v) => vec![(CONTINUOUS_METRIC.into(), v)],
+            Kept::Repetition(r) => vec![
+                (PFT_CPU_METRIC.into(), r.faults_per_cpu()),
+                (CONTINUOUS_METRIC.into(), r.faults_per_sec()),
+            ],
+            Kept::SendSize(size, v) => vec![(netpipe_metric(size), v)],
+            Kept::Rate(name, v) => vec![(name.into(), v)],
+        }
+    }
+}
+
+/// What [`run`] hands its caller to store.
+pub enum Record<'a> {
+    /// Samples just measured (one per metric, usually), to be stored at once: a run killed
+    /// later keeps them. `sets` are in the order the row's metrics will be.
+    Samples {
+        repeat: u32,
+        sets: Vec<(SampleKey, Vec<f64>)>,
+    },
+    /// A (mode, task count, repeat) is finished. Each of its samples was handed over as
+    /// [`Record::Samples`] before this; what is left to store is the row's counters.
+    Row(&'a RunRow),
+}
+
+/// The samples of the row being measured, passed on to the caller's sink as they come.
+struct RowSink<'s> {
+    sink: &'s mut dyn FnMut(Record<'_>) -> Result<(), String>,
+    mode: Mode,
+    tasks: usize,
+    repeat: u32,
+    /// Samples handed over so far, per metric.
+    passed: Vec<(String, usize)>,
+    /// The first error of the sink: the row goes on being measured (a workload cannot be
+    /// stopped from its progress hook) but nothing more is stored, and the error ends the run.
+    failed: Option<String>,
+}
+
+impl RowSink<'_> {
+    fn key(&self, metric: &str, higher_is_better: bool) -> SampleKey {
+        SampleKey {
+            mode: self.mode.to_string(),
+            tasks: self.tasks as u32,
+            metric: metric.to_string(),
+            higher_is_better,
+        }
+    }
+
+    fn pass(&mut self, sets: Vec<(SampleKey, Vec<f64>)>) {
+        if self.failed.is_some() || sets.iter().all(|(_, v)| v.is_empty()) {
+            return;
+        }
+        let counts: Vec<(String, usize)> = sets
+            .iter()
+            .map(|(k, v)| (k.metric.clone(), v.len()))
+            .collect();
+        match (self.sink)(Record::Samples {
+            repeat: self.repeat,
+            sets,
+        }) {
+            Ok(()) => {
+                for (metric, n) in counts {
+                    match self.passed.iter_mut().find(|(m, _)| *m == metric) {
+                        Some((_, c)) => *c += n,
+                        None => self.passed.push((metric, n)),
+                    }
+                }
+            }
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    fn kept(&mut self, kept: &Kept<'_>) {
+        let sets = kept
+            .values()
+            .into_iter()
+            .map(|(m, v)| (self.key(&m, true), vec![v]))
+            .collect();
+        self.pass(sets);
+    }
+
+    /// The row is measured: hand over the samples not passed yet (values known only at the end,
+    /// like kvcache's latency percentiles), then the row itself.
+    fn finish(mut self, row: &RunRow) -> Result<(), String> {
+        let rest: Vec<(SampleKey, Vec<f64>)> = row
+            .metrics
+            .iter()
+            .map(|m| {
+                let done = self
+                    .passed
+                    .iter()
+                    .find(|(n, _)| *n == m.name)
+                    .map_or(0, |p| p.1);
+                (
+                    self.key(&m.name, m.higher_is_better),
+                    m.samples.get(done..).unwrap_or_default().to_vec(),
+                )
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        self.pass(rest);
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        (self.sink)(Record::Row(row))
+    }
+}
+
+/// Run the request; `progress(label, done, total)` reports each sample, and `sink` receives each
+/// sample as soon as it is measured ([`Record::Samples`]) and each row once it is finished
+/// ([`Record::Row`]). The store writes them there, one transaction per sample, so a run stopped
+/// in any way (Ctrl-C, a failure, `kill -9`, power loss) keeps every sample but the one under
+/// way. Returns the rows.
 pub fn run(
     req: &RunRequest,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(&str, usize, usize),
-    sink: &mut dyn FnMut(&RunRow) -> Result<(), String>,
+    sink: &mut dyn FnMut(Record<'_>) -> Result<(), String>,
 ) -> Result<Vec<RunRow>, String> {
     let mut rows = Vec::new();
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
@@ -483,7 +698,20 @@ pub fn run(
                 } else {
                     format!("{} {} {n} {mode}", req.target.label(), req.workload)
                 };
-                let mut prog = |d: usize, t: usize| progress(&label, d, t);
+                let mut rows_sink = RowSink {
+                    sink: &mut *sink,
+                    mode,
+                    tasks: n,
+                    repeat: (req.first_repeat + repeat) as u32,
+                    passed: Vec::new(),
+                    failed: None,
+                };
+                let mut prog = |d: usize, t: usize, kept: Option<Kept>| {
+                    progress(&label, d, t);
+                    if let Some(k) = kept {
+                        rows_sink.kept(&k);
+                    }
+                };
                 let lameter = req.workload == WorkloadKind::Lameter;
                 let (metrics, reps, counters, interrupted) = match &req.target {
                     Target::Engine { policy, .. } if req.workload == WorkloadKind::Netpipe => {
@@ -542,7 +770,7 @@ pub fn run(
                     repetitions: reps,
                     interrupted,
                 };
-                sink(&row)?;
+                rows_sink.finish(&row)?;
                 rows.push(row);
                 if interrupted {
                     return Ok(rows);
@@ -645,10 +873,16 @@ fn pooled(rows: &[RunRow]) -> Vec<RunRow> {
 pub fn render(req: &RunRequest, all_rows: &[RunRow]) -> String {
     use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
     let mut out = String::new();
-    let pooled_rows = pooled(all_rows);
+    let mut pooled_rows = pooled(all_rows);
+    // A row stopped before its first sample has nothing to summarise: its mean would be NaN.
+    pooled_rows.retain(|r| r.metrics.iter().any(|m| !m.samples.is_empty()));
     let rows = &pooled_rows[..];
     let Some(first) = rows.first() else {
-        return "no results\n".into();
+        return if all_rows.iter().any(|r| r.interrupted) {
+            "interrupted before the first sample: nothing was measured\n".into()
+        } else {
+            "no results\n".into()
+        };
     };
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
@@ -670,8 +904,16 @@ pub fn render(req: &RunRequest, all_rows: &[RunRow]) -> String {
         let base = rows.iter().find(|b| b.mode == r.mode).unwrap_or(r);
         let mut row = vec![r.mode.to_string(), r.tasks.to_string()];
         for (i, m) in r.metrics.iter().enumerate() {
+            if m.samples.is_empty() {
+                row.extend(["-", "-", "-", "-"].map(String::from));
+                continue;
+            }
             let (mu, sd) = summary(m);
-            let b = base.metrics.get(i).map_or(f64::NAN, |bm| summary(bm).0);
+            let b = base
+                .metrics
+                .get(i)
+                .filter(|bm| !bm.samples.is_empty())
+                .map_or(f64::NAN, |bm| summary(bm).0);
             row.push(rate(mu));
             row.push(rate(sd));
             row.push(if m.name == "faults/cpu" {
@@ -679,7 +921,11 @@ pub fn render(req: &RunRequest, all_rows: &[RunRow]) -> String {
             } else {
                 rate(mu / r.tasks as f64)
             });
-            row.push(format!("{:.2}x", mu / b));
+            row.push(if b.is_finite() && b != 0.0 {
+                format!("{:.2}x", mu / b)
+            } else {
+                "-".into()
+            });
         }
         row.push(r.metrics.first().map_or(0, |m| m.samples.len()).to_string());
         t.add_row(row);
@@ -778,6 +1024,11 @@ mod tests {
         assert!(parse_tasks("").unwrap_err().contains("names no task"));
         assert!(parse_tasks("x").is_err());
         assert!(parse_tasks("5000").unwrap_err().contains("4096"));
+        // On the host, the engine's limit does not apply; the host's are checked by `check`.
+        assert_eq!(
+            parse_tasks_for("5000", &Target::Kernel).unwrap(),
+            vec![5000]
+        );
         assert_eq!(parse_tasks("1 2 4").unwrap(), vec![1, 2, 4]);
         // A huge range is refused before anything is built.
         assert!(
@@ -803,6 +1054,13 @@ mod tests {
             swap: Backing::Memory { compress: false },
         };
         assert!(check(&req).is_ok());
+        req.tasks = vec![1, 10_000_000];
+        let e = check(&req).unwrap_err();
+        assert!(
+            e.contains("host") && !e.contains("engine") && !e.contains('\n'),
+            "{e}"
+        );
+        req.tasks = vec![1, 2];
         req.sizes.pft_bytes = 1 << 50;
         let e = check(&req).unwrap_err();
         assert!(e.contains("available") && !e.contains('\n'), "{e}");
@@ -843,13 +1101,20 @@ mod tests {
         });
         check(&req).unwrap();
         let stop = AtomicBool::new(false);
-        let mut stored = 0;
-        let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |_| {
-            stored += 1;
+        let (mut finished, mut passed) = (0, Vec::new());
+        let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |r| {
+            match r {
+                Record::Row(_) => finished += 1,
+                Record::Samples { sets, .. } => passed.extend(sets),
+            }
             Ok(())
         })
         .unwrap();
-        assert_eq!((rows.len(), stored), (1, 1));
+        assert_eq!((rows.len(), finished), (1, 1));
+        // Every sample was passed on as it was taken, one at a time, before the row ended.
+        assert_eq!(passed.len(), 9, "{passed:?}");
+        assert!(passed.iter().all(|(_, v)| v.len() == 1));
+        assert_eq!(passed[0].1, rows[0].metrics[0].samples);
         let names: Vec<&str> = rows[0].metrics.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(
             names,
@@ -868,10 +1133,14 @@ mod tests {
         // One 20 ms window per size: on a loaded host a pair may get no CPU time in one of
         // them, so a size may measure 0, but never a negative or non-finite rate, and the run
         // as a whole moves messages.
-        assert!(rows[0].metrics.iter().all(|m| m.higher_is_better
-            && m.samples.len() == 1
-            && m.samples[0].is_finite()
-            && m.samples[0] >= 0.0));
+        assert!(
+            rows[0].metrics.iter().all(|m| m.higher_is_better
+                && m.samples.len() == 1
+                && m.samples[0].is_finite()
+                && m.samples[0] >= 0.0),
+            "{:?}",
+            rows[0].metrics
+        );
         assert!(rows[0].metrics.iter().map(|m| m.samples[0]).sum::<f64>() > 0.0);
         let keys: Vec<String> = rows[0]
             .sample_sets()
@@ -910,6 +1179,37 @@ mod tests {
         });
         req.modes = vec![Mode::Processes];
         assert!(check(&req).unwrap_err().contains("processes"));
+    }
+
+    #[test]
+    fn a_run_stopped_before_its_first_sample_prints_no_nan() {
+        let req = netpipe_request(Target::Kernel);
+        let row = |metrics, interrupted| RunRow {
+            tasks: 1,
+            mode: Mode::Threads,
+            repeat: 0,
+            metrics,
+            counters: None,
+            repetitions: Vec::new(),
+            interrupted,
+        };
+        let text = render(&req, &[row(continuous_metrics(Vec::new()), true)]);
+        assert!(
+            !text.contains("NaN") && text.contains("nothing was measured"),
+            "{text}"
+        );
+        // A row with samples beside one without: the empty one is left out.
+        let text = render(
+            &req,
+            &[
+                row(continuous_metrics(vec![1e6, 1.1e6]), false),
+                RunRow {
+                    tasks: 2,
+                    ..row(continuous_metrics(Vec::new()), true)
+                },
+            ],
+        );
+        assert!(!text.contains("NaN") && text.contains("1.048M"), "{text}");
     }
 
     #[test]

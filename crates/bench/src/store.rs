@@ -6,7 +6,9 @@
 //!
 //! * `runs`: one row per run with its whole [`RunMeta`] (profile as TOML, host facts as JSON,
 //!   command line, version, experiment), its [`Origin`], [`Status`] and start/finish times
-//!   (RFC 3339, UTC).
+//!   (RFC 3339, UTC), and for a run written as it is measured the process writing it
+//!   ([`crate::owner::Owner`]: pid, start time, boot id, host), so that a run left `running` by a
+//!   killed process can be told from one still being measured.
 //! * `samples`: `(run, mode, tasks, metric, higher_is_better, repeat, seq, value)`.
 //! * `counters`: engine counters over a measured window, `(run, mode, tasks, repeat, name,
 //!   value)`.
@@ -16,8 +18,8 @@
 //!
 //! # Why SQLite, why WAL
 //!
-//! A run is written while it is being measured, sample set by sample set, so that a run stopped
-//! by Ctrl-C or a crash keeps what it measured; several `pagelab run` processes (an experiment
+//! A run is written while it is being measured, one transaction per sample, so that a run
+//! stopped by Ctrl-C, a crash or `kill -9` keeps every sample but the one under way; several `pagelab run` processes (an experiment
 //! on several targets, two terminals) may write the same store at once while `compare` reads it.
 //! SQLite gives atomic transactions, crash safety and locking between processes in one file
 //! without a server. The write-ahead log lets readers proceed while a writer commits, and
@@ -61,6 +63,7 @@ use rusqlite::types::{Type, Value};
 use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Transaction, TransactionBehavior};
 
 use crate::compare::SetSummary;
+use crate::owner::Owner;
 use crate::results::{
     CounterRow, Origin, RunData, RunFilter, RunMeta, SampleKey, SampleRow, Status, StoredRun,
 };
@@ -128,6 +131,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, mode, tasks, repeat, name)
     ) STRICT, WITHOUT ROWID;
     ",
+    // 2: the process writing a running run (see crate::owner), so that `runs` can tell a run
+    // being measured from one whose process was killed. NULL for runs stored whole and for runs
+    // begun before this version.
+    "
+    ALTER TABLE runs ADD COLUMN owner_pid   INTEGER CHECK (owner_pid BETWEEN 0 AND 4294967295);
+    ALTER TABLE runs ADD COLUMN owner_start INTEGER CHECK (owner_start >= 0);
+    ALTER TABLE runs ADD COLUMN owner_boot  TEXT;
+    ALTER TABLE runs ADD COLUMN owner_host  TEXT;
+    ",
 ];
 
 /// The schema version this pagelab writes: the `PRAGMA user_version` after the newest migration.
@@ -135,7 +147,11 @@ pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// The oldest schema the read queries in this module work on. Raise it only if a migration makes
 /// old stores unreadable by the current queries (they then need one `open` to be upgraded).
+/// (Version 1 has no owner columns; [`Store::runs`] reads them as NULL there.)
 pub const MIN_READ_VERSION: i64 = 1;
+
+/// The first schema with the owner columns.
+const OWNER_VERSION: i64 = 2;
 
 /// Why the store could not do what was asked. Each message is one line that names the store's
 /// path and says what to do about it, because it ends up printed by the CLI as is.
@@ -386,6 +402,8 @@ pub struct Store {
     path: PathBuf,
     /// Opened with [`Store::open_read`]: every write is refused up front.
     read_only: bool,
+    /// The schema version of the file (below [`SCHEMA_VERSION`] only when opened for reading).
+    version: i64,
 }
 
 impl std::fmt::Debug for Store {
@@ -507,6 +525,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             read_only: false,
+            version: SCHEMA_VERSION,
         };
         if !matches!(found, Found::Pagelab(SCHEMA_VERSION)) {
             store.migrate()?;
@@ -611,10 +630,11 @@ impl Store {
                 path: path.to_path_buf(),
                 found: v,
             }),
-            Found::Pagelab(_) => Ok(Store {
+            Found::Pagelab(v) => Ok(Store {
                 conn,
                 path: path.to_path_buf(),
                 read_only: true,
+                version: v,
             }),
         }
     }
@@ -722,10 +742,15 @@ impl Store {
         started: &str,
         finished: Option<&str>,
     ) -> Result<i64, StoreError> {
+        // A run that stays running is owned by this process until it finishes it.
+        let owner = (status == Status::Running).then(Owner::current);
+        let owner = owner.as_ref();
         tx.execute(
             "INSERT INTO runs (label, workload, target, origin, profile, profile_toml, host_json,
-                machine, experiment, pagelab_version, command, status, started, finished)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                machine, experiment, pagelab_version, command, status, started, finished,
+                owner_pid, owner_start, owner_boot, owner_host)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,
+                ?15, ?16, ?17, ?18)",
             rusqlite::params![
                 meta.label,
                 meta.workload,
@@ -741,6 +766,12 @@ impl Store {
                 status.as_str(),
                 started,
                 finished,
+                owner.map(|o| o.pid),
+                owner
+                    .and_then(|o| o.start)
+                    .and_then(|t| i64::try_from(t).ok()),
+                owner.and_then(|o| o.boot_id.as_deref()),
+                owner.and_then(|o| o.host.as_deref()),
             ],
         )
         .map_err(|e| self.err(e))?;
@@ -851,6 +882,35 @@ impl Store {
         })
     }
 
+    /// Appends several sets of samples of a running run (the metrics of one sample, say pft's
+    /// `faults/cpu` and `faults/sec`) in one transaction, each numbered on after those already
+    /// stored for its key and `repeat`: all of them are stored or, on any error, none.
+    pub fn add_sample_sets(
+        &self,
+        run: i64,
+        repeat: u32,
+        sets: &[(SampleKey, Vec<f64>)],
+    ) -> Result<(), StoreError> {
+        for (key, values) in sets {
+            self.check_finite(
+                || {
+                    format!(
+                        "run {run} `{}` ({} {} tasks) repeat {repeat}",
+                        key.metric, key.mode, key.tasks
+                    )
+                },
+                values,
+            )?;
+        }
+        self.write(|tx| {
+            self.check_running(tx, run)?;
+            for (key, values) in sets {
+                self.insert_samples(tx, run, key, repeat, values)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Stores the engine counters of one measured window of a running run, in one transaction.
     /// A counter name already stored for the same window is refused (nothing written).
     pub fn add_counters(
@@ -939,10 +999,16 @@ impl Store {
     /// The runs the filter selects, by id, each with its number of samples.
     pub fn runs(&self, f: &RunFilter) -> Result<Vec<StoredRun>, StoreError> {
         let (cond, params) = filter_sql(f);
+        // A store read without upgrading it may predate the owner columns.
+        let owner_cols = if self.version >= OWNER_VERSION {
+            "owner_pid, owner_start, owner_boot, owner_host"
+        } else {
+            "NULL, NULL, NULL, NULL"
+        };
         let sql = format!(
             "SELECT id, label, workload, target, origin, profile, profile_toml, host_json,
                 machine, experiment, pagelab_version, command, status, started, finished,
-                (SELECT count(*) FROM samples s WHERE s.run_id = runs.id)
+                (SELECT count(*) FROM samples s WHERE s.run_id = runs.id), {owner_cols}
              FROM runs WHERE {cond} ORDER BY id"
         );
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(e))?;
@@ -967,6 +1033,15 @@ impl Store {
                     started: r.get(13)?,
                     finished: r.get(14)?,
                     nr_samples: r.get(15)?,
+                    owner: match r.get::<_, Option<u32>>(16)? {
+                        None => None,
+                        Some(pid) => Some(Owner {
+                            pid,
+                            start: r.get::<_, Option<i64>>(17)?.map(|t| t as u64),
+                            boot_id: r.get(18)?,
+                            host: r.get(19)?,
+                        }),
+                    },
                 })
             })
             .map_err(|e| self.err(e))?;

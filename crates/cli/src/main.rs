@@ -87,7 +87,7 @@ enum Command {
     Experiments(ExperimentsArgs),
     /// Compare stored results mmtests-style: the first label is the baseline.
     Compare(CompareArgs),
-    /// List stored runs (filtered), or delete them.
+    /// List stored runs (filtered), or delete them; a run whose process died shows as abandoned.
     Runs(RunsArgs),
     /// Write stored samples as CSV or JSON.
     Export(ExportArgs),
@@ -165,7 +165,8 @@ pub(crate) struct RunSelect {
     /// measured, projected or imported.
     #[arg(long)]
     pub(crate) origin: Option<String>,
-    /// running, complete or incomplete.
+    /// running, complete, incomplete, or abandoned (left running by a process that no longer
+    /// exists: killed, or the machine rebooted).
     #[arg(long)]
     pub(crate) status: Option<String>,
     #[arg(long)]
@@ -391,7 +392,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Ctrl-C sets the returned flag; long runs poll it and stop cleanly.
+/// Ctrl-C, SIGTERM and SIGHUP set the returned flag; long runs poll it and stop cleanly after
+/// the current sample. All three mean the same thing: a terminal closed, a `kill` or a service
+/// manager stopping pagelab must leave the run marked incomplete with what it measured, exactly
+/// as Ctrl-C does, not marked running by a process that no longer exists. A second signal quits
+/// at once, still marking the run incomplete.
 fn interrupt_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -404,7 +409,9 @@ fn interrupt_flag() -> Arc<AtomicBool> {
             pagelab_mm::reclaim::swap::remove_swap_files();
             std::process::exit(130);
         }
-        eprintln!("pagelab: stopping after the current pass (Ctrl-C again to quit now)");
+        eprintln!(
+            "pagelab: stopping after the current sample (interrupt or terminate again to quit now)"
+        );
     });
     stop
 }

@@ -13,8 +13,10 @@ use pagelab_bench::compare;
 use pagelab_bench::experiments::{self, Experiment};
 use pagelab_bench::host::HostInfo;
 use pagelab_bench::profiles;
-use pagelab_bench::results::{Origin, RunFilter, RunMeta, Status};
-use pagelab_bench::run::{RunRequest, RunRow, Sizes, Target, check, parse_tasks, render, run};
+use pagelab_bench::results::{MAX_LABEL_CHARS, Origin, RunFilter, RunMeta, Status, quote_label};
+use pagelab_bench::run::{
+    Record, RunRequest, RunRow, Sizes, Target, check, parse_tasks, parse_tasks_for, render, run,
+};
 use pagelab_bench::store::Store;
 use pagelab_workloads::runner::SampleSpec;
 use pagelab_workloads::{Mode, WorkloadKind};
@@ -92,12 +94,17 @@ fn record(
         *g = Some((store.path().to_path_buf(), id));
     }
     let bar = progress_bar();
-    let mut sink = |row: &RunRow| -> Result<(), String> {
-        for (key, samples) in row.sample_sets() {
-            store
-                .add_samples(id, &key, row.repeat, &samples)
-                .map_err(|e| e.to_string())?;
-        }
+    let mut sink = |record: Record<'_>| -> Result<(), String> {
+        let row = match record {
+            // One transaction per sample (WAL: a commit appends a page or two to the log, well
+            // under a millisecond against samples of 100 ms and more).
+            Record::Samples { repeat, sets } => {
+                return store
+                    .add_sample_sets(id, repeat, &sets)
+                    .map_err(|e| e.to_string());
+            }
+            Record::Row(row) => row,
+        };
         let counters = row.counter_values();
         if !counters.is_empty() {
             store
@@ -222,7 +229,6 @@ fn measure_interleaved(
 
 pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
     let workload: WorkloadKind = a.workload.parse()?;
-    let tasks = parse_tasks(&a.tasks)?;
     let modes = parse_modes(&a.mode)?;
     let (target, profile) = match a.target.as_str() {
         "engine" => {
@@ -244,6 +250,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         "kernel" => (Target::Kernel, None),
         t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
     };
+    let tasks = parse_tasks_for(&a.tasks, &target)?;
     let label = match (&a.label, &profile) {
         (Some(l), _) => check_label(l)?,
         (None, Some(p)) => p.name.clone(),
@@ -334,10 +341,13 @@ pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
 
 /// Labels are names in tables and file names in reports: printable, no surprises.
 pub fn check_label(l: &str) -> Result<String, String> {
-    if l.is_empty() || l.len() > 64 || l.chars().any(|c| c.is_control() || c.is_whitespace()) {
+    if l.is_empty()
+        || l.len() > MAX_LABEL_CHARS
+        || l.chars().any(|c| c.is_control() || c.is_whitespace())
+    {
         return Err(format!(
-            "label `{}` must be 1 to 64 characters without spaces or control characters",
-            l.escape_debug()
+            "label {} must be 1 to {MAX_LABEL_CHARS} characters without spaces or control characters",
+            quote_label(l)
         ));
     }
     Ok(l.to_string())

@@ -75,7 +75,10 @@ fn resolve(mut sel: CompareSelect, db: Option<&Path>, what: &str) -> Result<Comp
     }
     for (i, l) in sel.labels.iter().enumerate() {
         if sel.labels[..i].contains(l) {
-            return Err(format!("label `{l}` is named twice"));
+            return Err(format!(
+                "label {} is named twice",
+                pagelab_bench::results::quote_label(l)
+            ));
         }
     }
     if sel.labels.is_empty() {

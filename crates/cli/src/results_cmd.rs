@@ -17,7 +17,8 @@ use pagelab_bench::csv_text::neutralise;
 use pagelab_bench::experiments;
 use pagelab_bench::import::{self, ImportOptions};
 use pagelab_bench::output::OutputFile;
-use pagelab_bench::results::{RunFilter, SampleRow, Status, StoredRun};
+use pagelab_bench::owner::Liveness;
+use pagelab_bench::results::{ABANDONED, RunFilter, SampleRow, Status, StoredRun, quote_label};
 use pagelab_bench::stats;
 use pagelab_bench::store::{Store, StoreError};
 use serde::ser::{SerializeSeq, Serializer};
@@ -137,7 +138,8 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
     let known = stored_labels(&store)?;
     if let Some(l) = labels.iter().find(|l| !known.contains(l)) {
         return Err(format!(
-            "unknown label `{l}`; labels in {}: {}",
+            "unknown label {}; labels in {}: {}",
+            quote_label(l),
             store.path().display(),
             if known.is_empty() {
                 "none yet".to_string()
@@ -155,9 +157,9 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
             ..RunFilter::default()
         })
         .map_err(|e| e.to_string())?;
-    runs.retain(|r| {
-        r.status == Status::Complete || (a.include_incomplete && r.status == Status::Incomplete)
-    });
+    // A run whose process died (abandoned) is as incomplete as an interrupted one; a run
+    // still being measured is never used.
+    runs.retain(|r| r.status == Status::Complete || (a.include_incomplete && r.incomplete()));
     if a.latest {
         let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
         for r in &runs {
@@ -188,46 +190,124 @@ pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
     Ok(())
 }
 
-fn filter_of(a: &RunSelect) -> Result<RunFilter, String> {
-    Ok(RunFilter {
-        ids: a.ids.clone(),
-        labels: a.label.clone(),
-        workload: a.workload.clone(),
-        origin: a.origin.as_deref().map(str::parse).transpose()?,
-        status: a.status.as_deref().map(str::parse).transpose()?,
-        experiment: a.experiment.clone(),
+/// A run selection: the store's filter, and for the derived statuses whether the run must be
+/// abandoned (`--status abandoned`) or must not be (`--status running`).
+struct Selector {
+    filter: RunFilter,
+    abandoned: Option<bool>,
+}
+
+impl Selector {
+    fn of(a: &RunSelect) -> Result<Selector, String> {
+        let (status, abandoned) = match a.status.as_deref() {
+            None => (None, None),
+            // Both are stored as running; whether the process is alive says which.
+            Some(ABANDONED) => (Some(Status::Running), Some(true)),
+            Some("running") => (Some(Status::Running), Some(false)),
+            Some(s) => (
+                Some(s.parse::<Status>().map_err(|_| {
+                    format!(
+                        "unknown status `{}`; expected running, complete, incomplete or {ABANDONED}",
+                        s.escape_debug()
+                    )
+                })?),
+                None,
+            ),
+        };
+        Ok(Selector {
+            filter: RunFilter {
+                ids: a.ids.clone(),
+                labels: a.label.clone(),
+                workload: a.workload.clone(),
+                origin: a.origin.as_deref().map(str::parse).transpose()?,
+                status,
+                experiment: a.experiment.clone(),
+            },
+            abandoned,
+        })
+    }
+
+    fn runs(&self, store: &Store) -> Result<Vec<StoredRun>, String> {
+        let mut runs = store.runs(&self.filter).map_err(|e| e.to_string())?;
+        if let Some(want) = self.abandoned {
+            runs.retain(|r| r.abandoned() == want);
+        }
+        Ok(runs)
+    }
+}
+
+/// Why run `r` must not be deleted now, if it must not: its process may still be writing it.
+fn still_written(r: &StoredRun) -> Option<String> {
+    if r.status != Status::Running || r.abandoned() {
+        return None;
+    }
+    let owner = r.owner.as_ref()?;
+    Some(match owner.liveness() {
+        Liveness::Elsewhere(place) => format!(
+            "run {} is running on {place}, whose processes cannot be seen from here; delete it there once its process has ended",
+            r.id
+        ),
+        _ => format!(
+            "run {} is still being measured by process {}; stop it first (Ctrl-C, or kill {}), then delete it",
+            r.id, owner.pid, owner.pid
+        ),
     })
 }
 
+/// `runs --delete`: the selected runs, all of them or none. A run still being measured is
+/// refused (its process would fail at its next sample, and its results would be lost without
+/// anyone having asked for that); a run whose process is gone (abandoned) is deleted like any.
+fn delete_runs(a: &RunsArgs, sel: &Selector, db: Option<&Path>) -> Result<(), String> {
+    if a.all && (sel.filter != RunFilter::default() || sel.abandoned.is_some()) {
+        return Err("--all deletes every run; give it without filters".into());
+    }
+    if !a.all && sel.filter == RunFilter::default() {
+        return Err("--delete needs a filter (--id, --label, --workload, ...) or --all".into());
+    }
+    // Deleting never creates a store: open it for reading first, to fail on a missing one.
+    open_read(db)?;
+    let store = open_store(db)?;
+    let runs = sel.runs(&store)?;
+    if runs.is_empty() && !a.all {
+        return Err("no run matches; `pagelab runs` lists what is stored".into());
+    }
+    if let Some(why) = runs.iter().find_map(still_written) {
+        return Err(format!("{why}; nothing was deleted"));
+    }
+    // Exactly the runs checked: one begun since is not deleted unseen.
+    let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
+    let n = if ids.is_empty() {
+        0
+    } else {
+        store
+            .delete_runs(&RunFilter {
+                ids,
+                ..RunFilter::default()
+            })
+            .map_err(|e| e.to_string())?
+    };
+    println!("deleted {n} run(s) from {}", store.path().display());
+    Ok(())
+}
+
 pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
-    let filter = filter_of(&a.select)?;
+    let sel = Selector::of(&a.select)?;
     if a.delete {
-        // Deleting never creates a store: open it for reading first, to fail on a missing one.
-        open_read(db)?;
-        let store = open_store(db)?;
-        if !a.all && store.runs(&filter).map_err(|e| e.to_string())?.is_empty() {
-            return Err("no run matches; `pagelab runs` lists what is stored".into());
-        }
-        let n = if a.all {
-            if filter != RunFilter::default() {
-                return Err("--all deletes every run; give it without filters".into());
-            }
-            store.delete_all_runs()
-        } else if filter == RunFilter::default() {
-            return Err("--delete needs a filter (--id, --label, --workload, ...) or --all".into());
-        } else {
-            store.delete_runs(&filter)
-        }
-        .map_err(|e| e.to_string())?;
-        println!("deleted {n} run(s) from {}", store.path().display());
-        return Ok(());
+        return delete_runs(&a, &sel, db);
     }
     let store = open_read(db)?;
-    let runs = store.runs(&filter).map_err(|e| e.to_string())?;
+    let runs = sel.runs(&store)?;
     if a.json {
+        // The derived status (abandoned) replaces the stored one, as in the table.
+        let mut out = Vec::with_capacity(runs.len());
+        for r in &runs {
+            let mut v = serde_json::to_value(r).map_err(|e| e.to_string())?;
+            v["status"] = r.shown_status().into();
+            out.push(v);
+        }
         println!(
             "{}",
-            serde_json::to_string_pretty(&runs).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(&out).map_err(|e| e.to_string())?
         );
         return Ok(());
     }
@@ -252,7 +332,7 @@ pub fn runs_cmd(a: RunsArgs, db: Option<&Path>) -> Result<(), String> {
             r.meta.workload.clone(),
             r.meta.target.clone(),
             r.meta.origin.to_string(),
-            r.status.to_string(),
+            r.shown_status().to_string(),
             r.started.clone(),
             r.nr_samples.to_string(),
             r.meta.experiment.clone().unwrap_or_default(),
@@ -377,8 +457,7 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
         f => return Err(format!("unknown export format `{f}`; expected csv or json")),
     };
     let store = open_read(db)?;
-    let filter = filter_of(&a.select)?;
-    let runs = store.runs(&filter).map_err(|e| e.to_string())?;
+    let runs = Selector::of(&a.select)?.runs(&store)?;
     if runs.is_empty() {
         return Err("no run matches; `pagelab runs` lists what is stored".into());
     }

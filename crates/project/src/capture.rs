@@ -292,7 +292,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
                 repetitions: 1 + 2 * ROUNDS,
                 vma_per_task: !shared_vma,
             };
-            pft::run(vec![vm], true, params, &never, &mut |_, _| {})
+            pft::run(vec![vm], true, params, &never, &mut |_, _, _| {})
                 .map_err(|e| format!("capture: {e}"))?;
         }
     }

@@ -86,7 +86,10 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
     let m = Machine::load("broadwell-2s-44c").unwrap();
     let rate = |mode| mean(&replay_row(&m, &t, mode, 16, 3, 1, 4096).unwrap().metrics[0].2);
     let (procs, threads) = (rate(Mode::Processes), rate(Mode::Threads));
-    assert!(threads < procs, "threads {threads} against processes {procs}");
+    assert!(
+        threads < procs,
+        "threads {threads} against processes {procs}"
+    );
 }
 
 #[test]

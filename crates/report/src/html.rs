@@ -241,7 +241,7 @@ fn run_line(r: &StoredRun) -> RunLine {
         target: r.meta.target.clone(),
         origin: r.meta.origin.as_str(),
         machine: r.meta.machine.clone().unwrap_or_default(),
-        status: r.status.as_str(),
+        status: r.shown_status(),
         started: r.started.clone(),
         samples: r.nr_samples,
         experiment: r.meta.experiment.clone().unwrap_or_default(),

@@ -369,6 +369,7 @@ pub(crate) mod tests {
             started: "2026-01-01T00:00:00Z".into(),
             finished: None,
             nr_samples: 0,
+            owner: None,
         }
     }
 

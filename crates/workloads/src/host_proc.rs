@@ -52,8 +52,10 @@
 //!   thread held the stderr lock could hang the child; the parent then kills it after the halt
 //!   grace period and reports that. Panics in a body are bugs, so that is acceptable.)
 //! - asks for `SIGKILL` when the forking thread dies (`PR_SET_PDEATHSIG`), so no child outlives
-//!   its parent, and ignores `SIGINT`: Ctrl-C on the terminal reaches the whole process group,
-//!   and it is the parent that decides to stop (it sets the halt flag).
+//!   its parent, and ignores `SIGINT`, `SIGTERM` and `SIGHUP`: Ctrl-C or a hang-up on the
+//!   terminal reaches the whole process group, and so does a `kill` of the group or a service
+//!   manager's stop; it is the parent that decides to stop (it sets the halt flag) and marks its
+//!   run incomplete. A child that died of one of these would make the run a failure instead.
 //!
 //! The parent keeps every child in a guard whose `Drop` kills (`SIGKILL`) and reaps whatever is
 //! left, so no child is left running or as a zombie on any path: errors, interrupts, a
@@ -418,40 +420,46 @@ fn fate_of(status: WaitStatus) -> Fate {
     }
 }
 
-/// SIGINT blocked in the calling thread while alive; the previous mask is restored on drop.
-struct SigintBlocked {
+/// The signals that ask pagelab to stop (the parent handles them; children ignore them).
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// [`STOP_SIGNALS`] blocked in the calling thread while alive; the previous mask is restored on
+/// drop.
+struct StopSignalsBlocked {
     old: libc::sigset_t,
 }
 
-impl SigintBlocked {
-    fn sigint() -> libc::sigset_t {
+impl StopSignalsBlocked {
+    fn stop_signals() -> libc::sigset_t {
         // SAFETY: `sigemptyset`/`sigaddset` only write the set we own.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
+            for sig in STOP_SIGNALS {
+                libc::sigaddset(&mut set, sig);
+            }
             set
         }
     }
 
-    fn new() -> SigintBlocked {
-        let set = Self::sigint();
+    fn new() -> StopSignalsBlocked {
+        let set = Self::stop_signals();
         // SAFETY: a zeroed sigset_t is a valid out-parameter.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: both pointers are to sets owned by this frame.
         unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
-        SigintBlocked { old }
+        StopSignalsBlocked { old }
     }
 
-    /// In a child: SIGINT is ignored by now, unblock it.
+    /// In a child: the stop signals are ignored by now, unblock them.
     fn unblock_in_child() {
-        let set = Self::sigint();
+        let set = Self::stop_signals();
         // SAFETY: the set is owned by this frame; the old mask is not asked for.
         unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
     }
 }
 
-impl Drop for SigintBlocked {
+impl Drop for StopSignalsBlocked {
     fn drop(&mut self) {
         // SAFETY: restores the mask saved in `new`, owned by `self`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
@@ -467,9 +475,9 @@ impl Children {
         let parent = rustix::process::getpid();
         // Read the allowed CPUs here, so every child pins within the parent's mask.
         let _ = crate::pin::allowed_cpus();
-        // Block SIGINT across the forks: a Ctrl-C landing in a child before it ignores SIGINT
-        // would otherwise run the parent's handler there and count as a second Ctrl-C.
-        let _mask = SigintBlocked::new();
+        // Block the stop signals across the forks: one landing in a child before it ignores
+        // them would otherwise run the parent's handler there and count as a second interrupt.
+        let _mask = StopSignalsBlocked::new();
         let mut kids = Children {
             pids: Vec::with_capacity(shared.n),
             fates: Vec::with_capacity(shared.n),
@@ -635,12 +643,14 @@ fn child_main(
         if rustix::process::getppid() != Some(parent) {
             return Err(WorkloadError::Host(format!("task {i}: parent gone")));
         }
-        // SAFETY: setting a signal's disposition to "ignore" installs no handler code and
-        // touches no memory of ours.
-        unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-        // SIGINT was blocked across fork (see `SigintBlocked`); now that it is ignored,
-        // unblock it so the child's mask is the parent's usual one.
-        SigintBlocked::unblock_in_child();
+        for sig in STOP_SIGNALS {
+            // SAFETY: setting a signal's disposition to "ignore" installs no handler code and
+            // touches no memory of ours.
+            unsafe { libc::signal(sig, libc::SIG_IGN) };
+        }
+        // They were blocked across fork (see `StopSignalsBlocked`); now that they are ignored,
+        // unblock them so the child's mask is the parent's usual one.
+        StopSignalsBlocked::unblock_in_child();
         pin_to_core(i);
         let ctl = shared.control();
         ctl.ready.fetch_add(1, Ordering::AcqRel);
@@ -780,7 +790,7 @@ pub fn pft_processes(
     n: usize,
     params: PftParams,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, &Repetition),
 ) -> Result<(Vec<Repetition>, bool), WorkloadError> {
     if n == 0 {
         return Err(WorkloadError::Config("no tasks".into()));
@@ -830,8 +840,9 @@ pub fn pft_processes(
             interrupted = true;
             shared.halt();
         }
-        reps.push(Repetition { tasks, wall_ns });
-        progress(rep + 1, params.repetitions);
+        let r = Repetition { tasks, wall_ns };
+        progress(rep + 1, params.repetitions, &r);
+        reps.push(r);
         if interrupted {
             break;
         }

@@ -233,15 +233,16 @@ pub struct KvResult {
 pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
 
 /// Run kvcache on a freshly booted engine with `policy` and a swap device on `swap` (memory,
-/// LZ4-compressed memory, or a file). `progress(done, total)` reports each sample; `stop` ends
-/// the run early (what was measured is returned, marked interrupted).
+/// LZ4-compressed memory, or a file). `progress(done, total, ops_per_sec)` reports each kept
+/// sample as it is taken; `stop` ends the run early (what was measured is returned, marked
+/// interrupted).
 pub fn run(
     policy: &Policy,
     p: KvParams,
     swap: &Backing,
     spec: SampleSpec,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<KvResult, WorkloadError> {
     p.validate()?;
     let mut cfg = MemConfig::new(p.arena_bytes(), p.servers).with_memcgs(2);
@@ -313,7 +314,7 @@ fn drive(
     p: KvParams,
     spec: SampleSpec,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<KvResult, WorkloadError> {
     let shared = Shared {
         ops: AtomicU64::new(0),
@@ -599,7 +600,7 @@ fn sample(
     p: KvParams,
     spec: SampleSpec,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, f64),
 ) -> Vec<f64> {
     let over = || stop.load(Relaxed) || shared.halt.load(Relaxed);
     while shared.filled.load(Relaxed) < p.keys && !over() {
@@ -624,7 +625,7 @@ fn sample(
         let rate = (shared.ops.load(Relaxed) - o0) as f64 / t0.elapsed().as_secs_f64();
         if i >= spec.warmup {
             out.push(rate);
-            progress(out.len(), spec.samples);
+            progress(out.len(), spec.samples, rate);
         }
     }
     out
@@ -672,7 +673,7 @@ mod tests {
             let mut policy = Policy::default();
             policy.lru.mglru = mglru;
             let stop = AtomicBool::new(false);
-            let r = run(&policy, small(), &MEM, spec(), &stop, &mut |_, _| {}).unwrap();
+            let r = run(&policy, small(), &MEM, spec(), &stop, &mut |_, _, _| {}).unwrap();
             assert_eq!(r.ops_samples.len(), 2, "mglru={mglru}");
             assert!(r.ops_samples.iter().all(|&x| x > 0.0));
             assert!(r.gets_checked > 0, "no get was checked");
@@ -692,18 +693,54 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut p = small();
         p.value_size = 1001;
-        let e = run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).unwrap_err();
+        let e = run(
+            &Policy::default(),
+            p,
+            &MEM,
+            spec(),
+            &stop,
+            &mut |_, _, _| {},
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("multiple of 8"), "{e}");
         let mut p = small();
         p.memcg_percent = 0;
-        assert!(run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).is_err());
+        assert!(
+            run(
+                &Policy::default(),
+                p,
+                &MEM,
+                spec(),
+                &stop,
+                &mut |_, _, _| {}
+            )
+            .is_err()
+        );
         let mut p = small();
         p.keys = 2;
-        assert!(run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).is_err());
+        assert!(
+            run(
+                &Policy::default(),
+                p,
+                &MEM,
+                spec(),
+                &stop,
+                &mut |_, _, _| {}
+            )
+            .is_err()
+        );
         let mut p = small();
         p.keys = 8;
         p.connections = 1;
-        let e = run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}).unwrap_err();
+        let e = run(
+            &Policy::default(),
+            p,
+            &MEM,
+            spec(),
+            &stop,
+            &mut |_, _, _| {},
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
     }
 
@@ -715,7 +752,14 @@ mod tests {
         let mut p = small();
         p.keys = 2 << 10;
         p.memcg_percent = 1;
-        match run(&Policy::default(), p, &MEM, spec(), &stop, &mut |_, _| {}) {
+        match run(
+            &Policy::default(),
+            p,
+            &MEM,
+            spec(),
+            &stop,
+            &mut |_, _, _| {},
+        ) {
             Ok(r) => assert!(r.gets_checked > 0),
             Err(e) => assert!(matches!(e, WorkloadError::OutOfMemory(_)), "{e}"),
         }
@@ -738,7 +782,7 @@ mod tests {
                 &swap,
                 spec(),
                 &stop,
-                &mut |_, _| {},
+                &mut |_, _, _| {},
             )
             .unwrap();
             assert!(r.gets_checked > 0, "{swap:?}");
@@ -753,7 +797,7 @@ mod tests {
             &bad,
             spec(),
             &stop,
-            &mut |_, _| {},
+            &mut |_, _, _| {},
         )
         .unwrap_err();
         assert!(e.to_string().contains("cannot open swap file"), "{e}");
@@ -773,7 +817,7 @@ mod tests {
 
     fn run_with(swap: &Backing, p: KvParams) -> Result<KvResult, WorkloadError> {
         let stop = AtomicBool::new(false);
-        run(&Policy::default(), p, swap, spec(), &stop, &mut |_, _| {})
+        run(&Policy::default(), p, swap, spec(), &stop, &mut |_, _, _| {})
     }
 
     /// A user's file or a results store at the swap path is refused before the run starts,
@@ -841,7 +885,7 @@ mod tests {
             &MEM,
             spec(),
             &stop,
-            &mut |_, _| {},
+            &mut |_, _, _| {},
         )
         .unwrap();
         assert!(r.interrupted && r.ops_samples.is_empty());

@@ -798,7 +798,8 @@ fn merge(total: &mut EngineCounters, per_size: &mut EngineCounters, r: &SizeRun)
 
 /// Measure `pairs` pairs at each of `sizes` (normally [`SEND_SIZES`]), each size on a freshly
 /// booted engine of `arena` bytes and `nr_cpus` virtual CPUs (at least two per pair), with
-/// `spec`'s warm-up and samples. `progress(done, total)` counts samples over the whole sweep.
+/// `spec`'s warm-up and samples. `progress(done, total, kept)` counts samples over the whole
+/// sweep; `kept` is a kept sample as soon as it is taken, with its send size.
 /// After each size, every message sent must have been received and every buffer freed (the
 /// page allocator is checked too when the policy has no background threads). A stop request
 /// ends the sweep after the current size's sample, marked interrupted.
@@ -811,7 +812,7 @@ pub fn run_sizes(
     sizes: &[usize],
     spec: SampleSpec,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, Option<(usize, f64)>),
 ) -> Result<Sweep, WorkloadError> {
     let per = spec.warmup + spec.samples;
     let total = per * sizes.len();
@@ -828,7 +829,9 @@ pub fn run_sizes(
             erun.reset();
             np.kmalloc().slab().reset_stats();
         };
-        let mut sample = |d: usize, _t: usize| progress(i * per + d, total);
+        let mut sample = |d: usize, _t: usize, kept: Option<f64>| {
+            progress(i * per + d, total, kept.map(|v| (size, v)))
+        };
         let c = np.run(
             spec,
             stop,
@@ -1073,6 +1076,7 @@ mod tests {
         };
         let stop = AtomicBool::new(false);
         let mut last = (0, 0);
+        let mut kept = Vec::new();
         let s = run_sizes(
             &policy("high-order"),
             32 << 20,
@@ -1081,10 +1085,20 @@ mod tests {
             &[256, 16384],
             spec,
             &stop,
-            &mut |d, t| last = (d, t),
+            &mut |d, t, k| {
+                last = (d, t);
+                kept.extend(k);
+            },
         )
         .unwrap();
         assert_eq!(last, (4, 4));
+        // The kept samples are handed over as taken, with their send size; not the warm-ups.
+        let want: Vec<(usize, f64)> = s
+            .sizes
+            .iter()
+            .map(|r| (r.send_size, r.samples[0]))
+            .collect();
+        assert_eq!(kept, want);
         assert!(!s.interrupted);
         let sizes: Vec<_> = s.sizes.iter().map(|r| r.send_size).collect();
         assert_eq!(sizes, [256, 16384]);

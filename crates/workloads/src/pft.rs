@@ -89,12 +89,13 @@ pub fn thread_cpu_ns() -> u64 {
 
 /// Run `params.repetitions` repetitions with one task per context. `shared_mm` says the
 /// contexts are threads of one address space (so a single VMA can be shared).
+/// `progress(done, total, rep)` gets each repetition kept, as soon as it is measured.
 pub fn run<V: Vm + Send>(
     ctxs: Vec<V>,
     shared_mm: bool,
     params: PftParams,
     stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut dyn FnMut(usize, usize, &Repetition),
 ) -> Result<(Vec<Repetition>, bool), WorkloadError> {
     let n = ctxs.len() as u64;
     if n == 0 {
@@ -201,11 +202,12 @@ pub fn run<V: Vm + Send>(
                 interrupted = true;
                 halt.store(true, Ordering::Relaxed);
             }
-            reps.push(Repetition {
+            let r = Repetition {
                 tasks: results.lock().unwrap()[rep].clone(),
                 wall_ns: wall,
-            });
-            progress(rep + 1, params.repetitions);
+            };
+            progress(rep + 1, params.repetitions, &r);
+            reps.push(r);
         }
     });
     if let Some(e) = failure.into_inner().unwrap() {

@@ -58,7 +58,10 @@ pub struct Continuous {
 /// Hooks around the measured window (engine counters are reset and read there).
 pub struct Hooks<'a> {
     pub measure_start: &'a mut dyn FnMut(),
-    pub sample: &'a mut dyn FnMut(usize, usize),
+    /// After every sample: `(done, total, kept)`, where `kept` is the sample's value, or `None`
+    /// for a warm-up sample. The value is handed over the moment it exists so that a caller can
+    /// store it at once: a run killed later keeps every sample taken before.
+    pub sample: &'a mut dyn FnMut(usize, usize, Option<f64>),
 }
 
 /// Run `body` on each of `ctxs` (one task each) until `spec` is sampled or `stop` is set.
@@ -157,13 +160,11 @@ pub(crate) fn sample_counters(
         }
         let now = Instant::now();
         let cur = total();
-        if i >= spec.warmup {
-            out.samples
-                .push((cur - last) as f64 / (now - at).as_secs_f64());
-        }
+        let kept = (i >= spec.warmup).then(|| (cur - last) as f64 / (now - at).as_secs_f64());
+        out.samples.extend(kept);
         last = cur;
         at = now;
-        sample(i + 1, spec.warmup + spec.samples);
+        sample(i + 1, spec.warmup + spec.samples, kept);
     }
     if !base.is_empty() {
         out.per_task = base.iter().enumerate().map(|(i, b)| read(i) - b).collect();

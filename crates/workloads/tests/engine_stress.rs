@@ -136,7 +136,7 @@ fn page_fault_workloads_under_every_switch() {
                     &stop,
                     Hooks {
                         measure_start: &mut || {},
-                        sample: &mut |_, _| {},
+                        sample: &mut |_, _, _| {},
                     },
                     |vm, c, halt| page_fault::task_loop(vm, variant, MEMSIZE, c, halt),
                 )
@@ -164,8 +164,9 @@ fn pft_and_lameter_under_every_switch() {
                     repetitions: 2,
                     vma_per_task: kind == WorkloadKind::PftVmaPerThread,
                 };
-                let (reps, _) = pft::run(vms, mode == Mode::Threads, params, &stop, &mut |_, _| {})
-                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let (reps, _) =
+                    pft::run(vms, mode == Mode::Threads, params, &stop, &mut |_, _, _| {})
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
                 assert_eq!(reps.len(), 2);
                 for r in &reps {
                     assert_eq!(
@@ -199,7 +200,7 @@ fn out_of_memory_stops_cleanly() {
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |_, _| {},
+            sample: &mut |_, _, _| {},
         },
         |vm, c, halt| page_fault::task_loop(vm, Variant::Anon, 64 << 20, c, halt),
     );

@@ -77,7 +77,7 @@ fn with_hooks<R>(f: impl FnOnce(Hooks<'_>) -> R) -> (R, usize, usize) {
     let (mut starts, mut samples) = (0, 0);
     let r = f(Hooks {
         measure_start: &mut || starts += 1,
-        sample: &mut |_, _| samples += 1,
+        sample: &mut |_, _, _| samples += 1,
     });
     (r, starts, samples)
 }
@@ -166,11 +166,18 @@ fn pft_processes_1_and_2() {
     for n in [1usize, 2] {
         let stop = AtomicBool::new(false);
         let mut calls = Vec::new();
-        let (reps, interrupted) = pft_processes(n, params, &stop, &mut |i, of| calls.push((i, of)))
-            .unwrap_or_else(|e| panic!("pft x{n}: {e}"));
+        let (reps, interrupted) = pft_processes(n, params, &stop, &mut |i, of, r| {
+            calls.push((i, of, r.wall_ns))
+        })
+        .unwrap_or_else(|e| panic!("pft x{n}: {e}"));
         assert_no_children(&format!("pft x{n}"));
         assert!(!interrupted);
-        assert_eq!(calls, vec![(1, 3), (2, 3), (3, 3)]);
+        // Each repetition is handed over as it is measured, the same as returned.
+        let wall: Vec<u64> = reps.iter().map(|r| r.wall_ns).collect();
+        assert_eq!(
+            calls,
+            vec![(1, 3, wall[0]), (2, 3, wall[1]), (3, 3, wall[2])]
+        );
         assert_eq!(reps.len(), 3);
         for r in &reps {
             assert_eq!(r.tasks.len(), n);
@@ -210,7 +217,7 @@ fn pft_threads_one_vma_and_vma_per_thread_1_and_2() {
                 true,
                 params,
                 &stop,
-                &mut |_, _| {},
+                &mut |_, _, _| {},
             )
             .unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(!interrupted);
@@ -237,7 +244,7 @@ fn pft_processes_interrupted() {
         vma_per_task: true,
     };
     let stop = AtomicBool::new(false);
-    let (reps, interrupted) = pft_processes(2, params, &stop, &mut |i, _| {
+    let (reps, interrupted) = pft_processes(2, params, &stop, &mut |i, _, _| {
         if i == 1 {
             stop.store(true, Ordering::Relaxed);
         }
@@ -292,7 +299,7 @@ fn one_bad_child(
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |_, _| {},
+            sample: &mut |_, _, _| {},
         },
         |vm, c: &AtomicU64, halt| {
             if claim.take() {
@@ -367,7 +374,7 @@ fn stop_after_the_first_sample() {
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |i, _| {
+            sample: &mut |i, _, _| {
                 samples += 1;
                 // Sample 1 is the warm-up; stop once the first kept sample is in.
                 if i == 2 {
@@ -395,7 +402,7 @@ fn no_tasks_is_a_config_error() {
         &stop,
         Hooks {
             measure_start: &mut || {},
-            sample: &mut |_, _| {},
+            sample: &mut |_, _, _| {},
         },
         |_, _, _| Ok(()),
     );
@@ -405,6 +412,6 @@ fn no_tasks_is_a_config_error() {
         repetitions: 1,
         vma_per_task: true,
     };
-    let r = pft_processes(0, params, &stop, &mut |_, _| {});
+    let r = pft_processes(0, params, &stop, &mut |_, _, _| {});
     assert!(matches!(r, Err(WorkloadError::Config(_))));
 }

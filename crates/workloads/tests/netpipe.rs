@@ -121,7 +121,7 @@ fn every_size_delivers_every_message_in_order_and_leaks_nothing() {
                     &stop,
                     Hooks {
                         measure_start: &mut || {},
-                        sample: &mut |_, _| {},
+                        sample: &mut |_, _, _| {},
                     },
                 )
                 .unwrap();
@@ -192,7 +192,7 @@ fn several_pairs_run_side_by_side() {
             &stop,
             Hooks {
                 measure_start: &mut || {},
-                sample: &mut |_, _| {},
+                sample: &mut |_, _, _| {},
             },
         )
         .unwrap();
