@@ -407,9 +407,8 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     eprintln!("pagelab: {} — {}", e.name, e.description);
     eprintln!("pagelab: published as: {}", e.source);
     let ids = measure_interleaved(&store, &e, &reqs, &stop)?;
-    let samples = store.samples(&ids).map_err(|e| e.to_string())?;
     let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
-    let c = compare::build(&samples, &labels, rule)?;
+    let c = compare::from_store(&store, &ids, &labels, rule)?;
     print!("{}", crate::results_cmd::render(&c, format));
     let runs = store
         .runs(&RunFilter {
