@@ -216,7 +216,7 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
     check_netpipe(req)?;
     check_kvcache(req)?;
     match &req.target {
-        Target::Engine { .. } => {
+        Target::Engine { policy, .. } => {
             let mut arena = engine_arena(req.workload, max_tasks, req.sizes);
             if req.workload == WorkloadKind::Kvcache {
                 // Its swap device lives in host memory too.
@@ -238,7 +238,20 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                     req.workload,
                     arena >> 20
                 )
-            })
+            })?;
+            // What the engine would refuse at boot (a pcp larger than its zone, a prezero pool
+            // larger than the arena) is refused now, before a run is opened in the store.
+            for &t in &req.tasks {
+                let cpus = if req.workload == WorkloadKind::Netpipe {
+                    2 * t
+                } else {
+                    t
+                };
+                let cfg =
+                    pagelab_mm::MemConfig::new(engine_arena(req.workload, t, req.sizes), cpus);
+                pagelab_mm::Mem::check_config(&cfg, policy).map_err(|e| e.to_string())?;
+            }
+            Ok(())
         }
         Target::Kernel => {
             check_host_tasks(max_tasks)?;

@@ -134,3 +134,18 @@ fn experiments_with_a_shipped_name_or_a_missing_table_are_refused() {
         "named `pft-pvl-2023` like a shipped experiment but differs from it in tasks",
     );
 }
+
+/// A bound that depends on the machine (here a pcp `high` above the pages of the engine's zone)
+/// is found before the run is opened: no empty, incomplete run is left in the store.
+#[test]
+fn a_profile_too_big_for_the_engines_zone_leaves_no_run_behind() {
+    let d = Dir::new("prof-zone");
+    store_with_a_run(&d);
+    let big = d.path("huge-high.toml");
+    std::fs::write(
+        &big,
+        "name = \"huge-high\"\n[pcp]\nlists = \"order0\"\nbatch = 31\nhigh = 3000000\ntune = \"fixed\"\n",
+    )
+    .unwrap();
+    run_with(&d.db(), &big, "pcp.high = 3000000 is out of range");
+}

@@ -817,7 +817,14 @@ mod tests {
 
     fn run_with(swap: &Backing, p: KvParams) -> Result<KvResult, WorkloadError> {
         let stop = AtomicBool::new(false);
-        run(&Policy::default(), p, swap, spec(), &stop, &mut |_, _, _| {})
+        run(
+            &Policy::default(),
+            p,
+            swap,
+            spec(),
+            &stop,
+            &mut |_, _, _| {},
+        )
     }
 
     /// A user's file or a results store at the swap path is refused before the run starts,

@@ -138,6 +138,14 @@ pub fn min_free_pages(total_pages: u64) -> u64 {
     min_kb.clamp(128, 262_144) / 4
 }
 
+/// `__setup_per_zone_wmarks`: min, low and high of a zone of `managed` pages whose share of
+/// `min_free_kbytes` is `min_pages`; low and high add max(min/4, 0.1% of the zone) each
+/// (`watermark_scale_factor` = 10).
+pub fn zone_wmarks(managed: u64, min_pages: u64) -> [u64; 3] {
+    let step = (min_pages / 4).max(managed * 10 / 10_000);
+    [min_pages, min_pages + step, min_pages + 2 * step]
+}
+
 impl Zone {
     /// A zone over `[start, end)`, its frames not yet freed into it. `min_pages` is this zone's
     /// share of `min_free_kbytes`.
@@ -150,9 +158,6 @@ impl Zone {
         spinlock: pagelab_sync::LockKind,
     ) -> Zone {
         let managed = u64::from(end.0 - start.0);
-        // __setup_per_zone_wmarks: low and high add max(min/4, 0.1% of the zone) each
-        // (watermark_scale_factor = 10).
-        let step = (min_pages / 4).max(managed * 10 / 10_000);
         let nr_blocks = (managed as usize).div_ceil(1 << PAGEBLOCK_ORDER);
         Zone {
             id,
@@ -160,7 +165,7 @@ impl Zone {
             start_pfn: start,
             end_pfn: end,
             managed,
-            wmark: [min_pages, min_pages + step, min_pages + 2 * step],
+            wmark: zone_wmarks(managed, min_pages),
             lock: SpinLock::new(spinlock, FreeArea::new()).with_class(&ZONE_LOCK),
             nr_free: AtomicI64::new(0),
             pageblock_mt: (0..nr_blocks)

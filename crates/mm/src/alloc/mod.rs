@@ -246,10 +246,39 @@ impl PageAllocator {
     }
 }
 
+/// The zones of an arena of `nr_pages` frames: one per node, each a whole number of
+/// `MAX_ORDER` blocks (the last takes the rest), as `(start, end, share of min_free_kbytes)`.
+fn zone_layout(cfg: &MemConfig, nr_pages: u32) -> Result<Vec<(u32, u32, u64)>, MemError> {
+    let block = 1u32 << MAX_ORDER;
+    let zone_span = (nr_pages / cfg.nr_nodes as u32) / block * block;
+    if zone_span == 0 {
+        return Err(MemError::Config(format!(
+            "arena of {} frames is too small for {} nodes of at least {block} frames",
+            nr_pages, cfg.nr_nodes
+        )));
+    }
+    let min_total = buddy::min_free_pages(u64::from(nr_pages));
+    Ok((0..cfg.nr_nodes)
+        .map(|n| {
+            let start = n as u32 * zone_span;
+            let end = if n + 1 == cfg.nr_nodes {
+                nr_pages
+            } else {
+                start + zone_span
+            };
+            let share = min_total * u64::from(end - start) / u64::from(nr_pages);
+            (start, end, share)
+        })
+        .collect())
+}
+
 impl Mem {
-    /// Map the arena, lay out zones, free every frame into them and set up the pcps. No
-    /// background threads: see [`PageAllocator::new`].
-    pub fn new(cfg: &MemConfig, policy: &Policy) -> Result<Mem, MemError> {
+    /// Everything [`Mem::new`] would refuse about `cfg` and `policy`, found without mapping any
+    /// memory: the profile's own checks, the CPU and node counts, the arena's size against this
+    /// host, and the bounds that depend on the zones (a pcp's `high` and `batch` within its
+    /// zone, the prezero pool within the arena). A runner calls it before it stores anything,
+    /// so that a refused profile leaves no run behind.
+    pub fn check_config(cfg: &MemConfig, policy: &Policy) -> Result<(), MemError> {
         policy.validate().map_err(|e| MemError::Config(e.0))?;
         if cfg.nr_cpus == 0 || cfg.nr_cpus > 4096 {
             return Err(MemError::Config(format!(
@@ -263,30 +292,38 @@ impl Mem {
                 cfg.nr_nodes
             )));
         }
+        let frames = Arena::check_size(cfg.arena.bytes, PageArray::bytes_per_frame() as u64)?;
+        let nr_pages = frames as u32;
+        for (start, end, share) in zone_layout(cfg, nr_pages)? {
+            let managed = u64::from(end - start);
+            let wmark = buddy::zone_wmarks(managed, share);
+            let p = PcpParams::resolve(
+                &policy.pcp,
+                managed,
+                wmark[Wmark::Low as usize],
+                cfg.nr_cpus,
+            );
+            policy
+                .check_zone(managed, p.batch, p.high_min)
+                .map_err(|e| MemError::Config(e.0))?;
+        }
+        policy
+            .check_memory(u64::from(nr_pages))
+            .map_err(|e| MemError::Config(e.0))
+    }
+
+    /// Map the arena, lay out zones, free every frame into them and set up the pcps. No
+    /// background threads: see [`PageAllocator::new`].
+    pub fn new(cfg: &MemConfig, policy: &Policy) -> Result<Mem, MemError> {
+        Self::check_config(cfg, policy)?;
         let arena = Arena::new(cfg.arena, PageArray::bytes_per_frame() as u64)?;
         let nr_pages = arena.nr_pages() as u32;
-        let block = 1u32 << MAX_ORDER;
-        let zone_span = (nr_pages / cfg.nr_nodes as u32) / block * block;
-        if zone_span == 0 {
-            return Err(MemError::Config(format!(
-                "arena of {} frames is too small for {} nodes of at least {block} frames",
-                nr_pages, cfg.nr_nodes
-            )));
-        }
         let pages = PageArray::new(nr_pages as usize);
-        let min_total = buddy::min_free_pages(u64::from(nr_pages));
         let kind = policy.locks.spinlock;
-        let zones: Box<[Zone]> = (0..cfg.nr_nodes)
-            .map(|n| {
-                let start = n as u32 * zone_span;
-                let end = if n + 1 == cfg.nr_nodes {
-                    nr_pages
-                } else {
-                    start + zone_span
-                };
-                let share = min_total * u64::from(end - start) / u64::from(nr_pages);
-                Zone::new(n, n, Pfn(start), Pfn(end), share, kind)
-            })
+        let zones: Box<[Zone]> = zone_layout(cfg, nr_pages)?
+            .into_iter()
+            .enumerate()
+            .map(|(n, (start, end, share))| Zone::new(n, n, Pfn(start), Pfn(end), share, kind))
             .collect();
         for z in zones.iter() {
             z.free_all_bootmem(&pages);
@@ -302,14 +339,6 @@ impl Mem {
                 )
             })
             .collect();
-        for (z, p) in zones.iter().zip(pcp_params.iter()) {
-            policy
-                .check_zone(z.managed, p.batch, p.high_min)
-                .map_err(|e| MemError::Config(e.0))?;
-        }
-        policy
-            .check_memory(u64::from(nr_pages))
-            .map_err(|e| MemError::Config(e.0))?;
         let pcp = (0..zones.len() * cfg.nr_cpus)
             .map(|i| {
                 CachePadded::new(
@@ -333,8 +362,9 @@ impl Mem {
         Ok(Mem {
             arena,
             pages,
+            // Every zone but the last spans the first one's frames.
+            zone_span: zones[0].end_pfn.0 - zones[0].start_pfn.0,
             zones,
-            zone_span,
             pcp,
             pcp_params,
             nr_cpus: cfg.nr_cpus,
