@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 pub enum OutputError {
     #[error("{path}: this is the results store in use; give --out another file")]
     IsStore { path: PathBuf },
-    #[error("{path}: this is an SQLite database (perhaps a results store); refusing to overwrite it")]
+    #[error(
+        "{path}: this is an SQLite database (perhaps a results store); refusing to overwrite it"
+    )]
     IsDatabase { path: PathBuf },
     #[error("{path}: is a directory; give a file name")]
     IsDirectory { path: PathBuf },
