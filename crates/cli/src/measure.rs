@@ -265,6 +265,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         repeats: a.repeats as usize,
         first_repeat: 0,
         swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap)?,
+        lock_stat: a.lock_stat == "on",
     };
     check(&req)?;
     let store = open_store(db)?;
@@ -334,6 +335,7 @@ fn experiment_request(
         repeats: a.repeats.map_or(e.repeats, |r| r as usize),
         first_repeat: 0,
         swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
+        lock_stat: true,
     })
 }
 
