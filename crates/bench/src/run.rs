@@ -866,6 +866,7 @@ mod tests {
             policy: p.policy.clone(),
         });
         check(&req).unwrap();
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let mut stored = 0;
         let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |_| {
@@ -960,6 +961,7 @@ mod tests {
             swap: Backing::Memory { compress: false },
             lock_stat: true,
         };
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let locks = |req: &RunRequest| {
             let rows = run(req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap();

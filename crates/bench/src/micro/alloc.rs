@@ -637,6 +637,7 @@ mod tests {
             rounds: 1,
             extra: Vec::new(),
         };
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let rep = run(&cfg, |_| {}, &stop).unwrap();
         let n = builtin_variants().len();
@@ -673,6 +674,7 @@ mod tests {
             rounds: 1,
             extra: Vec::new(),
         };
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(true);
         let rep = run(&cfg, |_| {}, &stop).unwrap();
         assert!(rep.interrupted);

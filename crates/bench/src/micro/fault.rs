@@ -236,6 +236,7 @@ mod tests {
 
     #[test]
     fn quick_run_reports_every_profile_and_the_host() {
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let profiles = vec![("default".to_string(), Policy::default())];
         let r = run(&profiles, 4 << 20, 2, &[true, false], &stop).unwrap();
