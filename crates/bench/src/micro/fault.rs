@@ -10,7 +10,7 @@
 //! - each profile with lock statistics on and off (as asked), so that what counting costs is
 //!   read off as a ratio: it should be close to nothing, since counts go to per-thread blocks,
 //!   not to the locks' lines. The ratio is the median of the rounds' on/off ratios, each round
-//!   measuring both back to back.
+//!   measuring both back to back, the settings taking turns going first.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -114,9 +114,14 @@ fn run_settings(
         touch_ns(vm, bytes).map_err(|e| e.to_string())?;
     }
     touch_ns(&host, bytes).map_err(|e| e.to_string())?;
-    for _ in 0..rounds {
+    for round in 0..rounds {
         for (i, (_, k, _, vm)) in engines.iter().enumerate() {
-            for (j, &on) in lock_stat.iter().enumerate() {
+            // Settings take turns going first: the first pass after another target's runs on
+            // colder caches, and that must not fall on one setting every round.
+            let mut order: Vec<usize> = (0..lock_stat.len()).collect();
+            order.rotate_left(round % lock_stat.len());
+            for j in order {
+                let on = lock_stat[j];
                 pagelab_sync::stats::set_enabled(on);
                 fault[i][j].push(touch_ns(vm, bytes).map_err(|e| e.to_string())?);
                 // Zeroing alone: take as many frames from the allocator, zero them, free them.
