@@ -37,7 +37,7 @@
 //! The counters are `std` atomics even under `--cfg loom`: they do not take part in any lock
 //! protocol, and the loom models run with counting off.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::{Add, AddAssign, Sub};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
@@ -154,13 +154,42 @@ impl Counters {
 
 /// A thread's counters in one domain (the kernel's per-CPU `cpu_lock_stats`), aligned so that
 /// no other allocation shares its first or last cache line.
-struct Block(Box<CachePadded<[[Counters; 2]; MAX_CLASSES]>>);
+///
+/// Blocks live for the whole process (`&'static`), so that the counting fast path reaches its
+/// thread's block through a plain thread-local reference: no reference count, no borrow flag.
+/// A block whose thread exited or whose domain is gone is zeroed and reused ([`POOL`]), so
+/// memory stays bounded by the number of (thread, domain) pairs alive at once.
+struct Block(CachePadded<[[Counters; 2]; MAX_CLASSES]>);
+
+/// Blocks no thread and no domain refers to any more, zeroed.
+static POOL: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
 
 impl Block {
-    fn new() -> Arc<Block> {
-        Arc::new(Block(Box::new(CachePadded::new(std::array::from_fn(
+    fn get() -> &'static Block {
+        if let Some(b) = lock(&POOL).pop() {
+            return b;
+        }
+        Box::leak(Box::new(Block(CachePadded::new(std::array::from_fn(
             |_| [Counters::default(), Counters::default()],
         )))))
+    }
+
+    /// Zeroes the block and returns it to the pool. Only when nothing counts into it or folds
+    /// it any more: its thread has let go of it and no domain lists it.
+    fn recycle(&'static self) {
+        for c in self.0.iter().flatten() {
+            c.acquisitions.store(0, Relaxed);
+            c.contended.store(0, Relaxed);
+            c.wait_ns.store(0, Relaxed);
+        }
+        lock(&POOL).push(self);
+    }
+
+    #[inline]
+    fn count(&self, i: usize, side: Side, wait_ns: Option<u64>) {
+        if let Some(c) = self.0.get(i) {
+            c[side as usize].count(wait_ns);
+        }
     }
 }
 
@@ -173,20 +202,25 @@ fn zero_table() -> Table {
 
 /// The thread's place in the domains it has entered.
 struct Local {
-    /// The domain recorded into and this thread's block there.
-    current: RefCell<Option<(Arc<Domain>, Arc<Block>)>>,
+    /// The domain recorded into (its block is [`FAST`]); held, so that it outlives the
+    /// thread's stay in it.
+    current: RefCell<Option<Arc<Domain>>>,
     /// Every domain this thread has a block in, so that re-entering one reuses the block.
-    owned: RefCell<Vec<(Weak<Domain>, Arc<Block>)>>,
+    owned: RefCell<Vec<(Weak<Domain>, &'static Block)>>,
 }
 
 impl Drop for Local {
     /// The thread exits: fold its blocks into their domains, so its counts outlive it.
     fn drop(&mut self) {
+        // Locks taken by later thread-local destructors find no block and go uncounted.
+        FAST.with(|f| f.set(None));
+        CURRENT_ID.with(|c| c.set(0));
         self.current.get_mut().take();
         for (d, b) in self.owned.get_mut().drain(..) {
             if let Some(d) = d.upgrade() {
-                d.retire(&b);
+                d.retire(b);
             }
+            b.recycle();
         }
     }
 }
@@ -198,32 +232,31 @@ thread_local! {
             owned: RefCell::new(Vec::new()),
         }
     };
+    /// The current domain's block: all the counting fast path reads (no destructor, so no
+    /// lazy registration either).
+    static FAST: Cell<Option<&'static Block>> = const { Cell::new(None) };
+    /// The current domain's address, for [`Domain::enter`]'s check (0: none). The thread holds
+    /// that domain in [`Local::current`], so the address cannot be reused while it is here.
+    static CURRENT_ID: Cell<usize> = const { Cell::new(0) };
 }
 
 #[inline]
 fn count(class: &'static LockClass, side: Side, wait_ns: Option<u64>) {
     let i = class_index(class);
-    // Fails only in thread-local destructors at thread exit; such acquisitions go uncounted.
-    let _ = LOCAL.try_with(|l| {
-        if let Ok(cur) = l.current.try_borrow()
-            && let Some((_, b)) = &*cur
-        {
-            b.0[i][side as usize].count(wait_ns);
-            return;
-        }
-        count_first(l, i, side, wait_ns);
-    });
+    match FAST.with(Cell::get) {
+        Some(b) => b.count(i, side, wait_ns),
+        None => count_first(i, side, wait_ns),
+    }
 }
 
-/// The thread's first count outside any entered domain: it joins the default one.
+/// The thread's first count outside any entered domain: it joins the default one. (At thread
+/// exit, after its blocks were folded, this finds no block and the acquisition goes uncounted.)
 #[cold]
 #[inline(never)]
-fn count_first(l: &Local, i: usize, side: Side, wait_ns: Option<u64>) {
-    enter_local(l, default_domain());
-    if let Ok(cur) = l.current.try_borrow()
-        && let Some((_, b)) = &*cur
-    {
-        b.0[i][side as usize].count(wait_ns);
+fn count_first(i: usize, side: Side, wait_ns: Option<u64>) {
+    let _ = LOCAL.try_with(|l| enter_local(l, default_domain()));
+    if let Some(b) = FAST.with(Cell::get) {
+        b.count(i, side, wait_ns);
     }
 }
 
@@ -231,24 +264,34 @@ fn enter_local(l: &Local, d: &Arc<Domain>) {
     let Ok(mut cur) = l.current.try_borrow_mut() else {
         return;
     };
-    if matches!(&*cur, Some((c, _)) if Arc::ptr_eq(c, d)) {
+    if matches!(&*cur, Some(c) if Arc::ptr_eq(c, d)) {
         return;
     }
     let mut owned = l.owned.borrow_mut();
-    owned.retain(|(w, _)| w.strong_count() > 0);
+    // Blocks of domains that are gone: nobody folds them any more, and the current one is
+    // alive (held above), so the fast path does not point at them.
+    owned.retain(|(w, b)| {
+        let alive = w.strong_count() > 0;
+        if !alive {
+            b.recycle();
+        }
+        alive
+    });
     let block = match owned
         .iter()
         .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(d)))
     {
-        Some((_, b)) => b.clone(),
+        Some((_, b)) => *b,
         None => {
-            let b = Block::new();
-            lock(&d.inner).blocks.push(b.clone());
-            owned.push((Arc::downgrade(d), b.clone()));
+            let b = Block::get();
+            lock(&d.inner).blocks.push(b);
+            owned.push((Arc::downgrade(d), b));
             b
         }
     };
-    *cur = Some((d.clone(), block));
+    *cur = Some(d.clone());
+    FAST.with(|f| f.set(Some(block)));
+    CURRENT_ID.with(|c| c.set(Arc::as_ptr(d) as usize));
 }
 
 /// Records an uncontended acquisition of `class` on `side` (if statistics are on).
@@ -291,7 +334,7 @@ pub struct Domain {
 
 struct DomainInner {
     /// Blocks of threads that entered the domain and have not exited.
-    blocks: Vec<Arc<Block>>,
+    blocks: Vec<&'static Block>,
     /// Counts of threads that exited.
     retired: Table,
     /// The fold at the last reset, which reads subtract.
@@ -323,21 +366,15 @@ impl Domain {
     /// when it already is (a thread-local access and a compare), so hot paths may call it.
     #[inline]
     pub fn enter(self: &Arc<Self>) {
-        let _ = LOCAL.try_with(|l| {
-            if let Ok(cur) = l.current.try_borrow()
-                && matches!(&*cur, Some((c, _)) if Arc::ptr_eq(c, self))
-            {
-                return;
-            }
-            enter_local(l, self);
-        });
+        if !self.is_current() {
+            let _ = LOCAL.try_with(|l| enter_local(l, self));
+        }
     }
 
     /// Whether the calling thread records into this domain.
+    #[inline]
     pub fn is_current(self: &Arc<Self>) -> bool {
-        LOCAL
-            .try_with(|l| matches!(&*l.current.borrow(), Some((c, _)) if Arc::ptr_eq(c, self)))
-            .unwrap_or(false)
+        CURRENT_ID.with(Cell::get) == Arc::as_ptr(self) as usize
     }
 
     /// `class`'s counters since the last reset, summed over the domain's threads.
@@ -382,9 +419,9 @@ impl Domain {
     }
 
     /// A thread that exits folds its block into the domain.
-    fn retire(&self, b: &Arc<Block>) {
+    fn retire(&self, b: &'static Block) {
         let mut d = lock(&self.inner);
-        if let Some(at) = d.blocks.iter().position(|x| Arc::ptr_eq(x, b)) {
+        if let Some(at) = d.blocks.iter().position(|x| std::ptr::eq(*x, b)) {
             d.blocks.swap_remove(at);
             for (i, sides) in b.0.iter().enumerate() {
                 for (s, c) in sides.iter().enumerate() {
@@ -418,7 +455,7 @@ pub fn default_domain() -> &'static Arc<Domain> {
 /// The domain the calling thread records into.
 pub fn current_domain() -> Arc<Domain> {
     LOCAL
-        .try_with(|l| l.current.borrow().as_ref().map(|(d, _)| d.clone()))
+        .try_with(|l| l.current.try_borrow().ok().and_then(|c| c.clone()))
         .ok()
         .flatten()
         .unwrap_or_else(|| default_domain().clone())
@@ -772,8 +809,11 @@ mod tests {
             assert_eq!(s.exclusive.acquisitions, THREADS as u64);
             counted.wait();
         });
-        // They exited: their counts were folded into the domain.
-        assert_eq!(d.nr_threads(), 0);
+        // They exited: their counts were folded into the domain. (A scope's join can return
+        // before the threads' thread-local destructors have run: wait for those.)
+        while d.nr_threads() > 0 {
+            std::thread::yield_now();
+        }
         let s = d.class(&SHARED);
         assert_eq!(s.shared.acquisitions, THREADS as u64 * OPS);
         assert_eq!(s.exclusive.acquisitions, THREADS as u64);
