@@ -2,8 +2,9 @@
 //!
 //! On the engine every (task count, mode) boots a fresh kernel from the profile, sized for the
 //! workload, with as many virtual CPUs as the largest task count (one machine for the whole
-//! sweep, as on real hardware); lock statistics are on and the engine's counters are collected
-//! over the measured window. On the host the same workload runs through real system calls.
+//! sweep, as on real hardware); lock statistics are on (unless [`RunRequest::lock_stat`] says
+//! off, to measure what counting costs) and the engine's counters are collected over the
+//! measured window. On the host the same workload runs through real system calls.
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -90,6 +91,10 @@ pub struct RunRequest {
     pub first_repeat: usize,
     /// The engine's swap device, for the workloads that swap (kvcache).
     pub swap: Backing,
+    /// Count lock statistics on the engine (`--lock-stat`, on by default). Counting is per
+    /// class and per thread, off the locks' lines, so it should cost little; off, the run
+    /// measures without it and stores no lock counters. kvcache switches counting on itself.
+    pub lock_stat: bool,
 }
 
 /// One metric's samples.
@@ -419,7 +424,7 @@ fn run_netpipe(
     progress: &mut dyn FnMut(usize, usize, Option<Kept<'_>>),
 ) -> Result<(Vec<Metric>, EngineCounters, bool), WorkloadError> {
     let arena = engine_arena(WorkloadKind::Netpipe, max_pairs, req.sizes);
-    pagelab_sync::stats::set_enabled(true);
+    pagelab_sync::stats::set_enabled(req.lock_stat);
     let r = netpipe::run_sizes(
         policy,
         arena,
@@ -743,7 +748,7 @@ pub fn run(
                             engine::boot(policy, arena, max_tasks).map_err(|e| e.to_string())?;
                         let (erun, vms): (_, Vec<EngineVm>) =
                             engine::tasks(&k, n, mode, lameter).map_err(|e| e.to_string())?;
-                        pagelab_sync::stats::set_enabled(true);
+                        pagelab_sync::stats::set_enabled(req.lock_stat);
                         let mut start = || erun.reset();
                         let r = run_one(
                             req.workload,
@@ -774,6 +779,13 @@ pub fn run(
                         (m, reps, None, intr)
                     }
                 };
+                let mut counters = counters;
+                if !req.lock_stat
+                    && let Some(c) = &mut counters
+                {
+                    // Nothing was counted: zeros would read as "never taken".
+                    c.locks.clear();
+                }
                 let row = RunRow {
                     tasks: n,
                     mode,
@@ -1065,6 +1077,7 @@ mod tests {
             repeats: 1,
             first_repeat: 0,
             swap: Backing::Memory { compress: false },
+            lock_stat: true,
         };
         assert!(check(&req).is_ok());
         req.tasks = vec![1, 10_000_000];
@@ -1102,6 +1115,7 @@ mod tests {
             repeats: 1,
             first_repeat: 0,
             swap: Backing::Memory { compress: false },
+            lock_stat: true,
         }
     }
 
@@ -1113,6 +1127,7 @@ mod tests {
             policy: p.policy.clone(),
         });
         check(&req).unwrap();
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let (mut finished, mut passed) = (0, Vec::new());
         let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |r| {
@@ -1192,6 +1207,52 @@ mod tests {
         });
         req.modes = vec![Mode::Processes];
         assert!(check(&req).unwrap_err().contains("processes"));
+    }
+
+    /// `lock_stat: false` runs without counting and stores no lock counters (zeros would read
+    /// as locks never taken); on, the fault path's classes are there.
+    #[test]
+    fn lock_stat_off_stores_no_lock_counters() {
+        let mut req = RunRequest {
+            workload: WorkloadKind::Pft,
+            target: Target::Engine {
+                profile: "linux-6.7".into(),
+                policy: Policy::default(),
+            },
+            tasks: vec![2],
+            modes: vec![Mode::Threads],
+            spec: SampleSpec {
+                samples: 1,
+                warmup: 0,
+                interval: Duration::from_millis(10),
+            },
+            sizes: Sizes {
+                pft_bytes: 8 << 20,
+                ..Sizes::default()
+            },
+            repeats: 1,
+            first_repeat: 0,
+            swap: Backing::Memory { compress: false },
+            lock_stat: true,
+        };
+        let _switch = crate::micro::stats_switch();
+        let stop = AtomicBool::new(false);
+        let locks = |req: &RunRequest| {
+            let rows = run(req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap();
+            rows[0]
+                .counter_values()
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("lock:"))
+                .collect::<Vec<_>>()
+        };
+        let on = locks(&req);
+        assert!(
+            on.iter()
+                .any(|(n, v)| n == "lock:ptl:acquisitions" && *v > 0.0),
+            "{on:?}"
+        );
+        req.lock_stat = false;
+        assert_eq!(locks(&req), Vec::new());
     }
 
     #[test]

@@ -267,6 +267,10 @@ pub(crate) struct RunArgs {
     /// Bytes faulted per repetition for pft and lameter.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub(crate) size: u64,
+    /// Engine lock statistics: on (counted per class and stored with the run) or off (to
+    /// measure what counting costs; no lock counters are stored). kvcache always counts.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub(crate) lock_stat: String,
     #[command(flatten)]
     pub(crate) kvcache: KvcacheArgs,
 }
@@ -348,6 +352,10 @@ struct FaultArgs {
     /// Engine profiles to measure (shipped names or paths). Repeatable; default linux-6.7.
     #[arg(long = "profile", value_name = "NAME|PATH")]
     profiles: Vec<String>,
+    /// Engine lock statistics: on, off, or both (each profile measured both ways, interleaved
+    /// round by round, with the on/off ratio).
+    #[arg(long, default_value = "both", value_parser = ["on", "off", "both"])]
+    lock_stat: String,
 }
 
 #[derive(Args)]
@@ -518,7 +526,18 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 .map(|n| profiles::load(n).map(|p| (p.name, p.policy)))
                 .collect::<Result<Vec<_>, _>>()?;
             let stop = interrupt_flag();
-            let rep = pagelab_bench::micro::fault::run(&profs, a.size, a.rounds as usize, &stop)?;
+            let lock_stat = match a.lock_stat.as_str() {
+                "on" => &[true][..],
+                "off" => &[false],
+                _ => &[true, false],
+            };
+            let rep = pagelab_bench::micro::fault::run(
+                &profs,
+                a.size,
+                a.rounds as usize,
+                lock_stat,
+                &stop,
+            )?;
             print!("{}", rep.render());
             Ok(())
         }

@@ -274,6 +274,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         repeats: a.repeats as usize,
         first_repeat: 0,
         swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap)?,
+        lock_stat: a.lock_stat == "on",
     };
     if let Backing::File(swap) = &req.swap {
         refuse_store_as_swap(swap, &store_path(db)?)?;
@@ -384,6 +385,7 @@ fn experiment_request(
         repeats: a.repeats.map_or(e.repeats, |r| r as usize),
         first_repeat: 0,
         swap: Backing::Memory { compress: false },
+        lock_stat: true,
     })
 }
 

@@ -364,37 +364,35 @@ impl Kernel {
             .and_then(|(_, w)| w.upgrade())
     }
 
-    /// Lock statistics by class. `mms` are the address spaces whose locks to include.
-    pub fn lock_stats(&self, mms: &[&Mm]) -> LockClassStats {
+    /// This kernel's lock statistics domain (its machine's): the threads that run its tasks
+    /// and its kernel threads count into it.
+    pub fn lock_stat_domain(&self) -> &Arc<pagelab_sync::LockStatDomain> {
+        self.mem().lock_stat_domain()
+    }
+
+    /// Lock statistics by class, over every instance in this kernel (every address space's,
+    /// detached VMAs' included), as the kernel's `/proc/lock_stat` reports classes.
+    pub fn lock_stats(&self) -> LockClassStats {
+        use crate::vm::{mm::MMAP_LOCK, pgtable, vma_lock::VMA_LOCK};
+        let d = self.lock_stat_domain();
         let a = self.mem().lock_stats();
-        let mut s = LockClassStats {
+        let mmap = d.class(&MMAP_LOCK);
+        LockClassStats {
             zone_lock: a.zone_lock,
             pcp_lock: a.pcp_lock,
             lru_lock: self.lru.lock_stats(),
-            ..Default::default()
-        };
-        if let Some(p) = &self.split_ptl {
-            s.ptl += p.stats();
+            mmap_lock_read: mmap.shared,
+            mmap_lock_write: mmap.exclusive,
+            vma_lock: d.class(&VMA_LOCK).total(),
+            ptl: d.class(&pgtable::PTE_PTL).exclusive
+                + d.class(&pgtable::PAGE_TABLE_LOCK).exclusive,
         }
-        for mm in mms {
-            s.mmap_lock_read += mm.mmap_lock.read_stats();
-            s.mmap_lock_write += mm.mmap_lock.write_stats();
-            s.vma_lock += mm.vma_lock_stats();
-            s.ptl += mm.pgtable.lock_stats();
-        }
-        s
     }
 
-    /// Reset every lock's statistics and the event counters.
-    pub fn reset_stats(&self, mms: &[&Mm]) {
+    /// Reset every lock class's statistics and the event counters.
+    pub fn reset_stats(&self) {
+        self.lock_stat_domain().reset();
         self.mem().reset_stats();
         self.lru.reset_stats();
-        if let Some(p) = &self.split_ptl {
-            p.reset_stats();
-        }
-        for mm in mms {
-            mm.mmap_lock.reset_stats();
-            mm.pgtable.reset_lock_stats();
-        }
     }
 }

@@ -77,8 +77,17 @@ impl Task {
         }
     }
 
+    /// The thread running this task counts its lock statistics into the task's kernel: the
+    /// thread is this virtual CPU from here on. A thread-local compare when it already does, so
+    /// every kernel entry calls it (tasks are built on one thread and run on another).
+    #[inline]
+    fn enter_lock_stats(&self) {
+        self.k.mem().enter_lock_stats();
+    }
+
     /// `mmap`: map `len` bytes; returns the address.
     pub fn mmap(&self, len: u64, writable: bool, kind: MapKind) -> Result<u64, MmError> {
+        self.enter_lock_stats();
         self.mm.tlb.enter_kernel(self.cpu);
         let g = self.rcu.lock();
         let r = self.mm.mmap(&g, len, writable, kind);
@@ -89,6 +98,7 @@ impl Task {
 
     /// `munmap`.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<(), MmError> {
+        self.enter_lock_stats();
         self.mm.tlb.enter_kernel(self.cpu);
         let g = self.rcu.lock();
         let r = self.mm.munmap(&g, self.cpu, addr, len);
@@ -124,6 +134,7 @@ impl Task {
 
     #[inline]
     fn fault_untimed(&self, addr: u64, write: bool) -> Result<(), FaultError> {
+        self.enter_lock_stats();
         self.mm.tlb.enter_kernel(self.cpu);
         let g = self.rcu.lock();
         let r = self.ctx().fault(&g, addr, write);
@@ -170,11 +181,13 @@ impl Task {
 
     /// Fold this task's RSS deltas into the mm (`sync_mm_rss`).
     pub fn sync_rss(&self) {
+        self.enter_lock_stats();
         self.mm.rss.sync_task(&self.rss);
     }
 
     /// Flush this CPU's LRU add batch (`lru_add_drain`).
     pub fn lru_add_drain(&self) {
+        self.enter_lock_stats();
         self.k.lru().drain(self.cpu);
     }
 
@@ -185,6 +198,7 @@ impl Task {
 
     /// Resume after [`Task::idle`].
     pub fn resume(&self) {
+        self.enter_lock_stats();
         self.mm.tlb.return_to_user(self.cpu);
     }
 }

@@ -415,6 +415,7 @@ fn flush_lock_holds_follow_the_strategy() {
         ] {
             let p = lru_policy(scope, add, LruRelease::Locked, 8);
             let (m, lru) = setup(&p, 4, 2);
+            m.enter_lock_stats();
             // Allocate first, so that the adds below are the only lru_lock users.
             let pfns: Vec<Pfn> = layout
                 .iter()

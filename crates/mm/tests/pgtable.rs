@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::Se
 
 use pagelab_mm::policy::Ptl;
 use pagelab_mm::vm::pgtable::{
-    PGDIR_SIZE, PMD_SIZE, PTRS_PER_TABLE, PUD_SIZE, PageTable, Pte, PteSlot, SplitPtl, TASK_SIZE,
+    PAGE_TABLE_LOCK, PGDIR_SIZE, PMD_SIZE, PTE_PTL, PTRS_PER_TABLE, PUD_SIZE, PageTable, Pte,
+    PteSlot, SplitPtl, TASK_SIZE,
 };
 use pagelab_mm::{AllocError, CpuId, Gfp, Mem, MemConfig, PAGE_SIZE, Pfn, Policy};
 use pagelab_sync::LockKind;
@@ -218,14 +219,15 @@ fn pte_lock_is_per_table_only_in_split_mode() {
     pagelab_sync::stats::set_enabled(true);
     for mode in MODES {
         let mem = mem(4);
+        mem.enter_lock_stats();
+        let d = mem.lock_stat_domain().clone();
         let split = Arc::new(SplitPtl::new(mem.pages().len(), LockKind::Queued));
         let pt = PageTable::new(mem, CPU, mode, LockKind::Queued, Some(split.clone())).unwrap();
         let a = map(&pt, PMD_SIZE, Pte::new(Pfn(1), true));
         let a2 = pt.walk_alloc(CPU, PMD_SIZE + PAGE).unwrap();
         let b = map(&pt, 2 * PMD_SIZE, Pte::new(Pfn(2), true));
         assert_ne!(a.table, b.table);
-        pt.reset_lock_stats();
-        split.reset_stats();
+        d.reset();
         {
             let _g = pt.pte_lock(a);
             assert!(pt.try_pte_lock(a2).is_none(), "same table, same lock");
@@ -242,7 +244,10 @@ fn pte_lock_is_per_table_only_in_split_mode() {
                 }
             }
         }
-        let (mm, sp) = (pt.lock_stats().acquisitions, split.stats().acquisitions);
+        let (mm, sp) = (
+            d.class(&PAGE_TABLE_LOCK).exclusive.acquisitions,
+            d.class(&PTE_PTL).exclusive.acquisitions,
+        );
         match mode {
             Ptl::Mm | Ptl::Atomic => assert_eq!((mm, sp), (1, 0)),
             // pte_lock(a) and try_pte_lock(b) on split locks, try_lock of the mm lock.

@@ -438,6 +438,7 @@ pub fn self_check(
             repeats: 1,
             first_repeat: 0,
             swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
+            lock_stat: true,
         };
         let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
         progress(&format!("capturing and replaying {w}"));

@@ -14,8 +14,9 @@
 //! | [`PerCpuCounter`] | lib/percpu_counter.c | RSS and other hot counters |
 //! | [`RcuCell`] | RCU (`rcu_read_lock`, `rcu_assign_pointer`, `call_rcu`) | the VMA tree |
 //!
-//! Every lock embeds [`LockStats`] (a reduced `CONFIG_LOCK_STAT`), switched process-wide
-//! by [`stats::set_enabled`]. Every waiting loop uses [`Backoff`], which yields once
+//! Locks are counted per class, per thread, and folded when read ([`stats`], a reduced
+//! `CONFIG_LOCK_STAT`), switched process-wide by [`stats::set_enabled`]; no counter lives in a
+//! lock. Every waiting loop uses [`Backoff`], which yields once
 //! spinning has not paid off, because pagelab runs more threads than cores and a lock
 //! holder can be preempted (unlike in the kernel). Every primitive is built on [`shim`],
 //! so the same code is model-checked with loom under `RUSTFLAGS="--cfg loom"`
@@ -43,6 +44,6 @@ pub use rcu::{RcuCell, RcuDomain, RcuGuard, RcuReader};
 pub use rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
 pub use seqcount::SeqCount;
 pub use spinlock::{LockKind, ParseLockKindError, SpinGuard, SpinLock};
-pub use stats::{LockStats, LockStatsSnapshot};
+pub use stats::{ClassStats, Domain as LockStatDomain, LockStatsSnapshot, Side};
 pub use ticket::{TicketGuard, TicketLock};
 pub use trace::{LockClass, Scope};

@@ -29,7 +29,6 @@ use crossbeam_utils::CachePadded;
 use crate::shim::atomic::AtomicI64;
 use crate::shim::atomic::Ordering::Relaxed;
 use crate::spinlock::SpinLock;
-use crate::stats::LockStatsSnapshot;
 
 /// The kernel's default batch, `percpu_counter_batch = max(32, 2 * nr_cpus)`
 /// (`compute_batch_value` in lib/percpu_counter.c): large enough that folds are rare,
@@ -150,16 +149,6 @@ impl PerCpuCounter {
     /// The number of per-CPU deltas.
     pub fn nr_cpus(&self) -> usize {
         self.counters.len()
-    }
-
-    /// Counters of the lock that serialises folds and sums.
-    pub fn lock_stats(&self) -> LockStatsSnapshot {
-        self.lock.stats()
-    }
-
-    /// Zeroes the counters of the fold/sum lock.
-    pub fn reset_lock_stats(&self) {
-        self.lock.reset_stats();
     }
 }
 

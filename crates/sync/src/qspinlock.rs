@@ -50,7 +50,8 @@ use crate::backoff::Backoff;
 use crate::shim::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::shim::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
 use crate::shim::cell::{MutPtr, UnsafeCell};
-use crate::stats::{LockStats, LockStatsSnapshot, WaitTimer};
+use crate::stats::{self, Side, WaitTimer};
+use crate::trace::{LockClass, UNCLASSIFIED_QUEUED};
 
 /// Per-thread MCS nodes, one per slow-path nesting level (the kernel's `MAX_NODES`).
 pub const MAX_NODES: usize = 4;
@@ -95,11 +96,10 @@ std::thread_local! {
     static QNODES: QNodePool = QNodePool::new();
 }
 
-/// Lock word and counters in one 32-byte aligned block, hence in one cache line.
-#[repr(C, align(32))]
+/// The lock word, and nothing else: statistics live in per-thread blocks ([`stats`]), so
+/// counting never writes this line.
 struct Header {
     word: AtomicUsize,
-    stats: LockStats,
 }
 
 /// A queued (MCS) spinlock protecting a `T`; the kernel's default `spinlock_t`.
@@ -127,7 +127,6 @@ impl<T> QueuedSpinLock<T> {
         Self {
             hdr: Header {
                 word: AtomicUsize::new(0),
-                stats: LockStats::new(),
             },
             data: UnsafeCell::new(data),
         }
@@ -136,15 +135,21 @@ impl<T> QueuedSpinLock<T> {
     /// Acquires the lock: one CAS if it is free and unqueued, else queue and wait.
     #[inline]
     pub fn lock(&self) -> QueuedSpinGuard<'_, T> {
+        self.lock_as(&UNCLASSIFIED_QUEUED)
+    }
+
+    /// [`QueuedSpinLock::lock`], counted under `class`.
+    #[inline]
+    pub(crate) fn lock_as(&self, class: &'static LockClass) -> QueuedSpinGuard<'_, T> {
         if self
             .hdr
             .word
             .compare_exchange(0, LOCKED, Acquire, Relaxed)
             .is_ok()
         {
-            self.hdr.stats.record_exclusive();
+            stats::record(class, Side::Exclusive);
         } else {
-            self.lock_slow();
+            self.lock_slow(class);
         }
         QueuedSpinGuard::new(self)
     }
@@ -152,8 +157,14 @@ impl<T> QueuedSpinLock<T> {
     /// Takes the lock only if it is free and nobody is queued.
     #[inline]
     pub fn try_lock(&self) -> Option<QueuedSpinGuard<'_, T>> {
+        self.try_lock_as(&UNCLASSIFIED_QUEUED)
+    }
+
+    /// [`QueuedSpinLock::try_lock`], counted under `class`.
+    #[inline]
+    pub(crate) fn try_lock_as(&self, class: &'static LockClass) -> Option<QueuedSpinGuard<'_, T>> {
         if self.try_acquire() {
-            self.hdr.stats.record_exclusive();
+            stats::record(class, Side::Exclusive);
             Some(QueuedSpinGuard::new(self))
         } else {
             None
@@ -182,16 +193,6 @@ impl<T> QueuedSpinLock<T> {
         self.data.into_inner()
     }
 
-    /// This lock's counters.
-    pub fn stats(&self) -> LockStatsSnapshot {
-        self.hdr.stats.snapshot()
-    }
-
-    /// Zeroes this lock's counters.
-    pub fn reset_stats(&self) {
-        self.hdr.stats.reset();
-    }
-
     #[inline]
     fn try_acquire(&self) -> bool {
         self.hdr.word.load(Relaxed) == 0
@@ -210,7 +211,7 @@ impl<T> QueuedSpinLock<T> {
 
     #[cold]
     #[inline(never)]
-    fn lock_slow(&self) {
+    fn lock_slow(&self, class: &'static LockClass) {
         let timer = WaitTimer::start();
         let queued = QNODES
             .try_with(|pool| {
@@ -230,7 +231,7 @@ impl<T> QueuedSpinLock<T> {
                 backoff.snooze();
             }
         }
-        self.hdr.stats.record_exclusive_contended(timer);
+        stats::record_contended(class, Side::Exclusive, timer);
     }
 
     /// The MCS slow path with `node` (free, owned by this thread).
@@ -382,12 +383,17 @@ impl<T: fmt::Debug> fmt::Debug for QueuedSpinGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// The lock is its word: no counter shares the line the lock path writes.
     #[test]
-    fn lock_word_and_stats_share_one_aligned_block() {
-        // 32 bytes at 32-byte alignment never straddle a 64-byte cache line.
-        assert_eq!(core::mem::size_of::<Header>(), 32);
-        assert_eq!(core::mem::align_of::<Header>(), 32);
-        assert_eq!(core::mem::size_of::<QueuedSpinLock<()>>(), 32);
+    fn lock_holds_no_instrumentation() {
+        assert_eq!(
+            core::mem::size_of::<Header>(),
+            core::mem::size_of::<AtomicUsize>()
+        );
+        assert_eq!(
+            core::mem::size_of::<QueuedSpinLock<()>>(),
+            core::mem::size_of::<usize>()
+        );
     }
 
     #[test]

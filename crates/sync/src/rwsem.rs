@@ -17,8 +17,10 @@
 //! +----------------+----------------+----------------+-------+--------+
 //! ```
 //!
-//! The word sits in its own cache line (`CachePadded`) together with the read-side and
-//! write-side [`LockStats`], so instrumentation touches no further line.
+//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer,
+//! which is only read. Lock statistics are not kept here: a reader counting into this line
+//! would pay a second atomic on the line every CPU writes, where the kernel pays one. They
+//! are counted per class and per thread ([`crate::stats`]), readers and writers apart.
 //!
 //! # Protocol
 //!
@@ -58,7 +60,7 @@ use crate::backoff::Backoff;
 use crate::shim::atomic::AtomicU64;
 use crate::shim::atomic::Ordering::{Acquire, Relaxed, Release};
 use crate::shim::cell::{ConstPtr, MutPtr, UnsafeCell};
-use crate::stats::{LockStats, LockStatsSnapshot, WaitTimer};
+use crate::stats::{self, Side, WaitTimer};
 use crate::trace::{self, Access, LockClass, LockModel};
 
 const WRITER: u64 = 1;
@@ -77,8 +79,6 @@ const READ_FAIL_MASK: u64 = WRITER | WWAIT_MASK;
 
 struct Header {
     count: AtomicU64,
-    read_stats: LockStats,
-    write_stats: LockStats,
     /// What the semaphore protects and how far it is shared (for [`trace`]).
     class: &'static LockClass,
 }
@@ -113,9 +113,7 @@ impl<T> RwSem<T> {
         Self {
             hdr: CachePadded::new(Header {
                 count: AtomicU64::new(0),
-                read_stats: LockStats::new(),
-                write_stats: LockStats::new(),
-                class: &trace::UNCLASSIFIED,
+                class: &trace::UNCLASSIFIED_RWSEM,
             }),
             data: UnsafeCell::new(data),
         }
@@ -154,7 +152,7 @@ impl<T> RwSem<T> {
     pub fn read(&self) -> RwSemReadGuard<'_, T> {
         let old = self.hdr.count.fetch_add(READER_ONE, Acquire);
         if old & READ_FAIL_MASK == 0 {
-            self.hdr.read_stats.record_shared();
+            stats::record(self.hdr.class, Side::Shared);
         } else {
             self.read_slow(old.wrapping_add(READER_ONE));
         }
@@ -172,7 +170,7 @@ impl<T> RwSem<T> {
                 // The writers left before we gave up our bias: we are a reader. `cur`
                 // came from an Acquire CAS failure, so their critical sections are
                 // visible.
-                self.hdr.read_stats.record_shared_contended(timer);
+                stats::record_contended(self.hdr.class, Side::Shared, timer);
                 return;
             }
             debug_assert!(cur & RWAIT_MASK != RWAIT_MASK, "waiting-reader overflow");
@@ -190,7 +188,7 @@ impl<T> RwSem<T> {
         while self.hdr.count.load(Acquire) & ADMIT == admit {
             backoff.snooze();
         }
-        self.hdr.read_stats.record_shared_contended(timer);
+        stats::record_contended(self.hdr.class, Side::Shared, timer);
     }
 
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
@@ -210,7 +208,7 @@ impl<T> RwSem<T> {
                 Err(actual) => cur = actual,
             }
         }
-        self.hdr.read_stats.record_shared();
+        stats::record(self.hdr.class, Side::Shared);
         self.trace_acquire(Access::Shared, true);
         Some(RwSemReadGuard::new(self))
     }
@@ -219,7 +217,7 @@ impl<T> RwSem<T> {
     #[inline]
     pub fn write(&self) -> RwSemWriteGuard<'_, T> {
         if self.try_write_raw() {
-            self.hdr.write_stats.record_exclusive();
+            stats::record(self.hdr.class, Side::Exclusive);
         } else {
             self.write_slow();
         }
@@ -257,14 +255,14 @@ impl<T> RwSem<T> {
             backoff.snooze();
             cur = self.hdr.count.load(Relaxed);
         }
-        self.hdr.write_stats.record_exclusive_contended(timer);
+        stats::record_contended(self.hdr.class, Side::Exclusive, timer);
     }
 
     /// Acquires the write lock only if the semaphore is idle (`down_write_trylock`).
     #[inline]
     pub fn try_write(&self) -> Option<RwSemWriteGuard<'_, T>> {
         if self.try_write_raw() {
-            self.hdr.write_stats.record_exclusive();
+            stats::record(self.hdr.class, Side::Exclusive);
             self.trace_acquire(Access::Exclusive, true);
             Some(RwSemWriteGuard::new(self))
         } else {
@@ -364,27 +362,6 @@ impl<T> RwSem<T> {
     /// Consumes the semaphore and returns the data.
     pub fn into_inner(self) -> T {
         self.data.into_inner()
-    }
-
-    /// Read-side counters.
-    pub fn read_stats(&self) -> LockStatsSnapshot {
-        self.hdr.read_stats.snapshot()
-    }
-
-    /// Write-side counters.
-    pub fn write_stats(&self) -> LockStatsSnapshot {
-        self.hdr.write_stats.snapshot()
-    }
-
-    /// Read-side plus write-side counters.
-    pub fn stats(&self) -> LockStatsSnapshot {
-        self.read_stats() + self.write_stats()
-    }
-
-    /// Zeroes both sides' counters.
-    pub fn reset_stats(&self) {
-        self.hdr.read_stats.reset();
-        self.hdr.write_stats.reset();
     }
 }
 
@@ -529,9 +506,14 @@ mod tests {
         }
     }
 
+    /// The count word's line holds the word and the (read-only) class pointer: no counter
+    /// that a reader or writer would write besides the word.
     #[test]
-    fn count_word_and_stats_fit_one_cache_line() {
-        assert!(core::mem::size_of::<Header>() <= 64);
+    fn count_word_line_holds_no_instrumentation() {
+        assert_eq!(
+            core::mem::size_of::<Header>(),
+            core::mem::size_of::<AtomicU64>() + core::mem::size_of::<&LockClass>()
+        );
         assert!(core::mem::align_of::<CachePadded<Header>>() >= 64);
     }
 

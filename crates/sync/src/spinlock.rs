@@ -12,7 +12,7 @@ use core::ops::{Deref, DerefMut};
 use core::str::FromStr;
 
 use crate::qspinlock::{QueuedSpinGuard, QueuedSpinLock};
-use crate::stats::LockStatsSnapshot;
+use crate::stats::{self, LockStatsSnapshot};
 use crate::ticket::{TicketGuard, TicketLock};
 use crate::trace::{self, Access, LockClass, LockModel};
 
@@ -160,8 +160,8 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         let inner = match &self.inner {
-            Inner::Ticket(l) => GuardInner::Ticket(l.lock()),
-            Inner::Queued(l) => GuardInner::Queued(l.lock()),
+            Inner::Ticket(l) => GuardInner::Ticket(l.lock_as(self.class)),
+            Inner::Queued(l) => GuardInner::Queued(l.lock_as(self.class)),
         };
         self.guard(inner, false)
     }
@@ -170,8 +170,8 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
         let inner = match &self.inner {
-            Inner::Ticket(l) => GuardInner::Ticket(l.try_lock()?),
-            Inner::Queued(l) => GuardInner::Queued(l.try_lock()?),
+            Inner::Ticket(l) => GuardInner::Ticket(l.try_lock_as(self.class)?),
+            Inner::Queued(l) => GuardInner::Queued(l.try_lock_as(self.class)?),
         };
         Some(self.guard(inner, true))
     }
@@ -210,20 +210,17 @@ impl<T> SpinLock<T> {
         }
     }
 
-    /// This lock's counters.
+    /// The counters of this lock's *class*, over all its instances, in the calling thread's
+    /// stats domain ([`stats::current_domain`]). A lock holds no counters of its own (they
+    /// would share its word's cache line); unclassified locks all count under
+    /// [`trace::UNCLASSIFIED`]. Prefer [`stats::Domain::class`] with the domain at hand.
     pub fn stats(&self) -> LockStatsSnapshot {
-        match &self.inner {
-            Inner::Ticket(l) => l.stats(),
-            Inner::Queued(l) => l.stats(),
-        }
+        stats::current_domain().class(self.class).exclusive
     }
 
-    /// Zeroes this lock's counters.
+    /// Zeroes this lock's class's counters in the calling thread's stats domain.
     pub fn reset_stats(&self) {
-        match &self.inner {
-            Inner::Ticket(l) => l.reset_stats(),
-            Inner::Queued(l) => l.reset_stats(),
-        }
+        stats::current_domain().reset_class(self.class);
     }
 }
 

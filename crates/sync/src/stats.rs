@@ -1,32 +1,55 @@
-//! Lock instrumentation: acquisitions, contended acquisitions and time spent waiting.
+//! Lock instrumentation: acquisitions, contended acquisitions and time spent waiting, per lock
+//! class, kept where the kernel's `CONFIG_LOCK_STAT` keeps them.
 //!
-//! This models the kernel's `CONFIG_LOCK_STAT` (kernel/locking/lockdep.c,
-//! Documentation/locking/lockstat.rst), reduced to the three numbers pagelab's
-//! reports need per lock class: how often a lock was taken, how often the fast path
-//! failed, and how long the waiters waited.
+//! The kernel's lock_stat (kernel/locking/lockdep.c) does not count inside the lock: each CPU
+//! owns an array of `struct lock_class_stats` indexed by lock class (`cpu_lock_stats`), bumps
+//! its own entry, and `lock_stats()` folds the CPUs' entries when someone reads
+//! `/proc/lock_stat`. So instrumentation never writes a cache line that another CPU's lock
+//! path writes: the lock word's line pays exactly the atomics the lock itself needs. pagelab
+//! does the same, with threads in place of CPUs (the engine's tasks are threads bound to
+//! virtual CPUs):
+//!
+//! * Every [`LockClass`] gets a dense index the first time it is counted (an id cell inside
+//!   the class, so the lookup is one load of a read-mostly line).
+//! * Each thread owns a cache-aligned block of counters, `[class][side]`, that only it writes,
+//!   with a `Relaxed` load and store: no read-modify-write, no shared line.
+//! * Blocks are registered in a [`Domain`], and reading a class folds the domain's blocks. A
+//!   domain belongs to one engine instance, so that tests running many engines in one process
+//!   do not pool their counts. A thread records into the domain it last [entered](Domain::enter);
+//!   a thread that entered none records into the process-wide [`default_domain`]. When a thread
+//!   exits its block is folded into the domain, so nothing counted is lost.
+//! * Resetting does not write the owners' blocks (which would race with their plain stores and
+//!   could be undone by them): it records the current fold as a baseline that reads subtract.
+//!
+//! Readers and writers of an rwsem are counted apart ([`Side`]); spinlocks count as
+//! [`Side::Exclusive`]. Locks nobody classified share their kind's "unclassified" class.
 //!
 //! # Cost model
 //!
-//! * Counting is switched by one process-wide flag ([`set_enabled`] / [`enabled`]), a
-//!   `Relaxed` load of a read-mostly `AtomicBool`. With it off, a lock operation pays
-//!   that load and a predictable branch, nothing else.
-//! * [`LockStats`] is embedded in each lock right next to its lock word (the spinlocks
-//!   put word and counters in one 32-byte aligned block, so they share a cache line;
-//!   the rwsem keeps count word and both sides' counters in one padded line), so
-//!   counting touches no extra cache line.
+//! * Counting is switched by one process-wide flag ([`set_enabled`] / [`enabled`]), a `Relaxed`
+//!   load of a read-mostly `AtomicBool`. With it off, a lock operation pays that load and a
+//!   predictable branch, nothing else.
+//! * With it on, an uncontended acquisition pays a load of the class's id, a thread-local
+//!   access and a load + store on a line only this thread writes.
 //! * `Instant::now()` is read only on the contended slow path, before waiting and after
-//!   acquiring: an uncontended acquisition costs one counter update.
-//! * Counters updated while holding an exclusive lock use a `Relaxed` load + store
-//!   instead of an atomic read-modify-write: only the holder writes them, so no update
-//!   can be lost (except to a concurrent [`LockStats::reset`], which is acceptable for
-//!   instrumentation). Shared (reader) acquisitions use `fetch_add`.
+//!   acquiring.
 //!
-//! The counters are `std` atomics even under `--cfg loom`: they do not take part in
-//! any lock protocol, and the loom models run with counting off.
+//! The counters are `std` atomics even under `--cfg loom`: they do not take part in any lock
+//! protocol, and the loom models run with counting off.
 
-use std::ops::{Add, AddAssign};
+use std::cell::{Cell, RefCell};
+use std::ops::{Add, AddAssign, Sub};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+
+use crate::trace::LockClass;
+
+/// Lock classes a domain can count apart. Classes beyond this share the last index (their
+/// counts are pooled, never lost); the engine declares a few dozen.
+pub const MAX_CLASSES: usize = 128;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -41,87 +64,406 @@ pub fn enabled() -> bool {
     ENABLED.load(Relaxed)
 }
 
-/// Adds `v` to a counter that only the current lock holder writes.
-#[inline]
-fn holder_add(counter: &AtomicU64, v: u64) {
-    counter.store(counter.load(Relaxed).wrapping_add(v), Relaxed);
+/// Which side of a lock an acquisition took: rwsem readers and writers are counted apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// A spinlock holder or an rwsem writer.
+    Exclusive = 0,
+    /// An rwsem reader.
+    Shared = 1,
 }
 
-/// Per-lock counters, embedded in every lock.
-#[derive(Debug, Default)]
-pub struct LockStats {
+// ---- class indices ----
+
+/// Classes by index, for names in reports and for checking that an index is taken.
+static CLASSES: Mutex<Vec<&'static LockClass>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The data behind these mutexes is consistent after every statement, so a panic in
+    // another holder leaves nothing half-done.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The dense index of `class`, assigned on first use.
+#[inline]
+fn class_index(class: &'static LockClass) -> usize {
+    match class.stat_id.load(Relaxed) {
+        0 => register(class),
+        id => id as usize - 1,
+    }
+}
+
+/// The index of `class` if it was ever counted (a reader must not take an index).
+fn known_index(class: &'static LockClass) -> Option<usize> {
+    match class.stat_id.load(Relaxed) {
+        0 => None,
+        id => Some(id as usize - 1),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn register(class: &'static LockClass) -> usize {
+    let mut classes = lock(&CLASSES);
+    // Another thread may have registered it since our load.
+    if let Some(i) = known_index(class) {
+        return i;
+    }
+    let i = classes.len().min(MAX_CLASSES - 1);
+    if classes.len() < MAX_CLASSES {
+        classes.push(class);
+    }
+    class.stat_id.store(i as u32 + 1, Relaxed);
+    i
+}
+
+// ---- per-thread blocks ----
+
+/// One class side's counters in one thread's block.
+#[derive(Default)]
+struct Counters {
     acquisitions: AtomicU64,
     contended: AtomicU64,
     wait_ns: AtomicU64,
 }
 
-impl LockStats {
-    /// Zeroed counters.
-    pub const fn new() -> Self {
-        Self {
-            acquisitions: AtomicU64::new(0),
-            contended: AtomicU64::new(0),
-            wait_ns: AtomicU64::new(0),
-        }
-    }
+/// Adds `v` to a counter that only the current thread writes: no read-modify-write needed.
+#[inline]
+fn owner_add(counter: &AtomicU64, v: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(v), Relaxed);
+}
 
-    /// Records an uncontended acquisition of an exclusive lock. Call while holding it.
+impl Counters {
     #[inline]
-    pub fn record_exclusive(&self) {
-        if enabled() {
-            holder_add(&self.acquisitions, 1);
+    fn count(&self, wait_ns: Option<u64>) {
+        owner_add(&self.acquisitions, 1);
+        if let Some(ns) = wait_ns {
+            owner_add(&self.contended, 1);
+            owner_add(&self.wait_ns, ns);
         }
     }
 
-    /// Records a contended acquisition of an exclusive lock that waited since `timer`
-    /// was started. Call while holding the lock.
-    #[inline]
-    pub fn record_exclusive_contended(&self, timer: WaitTimer) {
-        if let Some(ns) = timer.elapsed_ns() {
-            holder_add(&self.acquisitions, 1);
-            holder_add(&self.contended, 1);
-            holder_add(&self.wait_ns, ns);
-        }
-    }
-
-    /// Records an uncontended shared (reader) acquisition.
-    #[inline]
-    pub fn record_shared(&self) {
-        if enabled() {
-            self.acquisitions.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Records a contended shared (reader) acquisition that waited since `timer` started.
-    #[inline]
-    pub fn record_shared_contended(&self, timer: WaitTimer) {
-        if let Some(ns) = timer.elapsed_ns() {
-            self.acquisitions.fetch_add(1, Relaxed);
-            self.contended.fetch_add(1, Relaxed);
-            self.wait_ns.fetch_add(ns, Relaxed);
-        }
-    }
-
-    /// Current values.
-    pub fn snapshot(&self) -> LockStatsSnapshot {
+    fn load(&self) -> LockStatsSnapshot {
         LockStatsSnapshot {
             acquisitions: self.acquisitions.load(Relaxed),
             contended: self.contended.load(Relaxed),
             wait_ns: self.wait_ns.load(Relaxed),
         }
     }
+}
 
-    /// Zeroes the counters. Updates racing with the reset may be lost.
-    pub fn reset(&self) {
-        self.acquisitions.store(0, Relaxed);
-        self.contended.store(0, Relaxed);
-        self.wait_ns.store(0, Relaxed);
+/// A thread's counters in one domain (the kernel's per-CPU `cpu_lock_stats`), aligned so that
+/// no other allocation shares its first or last cache line.
+///
+/// Blocks live for the whole process (`&'static`), so that the counting fast path reaches its
+/// thread's block through a plain thread-local reference: no reference count, no borrow flag.
+/// A block whose thread exited or whose domain is gone is zeroed and reused ([`POOL`]), so
+/// memory stays bounded by the number of (thread, domain) pairs alive at once.
+struct Block(CachePadded<[[Counters; 2]; MAX_CLASSES]>);
+
+/// Blocks no thread and no domain refers to any more, zeroed.
+static POOL: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
+
+impl Block {
+    fn get() -> &'static Block {
+        if let Some(b) = lock(&POOL).pop() {
+            return b;
+        }
+        Box::leak(Box::new(Block(CachePadded::new(std::array::from_fn(
+            |_| [Counters::default(), Counters::default()],
+        )))))
     }
+
+    /// Zeroes the block and returns it to the pool. Only when nothing counts into it or folds
+    /// it any more: its thread has let go of it and no domain lists it.
+    fn recycle(&'static self) {
+        for c in self.0.iter().flatten() {
+            c.acquisitions.store(0, Relaxed);
+            c.contended.store(0, Relaxed);
+            c.wait_ns.store(0, Relaxed);
+        }
+        lock(&POOL).push(self);
+    }
+
+    #[inline]
+    fn count(&self, i: usize, side: Side, wait_ns: Option<u64>) {
+        if let Some(c) = self.0.get(i) {
+            c[side as usize].count(wait_ns);
+        }
+    }
+}
+
+/// Folded counters, `[class][side]`.
+type Table = Vec<[LockStatsSnapshot; 2]>;
+
+fn zero_table() -> Table {
+    vec![[LockStatsSnapshot::default(); 2]; MAX_CLASSES]
+}
+
+/// The thread's place in the domains it has entered.
+struct Local {
+    /// The domain recorded into (its block is [`FAST`]); held, so that it outlives the
+    /// thread's stay in it.
+    current: RefCell<Option<Arc<Domain>>>,
+    /// Every domain this thread has a block in, so that re-entering one reuses the block.
+    owned: RefCell<Vec<(Weak<Domain>, &'static Block)>>,
+}
+
+impl Drop for Local {
+    /// The thread exits: fold its blocks into their domains, so its counts outlive it.
+    fn drop(&mut self) {
+        // Locks taken by later thread-local destructors find no block and go uncounted.
+        FAST.with(|f| f.set(None));
+        CURRENT_ID.with(|c| c.set(0));
+        self.current.get_mut().take();
+        for (d, b) in self.owned.get_mut().drain(..) {
+            if let Some(d) = d.upgrade() {
+                d.retire(b);
+            }
+            b.recycle();
+        }
+    }
+}
+
+thread_local! {
+    static LOCAL: Local = const {
+        Local {
+            current: RefCell::new(None),
+            owned: RefCell::new(Vec::new()),
+        }
+    };
+    /// The current domain's block: all the counting fast path reads (no destructor, so no
+    /// lazy registration either).
+    static FAST: Cell<Option<&'static Block>> = const { Cell::new(None) };
+    /// The current domain's address, for [`Domain::enter`]'s check (0: none). The thread holds
+    /// that domain in [`Local::current`], so the address cannot be reused while it is here.
+    static CURRENT_ID: Cell<usize> = const { Cell::new(0) };
+}
+
+#[inline]
+fn count(class: &'static LockClass, side: Side, wait_ns: Option<u64>) {
+    let i = class_index(class);
+    match FAST.with(Cell::get) {
+        Some(b) => b.count(i, side, wait_ns),
+        None => count_first(i, side, wait_ns),
+    }
+}
+
+/// The thread's first count outside any entered domain: it joins the default one. (At thread
+/// exit, after its blocks were folded, this finds no block and the acquisition goes uncounted.)
+#[cold]
+#[inline(never)]
+fn count_first(i: usize, side: Side, wait_ns: Option<u64>) {
+    let _ = LOCAL.try_with(|l| enter_local(l, default_domain()));
+    if let Some(b) = FAST.with(Cell::get) {
+        b.count(i, side, wait_ns);
+    }
+}
+
+fn enter_local(l: &Local, d: &Arc<Domain>) {
+    let Ok(mut cur) = l.current.try_borrow_mut() else {
+        return;
+    };
+    if matches!(&*cur, Some(c) if Arc::ptr_eq(c, d)) {
+        return;
+    }
+    let mut owned = l.owned.borrow_mut();
+    // Blocks of domains that are gone: nobody folds them any more, and the current one is
+    // alive (held above), so the fast path does not point at them.
+    owned.retain(|(w, b)| {
+        let alive = w.strong_count() > 0;
+        if !alive {
+            b.recycle();
+        }
+        alive
+    });
+    let block = match owned
+        .iter()
+        .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(d)))
+    {
+        Some((_, b)) => *b,
+        None => {
+            let b = Block::get();
+            lock(&d.inner).blocks.push(b);
+            owned.push((Arc::downgrade(d), b));
+            b
+        }
+    };
+    *cur = Some(d.clone());
+    FAST.with(|f| f.set(Some(block)));
+    CURRENT_ID.with(|c| c.set(Arc::as_ptr(d) as usize));
+}
+
+/// Records an uncontended acquisition of `class` on `side` (if statistics are on).
+#[inline]
+pub fn record(class: &'static LockClass, side: Side) {
+    if enabled() {
+        count(class, side, None);
+    }
+}
+
+/// Records a contended acquisition of `class` on `side` that waited since `timer` started.
+#[inline]
+pub fn record_contended(class: &'static LockClass, side: Side, timer: WaitTimer) {
+    if let Some(ns) = timer.elapsed_ns() {
+        count(class, side, Some(ns));
+    }
+}
+
+// ---- domains ----
+
+/// A set of threads whose lock statistics are folded together: one engine instance's.
+///
+/// ```
+/// # use pagelab_sync::{LockClass, Scope, SpinLock, stats::{self, Domain}};
+/// static CLASS: LockClass = LockClass::new("doc example", Scope::Node);
+/// let d = Domain::new();
+/// let lock = SpinLock::new_queued(()).with_class(&CLASS);
+/// stats::set_enabled(true);
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         d.enter();
+///         drop(lock.lock());
+///     });
+/// });
+/// assert_eq!(d.class(&CLASS).exclusive.acquisitions, 1);
+/// ```
+pub struct Domain {
+    inner: Mutex<DomainInner>,
+}
+
+struct DomainInner {
+    /// Blocks of threads that entered the domain and have not exited.
+    blocks: Vec<&'static Block>,
+    /// Counts of threads that exited.
+    retired: Table,
+    /// The fold at the last reset, which reads subtract.
+    base: Table,
+}
+
+impl DomainInner {
+    fn fold(&self, i: usize, side: usize) -> LockStatsSnapshot {
+        self.blocks
+            .iter()
+            .map(|b| b.0[i][side].load())
+            .fold(self.retired[i][side], Add::add)
+    }
+}
+
+impl Domain {
+    /// An empty domain.
+    pub fn new() -> Arc<Domain> {
+        Arc::new(Domain {
+            inner: Mutex::new(DomainInner {
+                blocks: Vec::new(),
+                retired: zero_table(),
+                base: zero_table(),
+            }),
+        })
+    }
+
+    /// Makes this the domain the calling thread records into, until it enters another. Cheap
+    /// when it already is (a thread-local access and a compare), so hot paths may call it.
+    #[inline]
+    pub fn enter(self: &Arc<Self>) {
+        if !self.is_current() {
+            let _ = LOCAL.try_with(|l| enter_local(l, self));
+        }
+    }
+
+    /// Whether the calling thread records into this domain.
+    #[inline]
+    pub fn is_current(self: &Arc<Self>) -> bool {
+        CURRENT_ID.with(Cell::get) == Arc::as_ptr(self) as usize
+    }
+
+    /// `class`'s counters since the last reset, summed over the domain's threads.
+    pub fn class(&self, class: &'static LockClass) -> ClassStats {
+        let Some(i) = known_index(class) else {
+            return ClassStats::default();
+        };
+        let d = lock(&self.inner);
+        let side = |s: usize| d.fold(i, s) - d.base[i][s];
+        ClassStats {
+            exclusive: side(0),
+            shared: side(1),
+        }
+    }
+
+    /// Every counted class with its counters (zero ones left out), in the order classes were
+    /// first counted.
+    pub fn classes(&self) -> Vec<(&'static LockClass, ClassStats)> {
+        let classes = lock(&CLASSES).clone();
+        classes
+            .into_iter()
+            .map(|c| (c, self.class(c)))
+            .filter(|(_, s)| s.total() != LockStatsSnapshot::default())
+            .collect()
+    }
+
+    /// Zeroes every class's counters (between a warm-up and a measurement).
+    pub fn reset(&self) {
+        let mut d = lock(&self.inner);
+        let base: Table = (0..MAX_CLASSES)
+            .map(|i| [d.fold(i, 0), d.fold(i, 1)])
+            .collect();
+        d.base = base;
+    }
+
+    /// Zeroes `class`'s counters.
+    pub fn reset_class(&self, class: &'static LockClass) {
+        if let Some(i) = known_index(class) {
+            let mut d = lock(&self.inner);
+            d.base[i] = [d.fold(i, 0), d.fold(i, 1)];
+        }
+    }
+
+    /// A thread that exits folds its block into the domain.
+    fn retire(&self, b: &'static Block) {
+        let mut d = lock(&self.inner);
+        if let Some(at) = d.blocks.iter().position(|x| std::ptr::eq(*x, b)) {
+            d.blocks.swap_remove(at);
+            for (i, sides) in b.0.iter().enumerate() {
+                for (s, c) in sides.iter().enumerate() {
+                    d.retired[i][s] += c.load();
+                }
+            }
+        }
+    }
+
+    /// Threads with a live block here (for tests and diagnostics).
+    pub fn nr_threads(&self) -> usize {
+        lock(&self.inner).blocks.len()
+    }
+}
+
+impl std::fmt::Debug for Domain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Domain")
+            .field("threads", &self.nr_threads())
+            .finish_non_exhaustive()
+    }
+}
+
+static DEFAULT: LazyLock<Arc<Domain>> = LazyLock::new(Domain::new);
+
+/// The process-wide domain of threads that entered no other.
+pub fn default_domain() -> &'static Arc<Domain> {
+    &DEFAULT
+}
+
+/// The domain the calling thread records into.
+pub fn current_domain() -> Arc<Domain> {
+    LOCAL
+        .try_with(|l| l.current.try_borrow().ok().and_then(|c| c.clone()))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| default_domain().clone())
 }
 
 /// Start time of a contended wait; reads the clock only if statistics are enabled.
 #[derive(Debug)]
-#[must_use = "pass the timer to a LockStats::record_*_contended method"]
+#[must_use = "pass the timer to stats::record_contended"]
 pub struct WaitTimer {
     start: Option<Instant>,
 }
@@ -143,7 +485,7 @@ impl WaitTimer {
     }
 }
 
-/// A copy of one lock's (or a sum of several locks') counters.
+/// One class side's counters (or a sum of several).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LockStatsSnapshot {
     /// Successful acquisitions (including the contended ones).
@@ -172,21 +514,68 @@ impl AddAssign for LockStatsSnapshot {
     }
 }
 
+impl Sub for LockStatsSnapshot {
+    type Output = Self;
+
+    /// Counts since `rhs` was taken (saturating: a baseline is never above a later fold).
+    fn sub(self, rhs: Self) -> Self {
+        Self {
+            acquisitions: self.acquisitions.saturating_sub(rhs.acquisitions),
+            contended: self.contended.saturating_sub(rhs.contended),
+            wait_ns: self.wait_ns.saturating_sub(rhs.wait_ns),
+        }
+    }
+}
+
 impl std::iter::Sum for LockStatsSnapshot {
     fn sum<I: Iterator<Item = Self>>(iter: I) -> Self {
         iter.fold(Self::default(), Add::add)
     }
 }
 
+/// A class's counters in a domain, readers and writers apart.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClassStats {
+    /// Spinlock holders and rwsem writers.
+    pub exclusive: LockStatsSnapshot,
+    /// Rwsem readers.
+    pub shared: LockStatsSnapshot,
+}
+
+impl ClassStats {
+    /// Both sides.
+    pub fn total(&self) -> LockStatsSnapshot {
+        self.exclusive + self.shared
+    }
+}
+
+impl Add for ClassStats {
+    type Output = Self;
+
+    fn add(self, rhs: Self) -> Self {
+        Self {
+            exclusive: self.exclusive + rhs.exclusive,
+            shared: self.shared + rhs.shared,
+        }
+    }
+}
+
+/// `class`'s counters in the calling thread's domain.
+pub fn class(class: &'static LockClass) -> ClassStats {
+    current_domain().class(class)
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     //! Every assertion that depends on the process-wide flag lives in the single test
-    //! [`stats_switch_and_counting_for_every_lock`]: it is the only test in this binary
-    //! that calls [`set_enabled`], and the locks it checks are its own, so tests running
-    //! in parallel neither disturb it nor are disturbed by it.
+    //! [`counting_per_class_per_thread`]: it is the only test in this binary that calls
+    //! [`set_enabled`], and it counts into domains and classes of its own, so tests running in
+    //! parallel neither disturb it nor are disturbed by it.
 
     use super::*;
+    use crate::trace::Scope;
     use crate::{LockKind, QueuedSpinLock, RwSem, SpinLock, TicketLock};
+    use std::sync::Barrier;
     use std::time::Duration;
 
     const HOLD: Duration = Duration::from_millis(2);
@@ -214,19 +603,30 @@ mod tests {
         c += b;
         assert_eq!(c, sum);
         assert_eq!([a, b].into_iter().sum::<LockStatsSnapshot>(), sum);
-        assert_eq!(LockStatsSnapshot::default().acquisitions, 0);
+        assert_eq!(sum - b, a);
+        assert_eq!(a - sum, LockStatsSnapshot::default(), "saturates");
+        let cs = ClassStats {
+            exclusive: a,
+            shared: b,
+        };
+        assert_eq!(cs.total(), sum);
+        assert_eq!((cs + cs).exclusive, a + a);
     }
 
-    /// Holds `lock` via `hold`, starts `waiter` on another thread, waits until
-    /// `is_waiting` says it is queued, keeps holding for [`HOLD`], then releases.
+    /// Holds a lock via `hold`, starts `waiter` on another thread (in domain `d`), waits
+    /// until `is_waiting` says it is queued, keeps holding for [`HOLD`], then releases.
     fn contend<G>(
+        d: &Arc<Domain>,
         hold: impl FnOnce() -> G,
         waiter: impl FnOnce() + Send,
         is_waiting: impl Fn() -> bool,
     ) {
         let guard = hold();
         std::thread::scope(|s| {
-            let t = s.spawn(waiter);
+            let t = s.spawn(|| {
+                d.enter();
+                waiter();
+            });
             while !is_waiting() {
                 std::thread::yield_now();
             }
@@ -236,104 +636,255 @@ mod tests {
         });
     }
 
-    fn check_spinlock_stats(lock: &SpinLock<u64>) {
-        lock.reset_stats();
-        assert_eq!(lock.stats(), LockStatsSnapshot::default());
+    fn check_spinlock(kind: LockKind) {
+        static TICKET: LockClass = LockClass::new("test ticket", Scope::Node);
+        static QUEUED: LockClass = LockClass::new("test queued", Scope::Node);
+        let class = match kind {
+            LockKind::Ticket => &TICKET,
+            LockKind::Queued => &QUEUED,
+        };
+        let d = Domain::new();
+        d.enter();
+        assert!(d.is_current());
+        let lock = SpinLock::new(kind, 0u64).with_class(class);
 
         set_enabled(false);
         *lock.lock() += 1;
         drop(lock.try_lock());
-        contend(|| lock.lock(), || *lock.lock() += 1, || lock.is_contended());
+        contend(
+            &d,
+            || lock.lock(),
+            || *lock.lock() += 1,
+            || lock.is_contended(),
+        );
         assert_eq!(
-            lock.stats(),
-            LockStatsSnapshot::default(),
-            "{:?} counted while disabled",
-            lock.kind()
+            d.class(class),
+            ClassStats::default(),
+            "{kind:?} counted while off"
         );
 
         set_enabled(true);
         *lock.lock() += 1;
         assert!(lock.try_lock().is_some());
-        let s = lock.stats();
-        assert_eq!((s.acquisitions, s.contended, s.wait_ns), (2, 0, 0));
+        let s = d.class(class);
+        assert_eq!(s.shared, LockStatsSnapshot::default());
+        let e = s.exclusive;
+        assert_eq!(
+            (e.acquisitions, e.contended, e.wait_ns),
+            (2, 0, 0),
+            "{kind:?}"
+        );
+        assert_eq!(lock.stats(), e, "the lock's class in the current domain");
 
-        contend(|| lock.lock(), || *lock.lock() += 1, || lock.is_contended());
-        let s = lock.stats();
-        assert_eq!(s.acquisitions, 4, "{:?}", lock.kind());
-        assert_eq!(s.contended, 1, "{:?}", lock.kind());
-        assert!(s.wait_ns > 0, "{:?}", lock.kind());
-        if lock.kind() == LockKind::Queued {
+        contend(
+            &d,
+            || lock.lock(),
+            || *lock.lock() += 1,
+            || lock.is_contended(),
+        );
+        let e = d.class(class).exclusive;
+        assert_eq!((e.acquisitions, e.contended), (4, 1), "{kind:?}");
+        assert!(e.wait_ns > 0, "{kind:?}");
+        if kind == LockKind::Queued {
             // The queued waiter starts its timer before it publishes itself as the tail,
-            // which is what `is_contended` observed, so it waited at least HOLD. (A ticket
-            // waiter is visible from its ticket draw, just before it starts the timer.)
-            assert!(s.wait_ns >= HOLD_NS, "wait {} ns", s.wait_ns);
+            // which is what `is_contended` observed, so it waited at least HOLD.
+            assert!(e.wait_ns >= HOLD_NS, "wait {} ns", e.wait_ns);
         }
 
+        // A second instance of the class adds to the same counters.
+        let other = SpinLock::new(kind, ()).with_class(class);
+        drop(other.lock());
+        assert_eq!(d.class(class).exclusive.acquisitions, 5);
+
         lock.reset_stats();
-        assert_eq!(lock.stats(), LockStatsSnapshot::default());
+        assert_eq!(d.class(class), ClassStats::default());
+        drop(other.lock());
+        assert_eq!(
+            d.class(class).exclusive.acquisitions,
+            1,
+            "counts after a reset"
+        );
     }
 
-    fn check_rwsem_stats(sem: &RwSem<u64>) {
-        set_enabled(false);
-        drop(sem.read());
-        *sem.write() += 1;
-        assert_eq!(sem.stats(), LockStatsSnapshot::default());
+    fn check_rwsem() {
+        static SEM: LockClass = LockClass::sleeping("test rwsem", Scope::Mm);
+        let d = Domain::new();
+        d.enter();
+        let sem = RwSem::new(0u64).with_class(&SEM);
 
-        set_enabled(true);
         drop(sem.read());
         drop(sem.try_read());
         *sem.write() += 1;
-        assert_eq!(sem.read_stats().acquisitions, 2);
-        assert_eq!(sem.write_stats().acquisitions, 1);
-        assert_eq!(sem.stats().contended, 0);
+        let s = d.class(&SEM);
+        assert_eq!((s.shared.acquisitions, s.exclusive.acquisitions), (2, 1));
+        assert_eq!(s.total().contended, 0);
 
         // A writer waits for a reader.
         contend(
+            &d,
             || sem.read(),
             || *sem.write() += 1,
             || sem.waiting_writers() == 1,
         );
-        let w = sem.write_stats();
+        let w = d.class(&SEM).exclusive;
         assert_eq!((w.acquisitions, w.contended), (2, 1));
         assert!(w.wait_ns >= HOLD_NS);
 
         // A reader waits for a writer.
         contend(
+            &d,
             || sem.write(),
-            || assert_eq!(*sem.read(), 3),
+            || assert_eq!(*sem.read(), 2),
             || sem.waiting_readers() == 1,
         );
-        let r = sem.read_stats();
-        assert_eq!((r.acquisitions, r.contended), (4, 1));
-        assert!(r.wait_ns >= HOLD_NS);
-        assert_eq!(sem.stats(), sem.read_stats() + sem.write_stats());
+        let s = d.class(&SEM);
+        assert_eq!((s.shared.acquisitions, s.shared.contended), (4, 1));
+        assert!(s.shared.wait_ns >= HOLD_NS);
+        assert_eq!(s.exclusive.acquisitions, 3);
 
-        sem.reset_stats();
-        assert_eq!(sem.stats(), LockStatsSnapshot::default());
+        // An unclassified rwsem counts under its kind's class, not this one.
+        let plain = RwSem::new(());
+        drop(plain.read());
+        assert_eq!(d.class(&SEM), s);
+        assert_eq!(
+            d.class(&crate::trace::UNCLASSIFIED_RWSEM)
+                .shared
+                .acquisitions,
+            1
+        );
+
+        d.reset_class(&SEM);
+        assert_eq!(d.class(&SEM), ClassStats::default());
+        assert_eq!(
+            d.class(&crate::trace::UNCLASSIFIED_RWSEM)
+                .shared
+                .acquisitions,
+            1,
+            "a class reset leaves other classes"
+        );
+        d.reset();
+        assert!(d.classes().is_empty(), "{:?}", d.classes());
+    }
+
+    /// Bare ticket and queued locks count under their kind's unclassified class.
+    fn check_bare_locks() {
+        let d = Domain::new();
+        d.enter();
+        let ticket = TicketLock::new(());
+        drop(ticket.lock());
+        drop(ticket.try_lock());
+        let queued = QueuedSpinLock::new(());
+        drop(queued.lock());
+        let t = d.class(&crate::trace::UNCLASSIFIED_TICKET).exclusive;
+        let q = d.class(&crate::trace::UNCLASSIFIED_QUEUED).exclusive;
+        assert_eq!((t.acquisitions, q.acquisitions), (2, 1));
+    }
+
+    /// Threads count into their own blocks; a read folds them, including threads that exited.
+    fn check_threads_fold() {
+        static SHARED: LockClass = LockClass::sleeping("test fold", Scope::Mm);
+        const THREADS: usize = 4;
+        const OPS: u64 = 10_000;
+        let d = Domain::new();
+        let sem = RwSem::new(()).with_class(&SHARED);
+        let in_domain = Barrier::new(THREADS + 1);
+        let counted = Barrier::new(THREADS + 1);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    d.enter();
+                    for _ in 0..OPS {
+                        drop(sem.read());
+                    }
+                    drop(sem.write());
+                    in_domain.wait();
+                    counted.wait();
+                });
+            }
+            in_domain.wait();
+            // All threads are alive: their blocks are folded as they are.
+            assert_eq!(d.nr_threads(), THREADS);
+            let s = d.class(&SHARED);
+            assert_eq!(s.shared.acquisitions, THREADS as u64 * OPS);
+            assert_eq!(s.exclusive.acquisitions, THREADS as u64);
+            counted.wait();
+        });
+        // They exited: their counts were folded into the domain. (A scope's join can return
+        // before the threads' thread-local destructors have run: wait for those.)
+        while d.nr_threads() > 0 {
+            std::thread::yield_now();
+        }
+        let s = d.class(&SHARED);
+        assert_eq!(s.shared.acquisitions, THREADS as u64 * OPS);
+        assert_eq!(s.exclusive.acquisitions, THREADS as u64);
+        d.reset();
+        assert_eq!(d.class(&SHARED), ClassStats::default());
+    }
+
+    /// Two domains count the same class apart; a thread that entered none counts into the
+    /// default domain; re-entering a domain reuses the thread's block there.
+    fn check_domains_apart() {
+        static CLASS: LockClass = LockClass::new("test domains", Scope::Node);
+        let (a, b) = (Domain::new(), Domain::new());
+        let lock = SpinLock::new_queued(()).with_class(&CLASS);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                a.enter();
+                drop(lock.lock());
+                b.enter();
+                assert!(b.is_current() && !a.is_current());
+                for _ in 0..3 {
+                    drop(lock.lock());
+                }
+                a.enter();
+                drop(lock.lock());
+                assert_eq!(a.nr_threads(), 1, "one block per thread and domain");
+            });
+            s.spawn(|| {
+                assert!(Arc::ptr_eq(&current_domain(), default_domain()));
+                drop(lock.lock());
+            });
+        });
+        assert_eq!(a.class(&CLASS).exclusive.acquisitions, 2);
+        assert_eq!(b.class(&CLASS).exclusive.acquisitions, 3);
+        assert!(default_domain().class(&CLASS).exclusive.acquisitions >= 1);
+        a.reset();
+        assert_eq!(
+            b.class(&CLASS).exclusive.acquisitions,
+            3,
+            "a reset is per domain"
+        );
     }
 
     #[test]
-    fn stats_switch_and_counting_for_every_lock() {
-        for kind in [LockKind::Ticket, LockKind::Queued] {
-            check_spinlock_stats(&SpinLock::new(kind, 0));
+    fn counting_per_class_per_thread() {
+        for kind in LockKind::ALL {
+            check_spinlock(kind);
         }
-
         set_enabled(true);
-        let ticket = TicketLock::new(());
-        drop(ticket.lock());
-        assert_eq!(ticket.stats().acquisitions, 1);
-        ticket.reset_stats();
-        assert_eq!(ticket.stats().acquisitions, 0);
-
-        let queued = QueuedSpinLock::new(());
-        drop(queued.lock());
-        assert_eq!(queued.stats().acquisitions, 1);
-        queued.reset_stats();
-        assert_eq!(queued.stats().acquisitions, 0);
-
-        check_rwsem_stats(&RwSem::new(0));
-
+        check_rwsem();
+        check_bare_locks();
+        check_threads_fold();
+        check_domains_apart();
         set_enabled(false);
         assert!(!enabled());
+    }
+
+    #[test]
+    fn classes_get_dense_indices_once() {
+        static A: LockClass = LockClass::new("test index a", Scope::Cpu);
+        static B: LockClass = LockClass::new("test index b", Scope::Cpu);
+        let d = Domain::new();
+        assert_eq!(
+            d.class(&A),
+            ClassStats::default(),
+            "reading assigns no index"
+        );
+        assert_eq!(known_index(&A), None);
+        let (ia, ib) = (class_index(&A), class_index(&B));
+        assert_ne!(ia, ib);
+        assert_eq!(class_index(&A), ia);
+        assert!(ia < MAX_CLASSES && ib < MAX_CLASSES);
+        assert!(std::ptr::eq(lock(&CLASSES)[ia], &A));
     }
 }

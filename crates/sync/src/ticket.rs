@@ -25,7 +25,8 @@ use crate::backoff::Backoff;
 use crate::shim::atomic::AtomicU32;
 use crate::shim::atomic::Ordering::{Acquire, Relaxed, Release};
 use crate::shim::cell::{MutPtr, UnsafeCell};
-use crate::stats::{LockStats, LockStatsSnapshot, WaitTimer};
+use crate::stats::{self, Side, WaitTimer};
+use crate::trace::{LockClass, UNCLASSIFIED_TICKET};
 
 const OWNER_MASK: u32 = 0xffff;
 const NEXT_SHIFT: u32 = 16;
@@ -41,11 +42,10 @@ fn next(word: u32) -> u16 {
     (word >> NEXT_SHIFT) as u16
 }
 
-/// Lock word and counters in one 32-byte aligned block, hence in one cache line.
-#[repr(C, align(32))]
+/// The lock word, and nothing else: statistics live in per-thread blocks ([`stats`]), so
+/// counting never writes this line.
 struct Header {
     word: AtomicU32,
-    stats: LockStats,
 }
 
 /// A FIFO ticket spinlock protecting a `T`.
@@ -74,7 +74,6 @@ impl<T> TicketLock<T> {
         Self {
             hdr: Header {
                 word: AtomicU32::new(0),
-                stats: LockStats::new(),
             },
             data: UnsafeCell::new(data),
         }
@@ -83,30 +82,42 @@ impl<T> TicketLock<T> {
     /// Takes a ticket and spins (then yields) until it is served.
     #[inline]
     pub fn lock(&self) -> TicketGuard<'_, T> {
+        self.lock_as(&UNCLASSIFIED_TICKET)
+    }
+
+    /// [`TicketLock::lock`], counted under `class`.
+    #[inline]
+    pub(crate) fn lock_as(&self, class: &'static LockClass) -> TicketGuard<'_, T> {
         let old = self.hdr.word.fetch_add(NEXT_ONE, Acquire);
         let ticket = next(old);
         if owner(old) == ticket {
-            self.hdr.stats.record_exclusive();
+            stats::record(class, Side::Exclusive);
         } else {
-            self.wait_for_turn(ticket);
+            self.wait_for_turn(ticket, class);
         }
         TicketGuard::new(self, ticket)
     }
 
     #[cold]
     #[inline(never)]
-    fn wait_for_turn(&self, ticket: u16) {
+    fn wait_for_turn(&self, ticket: u16, class: &'static LockClass) {
         let timer = WaitTimer::start();
         let mut backoff = Backoff::new();
         while owner(self.hdr.word.load(Acquire)) != ticket {
             backoff.snooze();
         }
-        self.hdr.stats.record_exclusive_contended(timer);
+        stats::record_contended(class, Side::Exclusive, timer);
     }
 
     /// Takes the lock only if it is free and nobody is waiting.
     #[inline]
     pub fn try_lock(&self) -> Option<TicketGuard<'_, T>> {
+        self.try_lock_as(&UNCLASSIFIED_TICKET)
+    }
+
+    /// [`TicketLock::try_lock`], counted under `class`.
+    #[inline]
+    pub(crate) fn try_lock_as(&self, class: &'static LockClass) -> Option<TicketGuard<'_, T>> {
         let word = self.hdr.word.load(Relaxed);
         let ticket = next(word);
         if owner(word) != ticket {
@@ -116,7 +127,7 @@ impl<T> TicketLock<T> {
             .word
             .compare_exchange(word, word.wrapping_add(NEXT_ONE), Acquire, Relaxed)
             .ok()?;
-        self.hdr.stats.record_exclusive();
+        stats::record(class, Side::Exclusive);
         Some(TicketGuard::new(self, ticket))
     }
 
@@ -142,16 +153,6 @@ impl<T> TicketLock<T> {
     /// Consumes the lock and returns the data.
     pub fn into_inner(self) -> T {
         self.data.into_inner()
-    }
-
-    /// This lock's counters.
-    pub fn stats(&self) -> LockStatsSnapshot {
-        self.hdr.stats.snapshot()
-    }
-
-    /// Zeroes this lock's counters.
-    pub fn reset_stats(&self) {
-        self.hdr.stats.reset();
     }
 
     /// Serves the next ticket. `ticket` is the holder's, i.e. the current `owner`.
@@ -241,12 +242,14 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
+    /// The lock is its word: no counter shares the line the lock path writes.
     #[test]
-    fn lock_word_and_stats_share_one_aligned_block() {
-        // 32 bytes at 32-byte alignment never straddle a 64-byte cache line.
-        assert_eq!(core::mem::size_of::<Header>(), 32);
-        assert_eq!(core::mem::align_of::<Header>(), 32);
-        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 32);
+    fn lock_holds_no_instrumentation() {
+        assert_eq!(
+            core::mem::size_of::<Header>(),
+            core::mem::size_of::<AtomicU32>()
+        );
+        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 4);
     }
 
     #[test]

@@ -25,7 +25,7 @@
 
 use std::cell::RefCell;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 /// How far one instance of a lock class (or shared line) is shared between CPUs.
@@ -78,7 +78,10 @@ impl Scope {
 }
 
 /// What a lock (or line) protects and how far it is shared: lockdep's class key.
-#[derive(Debug, PartialEq, Eq)]
+///
+/// Also the key lock statistics are kept under ([`crate::stats`]): a class is counted as a
+/// whole, over all its instances, as the kernel's lock_stat counts a `lock_class`.
+#[derive(Debug)]
 pub struct LockClass {
     /// The name reports print (`zone->lock`, `mmap_lock`, ...).
     pub name: &'static str,
@@ -87,7 +90,19 @@ pub struct LockClass {
     /// Waiters sleep instead of spinning (an rwsem such as `mmap_lock`): waiting costs a
     /// wake-up at hand-off and no CPU time meanwhile.
     pub sleeps: bool,
+    /// The class's index in [`crate::stats`]' per-thread blocks plus one (0: not yet
+    /// counted), assigned on first use. Written once, then only read.
+    pub(crate) stat_id: AtomicU32,
 }
+
+/// Classes are equal when they say the same thing (the statistics index is bookkeeping).
+impl PartialEq for LockClass {
+    fn eq(&self, other: &Self) -> bool {
+        (self.name, self.scope, self.sleeps) == (other.name, other.scope, other.sleeps)
+    }
+}
+
+impl Eq for LockClass {}
 
 impl LockClass {
     /// A spinning lock or a shared line.
@@ -96,6 +111,7 @@ impl LockClass {
             name,
             scope,
             sleeps: false,
+            stat_id: AtomicU32::new(0),
         }
     }
 
@@ -105,12 +121,26 @@ impl LockClass {
             name,
             scope,
             sleeps: true,
+            stat_id: AtomicU32::new(0),
         }
     }
 }
 
 /// The class of a lock nobody classified: private, so replay folds it into compute.
 pub static UNCLASSIFIED: LockClass = LockClass::new("unclassified", Scope::Private);
+
+/// The class unclassified rwsems count under (apart from spinlocks: their readers and
+/// writers are what an rwsem's statistics are about).
+pub static UNCLASSIFIED_RWSEM: LockClass =
+    LockClass::sleeping("unclassified rwsem", Scope::Private);
+
+/// The class a bare [`crate::TicketLock`] counts under (one not inside a [`crate::SpinLock`]).
+pub static UNCLASSIFIED_TICKET: LockClass =
+    LockClass::new("unclassified ticket lock", Scope::Private);
+
+/// The class a bare [`crate::QueuedSpinLock`] counts under.
+pub static UNCLASSIFIED_QUEUED: LockClass =
+    LockClass::new("unclassified queued spinlock", Scope::Private);
 
 /// The algorithm behind a traced lock: what its hand-off costs at replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -140,8 +140,7 @@ pub struct EngineCounters {
 impl EngineRun {
     /// Reset lock statistics and event counters (the start of a measured window).
     pub fn reset(&self) {
-        let mms: Vec<&pagelab_mm::Mm> = self.mms.iter().map(|m| &**m).collect();
-        self.kernel.reset_stats(&mms);
+        self.kernel.reset_stats();
         if let Some(s) = self.kernel.swap() {
             s.events().reset();
         }
@@ -149,7 +148,6 @@ impl EngineRun {
 
     /// Collect counters (the end of a measured window).
     pub fn counters(&self) -> EngineCounters {
-        let mms: Vec<&pagelab_mm::Mm> = self.mms.iter().map(|m| &**m).collect();
         let ev = self.kernel.mem().events();
         // The swap device counts its own I/O.
         let swap_ev = self.kernel.swap().map(|s| s.events());
@@ -161,7 +159,7 @@ impl EngineRun {
             })
             .filter(|(_, n)| *n > 0)
             .collect();
-        let l = self.kernel.lock_stats(&mms);
+        let l = self.kernel.lock_stats();
         let locks = [
             ("zone->lock", l.zone_lock),
             ("pcp->lock", l.pcp_lock),

@@ -612,10 +612,13 @@ impl Netpipe {
                 .name(format!("netpipe-rx{}", pair.rx.0))
                 .spawn_scoped(s, || {
                     pin_to_core(pair.rx.idx());
+                    self.kernel.mem().enter_lock_stats();
                     self.recv_loop(pair);
                 })
                 .map_err(|e| WorkloadError::Config(format!("cannot start a receiver: {e}")))?;
             pin_to_core(pair.tx.idx());
+            // Both sides are CPUs of this kernel: their lock statistics count into it.
+            self.kernel.mem().enter_lock_stats();
             let r = self.send_loop(pair, counter, halt, limit);
             pair.sender_done.store(true, Release);
             if rx.join().is_err() {

@@ -200,6 +200,8 @@ fn producer_consumer(mem: &Mem, pages: u64, pin: bool) -> f64 {
             if pin {
                 pin_to_core(1);
             }
+            // The consumer is CPU 1 of this machine: its frees count into its statistics.
+            mem.enter_lock_stats();
             while !start.load(Ordering::Acquire) {
                 std::hint::spin_loop();
             }
@@ -239,6 +241,7 @@ fn producer_consumer(mem: &Mem, pages: u64, pin: bool) -> f64 {
 
 /// Counting pass: run `f` with lock statistics on and return (zone lock stats, trylock fails).
 fn counted(mem: &Mem, f: impl FnOnce()) -> (LockStatsSnapshot, u64) {
+    mem.enter_lock_stats();
     mem.reset_stats();
     pagelab_sync::stats::set_enabled(true);
     f();
@@ -634,6 +637,7 @@ mod tests {
             rounds: 1,
             extra: Vec::new(),
         };
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let rep = run(&cfg, |_| {}, &stop).unwrap();
         let n = builtin_variants().len();
@@ -670,6 +674,7 @@ mod tests {
             rounds: 1,
             extra: Vec::new(),
         };
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(true);
         let rep = run(&cfg, |_| {}, &stop).unwrap();
         assert!(rep.interrupted);

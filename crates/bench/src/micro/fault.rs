@@ -6,7 +6,13 @@
 //! not munmap. Side by side in the same run, and interleaved round by round:
 //! - the same loop on the host kernel (real faults);
 //! - zeroing alone: `clear_page` on as many cold arena frames, which is subtracted to give the
-//!   fault path with zeroing excluded.
+//!   fault path with zeroing excluded;
+//! - each profile with lock statistics on and off (as asked), so that what counting costs is
+//!   read off as a ratio: it should be close to nothing, since counts go to per-thread blocks,
+//!   not to the locks' lines. The ratio is the geometric mean of the rounds' on/off ratios,
+//!   each round measuring both back to back, the settings taking turns going first: the first
+//!   pass of a round runs on caches the host kernel's pass left cold, and over an even number
+//!   of rounds that cost cancels out of the mean (a median would pick one side of it).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -19,18 +25,29 @@ use pagelab_workloads::{Mode, WorkloadError};
 
 use super::median;
 
-/// One profile's result.
+/// One profile's result with lock statistics on or off.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultRow {
     pub profile: String,
+    pub lock_stat: bool,
     pub fault_ns: f64,
     pub zero_ns: f64,
+}
+
+/// What counting lock statistics costs a profile's faults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LockStatCost {
+    pub profile: String,
+    /// Geometric mean over rounds of (ns/fault with counting) / (ns/fault without).
+    pub on_off_ratio: f64,
 }
 
 /// The whole report.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultReport {
     pub rows: Vec<FaultRow>,
+    /// One per profile when both settings were measured.
+    pub lock_stat_cost: Vec<LockStatCost>,
     pub host_fault_ns: f64,
     pub pages: u64,
     pub rounds: usize,
@@ -51,11 +68,29 @@ fn touch_ns<V: Vm>(vm: &V, bytes: u64) -> Result<f64, WorkloadError> {
     Ok(ns)
 }
 
-/// Run `rounds` rounds over `profiles`, mapping `bytes` per pass.
+/// Run `rounds` rounds over `profiles`, mapping `bytes` per pass, each profile once per
+/// lock statistics setting in `lock_stat` (`[true, false]` measures both).
 pub fn run(
     profiles: &[(String, Policy)],
     bytes: u64,
     rounds: usize,
+    lock_stat: &[bool],
+    stop: &AtomicBool,
+) -> Result<FaultReport, String> {
+    if lock_stat.is_empty() {
+        return Err("no lock statistics setting to measure".into());
+    }
+    let was = pagelab_sync::stats::enabled();
+    let r = run_settings(profiles, bytes, rounds, lock_stat, stop);
+    pagelab_sync::stats::set_enabled(was);
+    r
+}
+
+fn run_settings(
+    profiles: &[(String, Policy)],
+    bytes: u64,
+    rounds: usize,
+    lock_stat: &[bool],
     stop: &AtomicBool,
 ) -> Result<FaultReport, String> {
     let pages = bytes / 4096;
@@ -70,34 +105,44 @@ pub fn run(
     }
     let host = HostVm::new();
     pagelab_workloads::pin::pin_to_core(0);
-    let mut fault = vec![Vec::new(); engines.len()];
-    let mut zero = vec![Vec::new(); engines.len()];
+    // Indexed [engine][setting].
+    let mut fault = vec![vec![Vec::new(); lock_stat.len()]; engines.len()];
+    let mut zero = vec![vec![Vec::new(); lock_stat.len()]; engines.len()];
     let mut hostv = Vec::new();
     let mut interrupted = false;
-    // One warm-up pass each.
+    // One warm-up pass each (with counting on, so that its per-thread blocks exist).
+    pagelab_sync::stats::set_enabled(true);
     for (_, _, _, vm) in &engines {
         touch_ns(vm, bytes).map_err(|e| e.to_string())?;
     }
     touch_ns(&host, bytes).map_err(|e| e.to_string())?;
-    for _ in 0..rounds {
+    for round in 0..rounds {
         for (i, (_, k, _, vm)) in engines.iter().enumerate() {
-            fault[i].push(touch_ns(vm, bytes).map_err(|e| e.to_string())?);
-            // Zeroing alone: take as many frames from the allocator, zero them, free them.
-            let mem = k.mem();
-            let mut frames = Vec::with_capacity(pages as usize);
-            for _ in 0..pages {
-                frames.push(
-                    mem.alloc_page(CpuId(0), Gfp::USER)
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-            let t = Instant::now();
-            for &f in &frames {
-                mem.arena().zero_page(f);
-            }
-            zero[i].push(t.elapsed().as_nanos() as f64 / pages as f64);
-            for f in frames {
-                mem.free_pages(CpuId(0), f, 0);
+            // Settings take turns going first: the first pass after another target's runs on
+            // colder caches, and that must not fall on one setting every round.
+            let mut order: Vec<usize> = (0..lock_stat.len()).collect();
+            order.rotate_left(round % lock_stat.len());
+            for j in order {
+                let on = lock_stat[j];
+                pagelab_sync::stats::set_enabled(on);
+                fault[i][j].push(touch_ns(vm, bytes).map_err(|e| e.to_string())?);
+                // Zeroing alone: take as many frames from the allocator, zero them, free them.
+                let mem = k.mem();
+                let mut frames = Vec::with_capacity(pages as usize);
+                for _ in 0..pages {
+                    frames.push(
+                        mem.alloc_page(CpuId(0), Gfp::USER)
+                            .map_err(|e| e.to_string())?,
+                    );
+                }
+                let t = Instant::now();
+                for &f in &frames {
+                    mem.arena().zero_page(f);
+                }
+                zero[i][j].push(t.elapsed().as_nanos() as f64 / pages as f64);
+                for f in frames {
+                    mem.free_pages(CpuId(0), f, 0);
+                }
             }
         }
         hostv.push(touch_ns(&host, bytes).map_err(|e| e.to_string())?);
@@ -106,17 +151,34 @@ pub fn run(
             break;
         }
     }
-    let rows = engines
-        .iter()
-        .enumerate()
-        .map(|(i, (name, ..))| FaultRow {
-            profile: name.clone(),
-            fault_ns: median(&mut fault[i]),
-            zero_ns: median(&mut zero[i]),
-        })
-        .collect();
+    let mut rows = Vec::new();
+    let mut lock_stat_cost = Vec::new();
+    for (i, (name, ..)) in engines.iter().enumerate() {
+        let on = lock_stat.iter().position(|&s| s);
+        let off = lock_stat.iter().position(|&s| !s);
+        if let (Some(on), Some(off)) = (on, off) {
+            let logs: Vec<f64> = fault[i][on]
+                .iter()
+                .zip(&fault[i][off])
+                .map(|(a, b)| (a / b).ln())
+                .collect();
+            lock_stat_cost.push(LockStatCost {
+                profile: name.clone(),
+                on_off_ratio: (logs.iter().sum::<f64>() / logs.len() as f64).exp(),
+            });
+        }
+        for (j, &setting) in lock_stat.iter().enumerate() {
+            rows.push(FaultRow {
+                profile: name.clone(),
+                lock_stat: setting,
+                fault_ns: median(&mut fault[i][j]),
+                zero_ns: median(&mut zero[i][j]),
+            });
+        }
+    }
     Ok(FaultReport {
         rows,
+        lock_stat_cost,
         host_fault_ns: median(&mut hostv),
         pages,
         rounds,
@@ -146,8 +208,9 @@ impl FaultReport {
             "-".into(),
         ]);
         for r in &self.rows {
+            let stat = if r.lock_stat { "on" } else { "off" };
             t.add_row(vec![
-                format!("engine:{}", r.profile),
+                format!("engine:{} (lock stat {stat})", r.profile),
                 format!("{:.0}", r.fault_ns),
                 format!("{:.3}M", 1e3 / r.fault_ns),
                 format!("{:.2}x", self.host_fault_ns / r.fault_ns),
@@ -159,6 +222,14 @@ impl FaultReport {
             "Anonymous write faults, one task: {} pages per pass, median of {} rounds (munmap not timed)\n{t}\n",
             self.pages, self.rounds
         );
+        for c in &self.lock_stat_cost {
+            out += &format!(
+                "engine:{}: lock statistics on/off = {:.3} ({:+.1}%; geometric mean of per-round ratios)\n",
+                c.profile,
+                c.on_off_ratio,
+                (c.on_off_ratio - 1.0) * 100.0
+            );
+        }
         if self.interrupted {
             out += "interrupted: the table holds what finished\n";
         }
@@ -172,11 +243,23 @@ mod tests {
 
     #[test]
     fn quick_run_reports_every_profile_and_the_host() {
+        let _switch = crate::micro::stats_switch();
         let stop = AtomicBool::new(false);
         let profiles = vec![("default".to_string(), Policy::default())];
-        let r = run(&profiles, 4 << 20, 1, &stop).unwrap();
-        assert_eq!(r.rows.len(), 1);
-        assert!(r.host_fault_ns > 0.0 && r.rows[0].fault_ns > 0.0 && r.rows[0].zero_ns > 0.0);
-        assert!(r.render().contains("host kernel"));
+        let r = run(&profiles, 4 << 20, 2, &[true, false], &stop).unwrap();
+        assert_eq!(r.rows.len(), 2);
+        assert_eq!((r.rows[0].lock_stat, r.rows[1].lock_stat), (true, false));
+        assert!(r.host_fault_ns > 0.0);
+        assert!(r.rows.iter().all(|r| r.fault_ns > 0.0 && r.zero_ns > 0.0));
+        assert_eq!(r.lock_stat_cost.len(), 1);
+        assert!(r.lock_stat_cost[0].on_off_ratio > 0.0);
+        let text = r.render();
+        assert!(text.contains("host kernel"), "{text}");
+        assert!(text.contains("(lock stat off)"), "{text}");
+        assert!(text.contains("lock statistics on/off"), "{text}");
+        let one = run(&profiles, 4 << 20, 1, &[false], &stop).unwrap();
+        assert_eq!(one.rows.len(), 1);
+        assert!(one.lock_stat_cost.is_empty());
+        assert!(run(&profiles, 4 << 20, 1, &[], &stop).is_err());
     }
 }

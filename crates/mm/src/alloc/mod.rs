@@ -189,6 +189,9 @@ pub struct Mem {
     #[allow(clippy::type_complexity)]
     kswapd_waker: std::sync::OnceLock<Box<dyn Fn(usize) + Send + Sync>>,
     policy: Policy,
+    /// Where the lock statistics of this machine's threads are folded: one domain per engine
+    /// instance, so that engines side by side in one process count apart.
+    lock_stat_domain: Arc<pagelab_sync::LockStatDomain>,
 }
 
 /// A `Mem` with its background threads. Derefs to [`Mem`].
@@ -213,6 +216,7 @@ impl PageAllocator {
         if mem.prezero.is_some() {
             let m = mem.clone();
             let k = Kthread::spawn("pagelab-kscrubd", Duration::from_millis(5), move || {
+                m.enter_lock_stats();
                 m.prezero_fill();
             })
             .map_err(|err| MemError::Thread {
@@ -224,6 +228,7 @@ impl PageAllocator {
         if mem.pcp_params.iter().any(|p| p.adaptive) {
             let m = mem.clone();
             let k = Kthread::spawn("pagelab-vmstat", Duration::from_secs(1), move || {
+                m.enter_lock_stats();
                 m.decay_pcp_high();
             })
             .map_err(|err| MemError::Thread {
@@ -375,6 +380,7 @@ impl Mem {
             memcgs: MemCgroups::with_policy(cfg.nr_memcgs, cfg.nr_cpus, &policy.memcg),
             kswapd_waker: std::sync::OnceLock::new(),
             policy: policy.clone(),
+            lock_stat_domain: pagelab_sync::LockStatDomain::new(),
         })
     }
 
@@ -755,26 +761,33 @@ impl Mem {
         }
     }
 
-    /// Lock statistics of zone->lock and pcp->lock, summed over instances.
-    pub fn lock_stats(&self) -> AllocLockStats {
-        let mut s = AllocLockStats::default();
-        for z in self.zones.iter() {
-            s.zone_lock += z.lock.stats();
-        }
-        for p in self.pcp.iter() {
-            s.pcp_lock += p.stats();
-        }
-        s
+    /// This machine's lock statistics domain: its tasks and kernel threads count into it.
+    pub fn lock_stat_domain(&self) -> &Arc<pagelab_sync::LockStatDomain> {
+        &self.lock_stat_domain
     }
 
-    /// Reset lock statistics and event counters (between a warm-up and a measurement).
+    /// Make the calling thread count its lock statistics into this machine's domain (until it
+    /// enters another). Every thread that works on this machine should, as a CPU belongs to
+    /// one machine; tasks do on each entry, cheaply.
+    #[inline]
+    pub fn enter_lock_stats(&self) {
+        self.lock_stat_domain.enter();
+    }
+
+    /// Lock statistics of the zone->lock and pcp->lock classes, summed over instances.
+    pub fn lock_stats(&self) -> AllocLockStats {
+        let d = &self.lock_stat_domain;
+        AllocLockStats {
+            zone_lock: d.class(&buddy::ZONE_LOCK).exclusive,
+            pcp_lock: d.class(&PCP_LOCK).exclusive,
+        }
+    }
+
+    /// Reset zone->lock's and pcp->lock's statistics and the event counters (between a warm-up
+    /// and a measurement).
     pub fn reset_stats(&self) {
-        for z in self.zones.iter() {
-            z.lock.reset_stats();
-        }
-        for p in self.pcp.iter() {
-            p.reset_stats();
-        }
+        self.lock_stat_domain.reset_class(&buddy::ZONE_LOCK);
+        self.lock_stat_domain.reset_class(&PCP_LOCK);
         self.events.reset();
     }
 

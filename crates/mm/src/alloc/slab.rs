@@ -309,9 +309,17 @@ impl std::ops::AddAssign for SlabStats {
     }
 }
 
+/// The lock of a CPU's slot in a cache (`kmem_cache_cpu`; a local lock in the kernel).
+pub static SLAB_CPU_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("kmem_cache_cpu lock", pagelab_sync::Scope::Cpu);
+/// `kmem_cache_node->list_lock`: one per cache, and the engine's nodes share one.
+pub static SLAB_LIST_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("list_lock", pagelab_sync::Scope::Machine);
+
 /// Statistics of the slab allocator's three lock classes, summed over instances. The CPU locks
-/// and `list_lock` count through `pagelab-sync`; `slab_lock` is a bit in a frame's flags and is
-/// counted here, under the same process-wide switch (`pagelab_sync::stats::set_enabled`).
+/// and `list_lock` count through `pagelab-sync` (per class: [`SLAB_CPU_LOCK`],
+/// [`SLAB_LIST_LOCK`]); `slab_lock` is a bit in a frame's flags and is counted here, in the CPU's
+/// own slot, under the same process-wide switch (`pagelab_sync::stats::set_enabled`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SlabLockStats {
     pub cpu_lock: LockStatsSnapshot,
@@ -493,12 +501,14 @@ impl KmemCache {
             cpus: (0..=nr_cpus)
                 .map(|_| {
                     CachePadded::new(CpuSlot {
-                        cpu: SpinLock::new(kind, CpuSlab::default()),
+                        cpu: SpinLock::new(kind, CpuSlab::default()).with_class(&SLAB_CPU_LOCK),
                         events: std::array::from_fn(|_| AtomicU64::new(0)),
                     })
                 })
                 .collect(),
-            node: CachePadded::new(SpinLock::new(kind, PageList::new())),
+            node: CachePadded::new(
+                SpinLock::new(kind, PageList::new()).with_class(&SLAB_LIST_LOCK),
+            ),
         }
     }
 
@@ -552,28 +562,23 @@ impl KmemCache {
         }
     }
 
-    /// Lock statistics of this cache's CPU locks, `list_lock` and `slab_lock`s.
-    pub fn lock_stats(&self) -> SlabLockStats {
+    /// Statistics of this cache's `slab_lock`s (the CPU locks and `list_lock` are counted per
+    /// class, over every cache: [`SlabAllocator::lock_stats`]).
+    pub fn slab_lock_stats(&self) -> LockStatsSnapshot {
         let sum = |ev| self.cpus.iter().map(|s| s.event(ev)).sum();
-        SlabLockStats {
-            cpu_lock: self.cpus.iter().map(|s| s.cpu.stats()).sum(),
-            list_lock: self.node.stats(),
-            slab_lock: LockStatsSnapshot {
-                acquisitions: sum(Ev::SlabLockAcquired),
-                contended: sum(Ev::SlabLockContended),
-                wait_ns: sum(Ev::SlabLockWaitNs),
-            },
+        LockStatsSnapshot {
+            acquisitions: sum(Ev::SlabLockAcquired),
+            contended: sum(Ev::SlabLockContended),
+            wait_ns: sum(Ev::SlabLockWaitNs),
         }
     }
 
     fn reset_stats(&self) {
         for s in self.cpus.iter() {
-            s.cpu.reset_stats();
             for e in &s.events {
                 e.store(0, Relaxed);
             }
         }
-        self.node.reset_stats();
     }
 
     fn nr_cpus(&self) -> usize {
@@ -1060,17 +1065,23 @@ impl SlabAllocator {
         s
     }
 
-    /// Lock statistics per lock class, summed over caches.
+    /// Lock statistics per lock class, summed over caches. The CPU locks and `list_lock` are
+    /// counted per class in the machine's domain, so they include any other slab allocator on
+    /// the same machine.
     pub fn lock_stats(&self) -> SlabLockStats {
-        let mut s = SlabLockStats::default();
-        for c in self.caches.iter() {
-            s += c.lock_stats();
+        let d = self.mem.lock_stat_domain();
+        SlabLockStats {
+            cpu_lock: d.class(&SLAB_CPU_LOCK).exclusive,
+            list_lock: d.class(&SLAB_LIST_LOCK).exclusive,
+            slab_lock: self.caches.iter().map(|c| c.slab_lock_stats()).sum(),
         }
-        s
     }
 
     /// Zero event counters and lock statistics (between a warm-up and a measurement).
     pub fn reset_stats(&self) {
+        let d = self.mem.lock_stat_domain();
+        d.reset_class(&SLAB_CPU_LOCK);
+        d.reset_class(&SLAB_LIST_LOCK);
         for c in self.caches.iter() {
             c.reset_stats();
         }

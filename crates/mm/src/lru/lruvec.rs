@@ -37,9 +37,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crossbeam_utils::CachePadded;
-use pagelab_sync::{
-    LockKind, LockStatsSnapshot, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock,
-};
+use pagelab_sync::{LockKind, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock};
 
 use super::LruList;
 use super::smp_list::{List, ListHead, LocalChain};
@@ -224,20 +222,6 @@ impl LruLock {
         match self {
             LruLock::Spin(_) => None,
             LruLock::Rw(l) => Some(l.read()),
-        }
-    }
-
-    pub fn stats(&self) -> LockStatsSnapshot {
-        match self {
-            LruLock::Spin(l) => l.stats(),
-            LruLock::Rw(l) => l.stats(),
-        }
-    }
-
-    pub fn reset_stats(&self) {
-        match self {
-            LruLock::Spin(l) => l.reset_stats(),
-            LruLock::Rw(l) => l.reset_stats(),
         }
     }
 }

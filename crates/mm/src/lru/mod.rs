@@ -427,9 +427,11 @@ impl Lru {
         f(&mut view)
     }
 
-    /// Lock statistics of the lru_locks, summed over instances (both sides of an rwsem).
+    /// Lock statistics of the lru_lock classes (both sides of an rwsem), summed over
+    /// instances, in this machine's stats domain.
     pub fn lock_stats(&self) -> LockStatsSnapshot {
-        self.locks.iter().map(|l| l.stats()).sum()
+        let d = self.mem.lock_stat_domain();
+        d.class(&lruvec::LRU_LOCK_GLOBAL).total() + d.class(&lruvec::LRU_LOCK_NODE).total()
     }
 
     /// Summed event counters.
@@ -439,9 +441,9 @@ impl Lru {
 
     /// Zero the lock statistics and the event counters.
     pub fn reset_stats(&self) {
-        for l in self.locks.iter() {
-            l.reset_stats();
-        }
+        let d = self.mem.lock_stat_domain();
+        d.reset_class(&lruvec::LRU_LOCK_GLOBAL);
+        d.reset_class(&lruvec::LRU_LOCK_NODE);
         self.events.reset();
     }
 

@@ -58,10 +58,15 @@ impl Kswapd {
         for node in 0..nodes {
             let c = ctl.clone();
             let weak = Arc::downgrade(k);
+            // Reclaim's lock acquisitions count into this kernel's lock statistics.
+            let stats = k.lock_stat_domain().clone();
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("pagelab-kswapd{node}"))
-                    .spawn(move || kswapd_main(&c, &weak, node))?,
+                    .spawn(move || {
+                        stats.enter();
+                        kswapd_main(&c, &weak, node)
+                    })?,
             );
         }
         let c = ctl.clone();

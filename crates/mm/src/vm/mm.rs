@@ -24,9 +24,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pagelab_sync::{
-    LockStatsSnapshot, RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinLock,
-};
+use pagelab_sync::{RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard};
 
 use crate::alloc::AllocError;
 use crate::cpu::CpuId;
@@ -100,8 +98,6 @@ pub struct Mm {
     pub(crate) rmap_lock: RwSem<()>,
     /// The memory cgroup new anonymous pages are charged to (the cgroup of `mm->owner`).
     memcg: AtomicU32,
-    /// Lock statistics of VMAs already detached.
-    retired_vma_stats: SpinLock<LockStatsSnapshot>,
 }
 
 /// An mmap_lock write hold. Dropping it is `mmap_write_unlock`: it advances `mm_lock_seq`
@@ -163,7 +159,6 @@ impl Mm {
             ),
             vma_lock_kind: k.vma_lock_kind().unwrap_or(VmaLockKind::Refcount),
             munmap_downgrade: p.mm.munmap_downgrade,
-            retired_vma_stats: SpinLock::new(p.locks.spinlock, LockStatsSnapshot::default()),
             k,
         })
     }
@@ -198,18 +193,6 @@ impl Mm {
             mm: self,
             guard: Some(self.mmap_lock.write()),
         }
-    }
-
-    /// Per-VMA lock statistics: live VMAs plus those already detached.
-    pub fn vma_lock_stats(&self) -> LockStatsSnapshot {
-        let reader =
-            pagelab_sync::RcuDomain::register(self.k.rcu()).expect("RCU reader slot for stats");
-        let g = reader.lock();
-        let mut s = *self.retired_vma_stats.lock();
-        for v in self.vmas(&g).iter() {
-            s += v.lock.lock_stats();
-        }
-        s
     }
 
     /// `do_mmap`: map `len` bytes (rounded up to pages) somewhere free. Returns the address.
@@ -331,7 +314,6 @@ impl Mm {
         self.vmas.publish(new_tree);
         for v in &victims {
             v.lock.mark_detached();
-            *self.retired_vma_stats.lock() += v.lock.lock_stats();
         }
         let lo = victims[0].start.max(addr);
         let hi = victims[victims.len() - 1].end.min(end);

@@ -87,7 +87,7 @@ use std::sync::atomic::{
 
 use crossbeam_utils::CachePadded;
 use pagelab_sync::trace::{self, Access, LockModel};
-use pagelab_sync::{LockKind, LockStatsSnapshot, Scope, SpinGuard, SpinLock};
+use pagelab_sync::{LockKind, Scope, SpinGuard, SpinLock};
 
 use crate::alloc::{AllocError, Gfp, Mem};
 use crate::cpu::CpuId;
@@ -490,18 +490,6 @@ impl SplitPtl {
     /// Frames covered.
     pub fn nr_locks(&self) -> usize {
         self.locks.len()
-    }
-
-    /// Statistics summed over every split lock (one lock class, as lockstat reports `ptlock`).
-    pub fn stats(&self) -> LockStatsSnapshot {
-        self.locks.iter().map(|l| l.lock.stats()).sum()
-    }
-
-    /// Zero every split lock's statistics.
-    pub fn reset_stats(&self) {
-        for l in self.locks.iter() {
-            l.lock.reset_stats();
-        }
     }
 }
 
@@ -1065,17 +1053,6 @@ impl PageTable {
     /// installed one first.
     pub fn install_races(&self) -> u64 {
         self.mm.install_races.load(Relaxed)
-    }
-
-    /// Statistics of `page_table_lock` (in [`Ptl::Split`] mode the PTE locks' are in
-    /// [`SplitPtl::stats`], summed over every address space sharing them).
-    pub fn lock_stats(&self) -> LockStatsSnapshot {
-        self.mm.page_table_lock.stats()
-    }
-
-    /// Zero `page_table_lock`'s statistics.
-    pub fn reset_lock_stats(&self) {
-        self.mm.page_table_lock.reset_stats();
     }
 
     /// Call `f(addr, pte)` for every present PTE, in address order (invariant checks; call only

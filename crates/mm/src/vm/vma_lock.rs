@@ -25,7 +25,7 @@
 
 use pagelab_sync::shim::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use pagelab_sync::trace::{Access, LockModel};
-use pagelab_sync::{Backoff, LockStatsSnapshot, RwSem, RwSemReadGuard};
+use pagelab_sync::{Backoff, RwSem, RwSemReadGuard};
 
 /// `VMA_LOCK_OFFSET`: added to `vm_refcnt` by a writer; readers are refused above it.
 pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
@@ -253,14 +253,6 @@ impl VmaLock {
         match &self.inner {
             Inner::Rwsem { detached, .. } => detached.load(Ordering::Acquire),
             Inner::Refcount { refcnt } => refcnt.load(Ordering::Acquire) == 0,
-        }
-    }
-
-    /// Statistics of the rwsem variant's lock (the refcount variant has no lock object).
-    pub fn lock_stats(&self) -> LockStatsSnapshot {
-        match &self.inner {
-            Inner::Rwsem { lock, .. } => lock.stats(),
-            Inner::Refcount { .. } => LockStatsSnapshot::default(),
         }
     }
 }
