@@ -87,6 +87,15 @@ use crate::page::{PAGE_SIZE, Pfn};
 use crate::vm::pgtable::Pte;
 use crate::vmstat::{VmEvent, VmEvents};
 
+/// The device lock (`swap_info_struct->lock`): every CPU allocating or freeing slots past its
+/// cache takes it.
+pub static SWAP_INFO_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("swap_info->lock", pagelab_sync::Scope::Machine);
+
+/// A CPU's slot-cache locks (`swap_slots_cache` `alloc_lock` and `free_lock`).
+pub static SWAP_SLOTS_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("swap_slots_cache", pagelab_sync::Scope::Cpu);
+
 /// Bits of the swap type (`MAX_SWAPFILES_SHIFT`).
 pub const MAX_SWAPFILES_SHIFT: u32 = 5;
 /// Swap devices a system may have (`MAX_SWAPFILES`, without the kernel's reserved types).
@@ -683,8 +692,9 @@ impl SlotCache {
                     slots: Vec::with_capacity(size),
                     cur: 0,
                 },
-            ),
-            ret: SpinLock::new(kind, Vec::with_capacity(size)),
+            )
+            .with_class(&SWAP_SLOTS_LOCK),
+            ret: SpinLock::new(kind, Vec::with_capacity(size)).with_class(&SWAP_SLOTS_LOCK),
             alloc_nr: AtomicU32::new(0),
             ret_nr: AtomicU32::new(0),
         }
@@ -834,7 +844,7 @@ impl SwapDevice {
             nr_slots,
             swap_map,
             nr_free: AtomicU64::new(info.nr_free),
-            lock: SpinLock::new(kind, info),
+            lock: SpinLock::new(kind, info).with_class(&SWAP_INFO_LOCK),
             caches: PerCpu::new(cfg.nr_cpus, |_| SlotCache::new(kind, cache_size)),
             cache_size,
             cache_auto: cfg.slot_cache_auto,
@@ -1394,17 +1404,14 @@ impl SwapDevice {
 
     // ---- statistics and checks ----
 
-    /// Lock statistics of the device lock and the slot caches' locks.
+    /// Lock statistics of the device lock and the slot caches' locks, per lock class (as
+    /// lock_stat reports them) in the calling thread's stats domain.
     pub fn lock_stats(&self) -> SwapLockStats {
-        let mut s = SwapLockStats {
-            device: self.lock.stats(),
-            ..Default::default()
-        };
-        for (_, c) in self.caches.iter() {
-            s.slot_cache += c.alloc.stats();
-            s.slot_cache += c.ret.stats();
+        let d = pagelab_sync::stats::current_domain();
+        SwapLockStats {
+            device: d.class(&SWAP_INFO_LOCK).exclusive,
+            slot_cache: d.class(&SWAP_SLOTS_LOCK).exclusive,
         }
-        s
     }
 
     /// The device's counters.
@@ -1432,11 +1439,9 @@ impl SwapDevice {
     /// state).
     pub fn reset_stats(&self) {
         self.events.reset();
-        self.lock.reset_stats();
-        for (_, c) in self.caches.iter() {
-            c.alloc.reset_stats();
-            c.ret.reset_stats();
-        }
+        let d = pagelab_sync::stats::current_domain();
+        d.reset_class(&SWAP_INFO_LOCK);
+        d.reset_class(&SWAP_SLOTS_LOCK);
     }
 
     /// Check every invariant of the module documentation and count slots by state. Takes
