@@ -234,7 +234,7 @@ fn fixed_sequence(name: &str, bytes: usize, depth: usize, n: usize) -> PathCount
         for i in 0..n {
             live.push_back(km.kmalloc(CpuId(0), bytes).unwrap());
             // The receiver frees nothing for three windows of `depth` messages in four.
-            let lagging = i / depth % 4 != 0;
+            let lagging = !(i / depth).is_multiple_of(4);
             while !lagging && live.len() > depth {
                 km.kfree(CpuId(1), live.pop_front().unwrap());
             }
