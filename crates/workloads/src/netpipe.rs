@@ -15,8 +15,14 @@
 //!
 //! A workload of `N` *pairs* runs pair `i` as a sender task on virtual CPU `2i` and a receiver
 //! task on virtual CPU `2i + 1`, each a real thread pinned to host core `cpu mod cores`. A
-//! bounded single-producer single-consumer ring of [`RING_DEPTH`] messages (about a socket
-//! buffer's worth of datagrams) connects them and carries `(buffer, size)`.
+//! bounded single-producer single-consumer ring connects them and carries `(buffer, size)`. It
+//! holds as many messages as the receiving socket would queue ([`socket_queue_depth`]): UDP
+//! queues a datagram while the socket's receive memory (`sk_rmem_alloc`, the sum of the queued
+//! skbs' `truesize`) has not passed `sk_rcvbuf`, 212992 bytes by default (`rmem_default`). So a
+//! 64-byte send has a few hundred datagrams in flight and a 16384-byte send seven: how many
+//! buffers are live at once decides how many slabs the workload keeps busy and how often a
+//! slab empties and goes back to the page allocator, so a fixed depth would put several times
+//! the kernel's memory in flight at the large sizes.
 //!
 //! - **Sender**: `kmalloc` on its CPU, write the message (below), push. A full ring makes the
 //!   sender wait (spin, then yield) until the receiver makes room: UDP would drop the datagram
@@ -56,7 +62,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::CachePadded;
-use pagelab_mm::alloc::slab::{KMALLOC_MAX_SIZE, Obj, SlabAllocator, SlabError};
+use pagelab_mm::alloc::slab::{
+    KMALLOC_MAX_SIZE, KMALLOC_SIZES, Obj, SlabAllocator, SlabError, kmalloc_index,
+};
 use pagelab_mm::alloc::{AllocError, Gfp};
 use pagelab_mm::page::pg;
 use pagelab_mm::policy::PcpTune;
@@ -71,8 +79,13 @@ use crate::runner::{self, Continuous, Counter, Hooks, SampleSpec, bump};
 /// The netperf UDP_STREAM send sizes mmtests runs (`send-64` ... `send-16384`).
 pub const SEND_SIZES: [usize; 9] = [64, 128, 256, 1024, 2048, 3312, 4096, 8192, 16384];
 
-/// Messages in flight per pair at most (a socket buffer's worth of datagrams).
-pub const RING_DEPTH: usize = 256;
+/// `rmem_default` (`SK_RMEM_MAX`: 256 packets of `SKB_TRUESIZE(256)` = 832 bytes on x86-64): the
+/// receive buffer of a socket nobody tuned, as netperf's UDP_STREAM server's is by default.
+pub const SK_RCVBUF: usize = 212_992;
+
+/// `SKB_DATA_ALIGN(sizeof(struct sk_buff))` on x86-64 (232 bytes, cache-line aligned): the part
+/// of an skb's `truesize` besides its data buffer.
+const SKB_STRUCT: usize = 256;
 
 /// Each side touches one word in this many (every 512 bytes), besides the first and last.
 pub const TOUCH_STRIDE: usize = 64;
@@ -90,6 +103,24 @@ const SKB_SHARED_INFO: usize = 320;
 /// (approximately: the exact headroom depends on the route and the device).
 pub fn skb_alloc_size(send_size: usize) -> usize {
     (send_size + UDP_IPV4_HEADERS + LL_HEADROOM).next_multiple_of(SMP_CACHE_BYTES) + SKB_SHARED_INFO
+}
+
+/// `ksize` of a kmalloc of `bytes`: the size class that serves it, or the whole block of a
+/// `kmalloc_large`.
+pub fn kmalloc_ksize(bytes: usize) -> usize {
+    match kmalloc_index(bytes) {
+        Some(i) => KMALLOC_SIZES[i],
+        None => PAGE_SIZE << get_order(bytes),
+    }
+}
+
+/// Datagrams a UDP socket with the default receive buffer queues when each one's data buffer is
+/// a kmalloc of `bytes`. An skb's `truesize` is `ksize` of its data plus the `sk_buff` itself
+/// (`__alloc_skb`); `__udp_enqueue_schedule_skb` drops a datagram only when the memory already
+/// queued exceeds `sk_rcvbuf`, so the queue holds `sk_rcvbuf / truesize` datagrams plus the
+/// one that crosses the limit.
+pub fn socket_queue_depth(bytes: usize) -> usize {
+    SK_RCVBUF / (kmalloc_ksize(bytes) + SKB_STRUCT) + 1
 }
 
 /// Smallest order whose block holds `bytes` (`get_order`).
@@ -223,14 +254,19 @@ struct Slot {
 pub struct Ring {
     slots: Box<[Slot]>,
     mask: usize,
+    /// Messages the ring holds at most: `depth` exactly, not the power of two of `slots`.
+    depth: usize,
     head: CachePadded<AtomicUsize>,
     tail: CachePadded<AtomicUsize>,
 }
 
 impl Ring {
-    /// A ring holding `depth` messages, rounded up to a power of two.
+    /// A ring holding `depth` messages (at least one). The slots are a power of two so that a
+    /// position maps to its slot by a mask; the bound is `depth` itself, because the depth
+    /// stands for a socket's queue and rounding it up would queue more than the kernel does.
     pub fn new(depth: usize) -> Ring {
-        let cap = depth.max(1).next_power_of_two();
+        let depth = depth.max(1);
+        let cap = depth.next_power_of_two();
         Ring {
             slots: (0..cap)
                 .map(|_| Slot {
@@ -239,13 +275,14 @@ impl Ring {
                 })
                 .collect(),
             mask: cap - 1,
+            depth,
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.depth
     }
 
     /// Messages in the ring (a snapshot).
@@ -287,9 +324,9 @@ impl Producer<'_> {
     pub fn push(&mut self, msg: Msg) -> bool {
         let r = self.ring;
         let tail = r.tail.load(Relaxed);
-        if tail.wrapping_sub(self.head) >= r.slots.len() {
+        if tail.wrapping_sub(self.head) >= r.depth {
             self.head = r.head.load(Acquire);
-            if tail.wrapping_sub(self.head) >= r.slots.len() {
+            if tail.wrapping_sub(self.head) >= r.depth {
                 return false;
             }
         }
@@ -431,7 +468,9 @@ pub struct NetpipeParams {
     pub pairs: usize,
     /// The datagram size (netperf's send size).
     pub send_size: usize,
-    pub ring_depth: usize,
+    /// Messages in flight per pair at most; `None`: what the receiving socket would queue
+    /// ([`socket_queue_depth`] of the bytes allocated per message).
+    pub ring_depth: Option<usize>,
     /// kmalloc what `alloc_skb` would ([`skb_alloc_size`]) rather than the send size alone.
     pub skb: bool,
 }
@@ -441,7 +480,7 @@ impl NetpipeParams {
         NetpipeParams {
             pairs,
             send_size,
-            ring_depth: RING_DEPTH,
+            ring_depth: None,
             skb: true,
         }
     }
@@ -453,6 +492,12 @@ impl NetpipeParams {
         } else {
             self.send_size
         }
+    }
+
+    /// Messages in flight per pair at most.
+    pub fn depth(&self) -> usize {
+        self.ring_depth
+            .unwrap_or_else(|| socket_queue_depth(self.alloc_size()))
     }
 }
 
@@ -484,7 +529,7 @@ impl Netpipe {
             kernel: kernel.clone(),
             kmalloc: Kmalloc::new(kernel.mem().clone()),
             pairs: (0..p.pairs)
-                .map(|i| Arc::new(Pair::new(i, p.ring_depth)))
+                .map(|i| Arc::new(Pair::new(i, p.depth())))
                 .collect(),
             params: *p,
         })
@@ -913,6 +958,25 @@ mod tests {
     }
 
     #[test]
+    fn ring_depth_is_what_a_default_udp_socket_queues() {
+        // truesize = ksize + 256: 512 + 256 for send-64, a whole order-3 block + 256 for
+        // send-16384; 212992 / truesize queued, plus the datagram that crosses the limit.
+        let depths: Vec<usize> = SEND_SIZES
+            .iter()
+            .map(|&s| NetpipeParams::new(1, s).depth())
+            .collect();
+        assert_eq!(depths, [278, 278, 167, 93, 49, 49, 26, 13, 7]);
+        assert_eq!(kmalloc_ksize(skb_alloc_size(8192)), 4 * PAGE_SIZE);
+        // 256 packets of SKB_TRUESIZE(256) make rmem_default, as in the kernel.
+        assert_eq!(SK_RCVBUF, 256 * (256 + SKB_STRUCT + SKB_SHARED_INFO));
+        let fixed = NetpipeParams {
+            ring_depth: Some(5),
+            ..NetpipeParams::new(1, 64)
+        };
+        assert_eq!(fixed.depth(), 5);
+    }
+
+    #[test]
     fn touched_words_cover_first_stride_and_last() {
         let w: Vec<_> = touched_words(8 * 200).collect();
         assert_eq!(
@@ -934,8 +998,9 @@ mod tests {
 
     #[test]
     fn ring_is_fifo_and_bounded() {
+        // The bound is the depth asked for, not the power of two of the slots.
         let r = Ring::new(3);
-        assert_eq!(r.capacity(), 4);
+        assert_eq!(r.capacity(), 3);
         let (mut p, mut c) = (r.producer(), r.consumer());
         let msg = |i: u32| Msg {
             obj: Obj {
@@ -946,12 +1011,12 @@ mod tests {
         };
         assert_eq!(c.pop(), None);
         for round in 0..5u32 {
-            for i in 0..4 {
+            for i in 0..3 {
                 assert!(p.push(msg(round * 10 + i)));
             }
             assert!(!p.push(msg(99)), "a full ring refuses");
-            assert_eq!(r.len(), 4);
-            for i in 0..4 {
+            assert_eq!(r.len(), 3);
+            for i in 0..3 {
                 assert_eq!(c.pop(), Some(msg(round * 10 + i)));
             }
             assert_eq!(c.pop(), None);

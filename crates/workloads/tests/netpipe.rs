@@ -203,3 +203,91 @@ fn several_pairs_run_side_by_side() {
     }
     assert_eq!(np.quiesce().unwrap().unwrap().allocated, base.allocated);
 }
+
+/// Per message of a fixed kmalloc/kfree sequence: page-allocator calls, slab-level lock
+/// acquisitions (CPU, list and slab locks) and page-allocator lock acquisitions (zone and pcp).
+#[derive(Debug, PartialEq)]
+struct PathCounts {
+    page_calls: u64,
+    slab_locks: (u64, u64, u64),
+    zone_lock: u64,
+    pcp_lock: u64,
+    batches: u64,
+}
+
+/// Allocate on CPU 0 and free on CPU 1 from one thread, so that the slab and page-allocator
+/// decisions do not depend on timing: `depth` buffers in flight, and every `depth` messages a
+/// burst where the receiver falls behind by three socket queues and then catches up, which
+/// empties slabs beyond the partial list's `min_partial` and sends them back to the page
+/// allocator (a steady FIFO of one queue reuses its slabs forever).
+fn fixed_sequence(name: &str, bytes: usize, depth: usize, n: usize) -> PathCounts {
+    use pagelab_mm::CpuId;
+    let k = boot(name);
+    let km = Kmalloc::new(k.mem().clone());
+    let mut live = std::collections::VecDeque::new();
+    // A first pass fills the pcps and the partial list; the second is counted.
+    for pass in 0..2 {
+        if pass == 1 {
+            k.mem().reset_stats();
+            km.slab().reset_stats();
+        }
+        for i in 0..n {
+            live.push_back(km.kmalloc(CpuId(0), bytes).unwrap());
+            // The receiver frees nothing for three windows of `depth` messages in four.
+            let lagging = !(i / depth).is_multiple_of(4);
+            while !lagging && live.len() > depth {
+                km.kfree(CpuId(1), live.pop_front().unwrap());
+            }
+        }
+    }
+    let ev = k.mem().events();
+    let locks = k.mem().lock_stats();
+    let sl = km.slab().lock_stats();
+    let s = km.slab().stats();
+    let counts = PathCounts {
+        page_calls: if Kmalloc::is_large(bytes) {
+            2 * n as u64
+        } else {
+            s.alloc_slab + s.free_slab
+        },
+        slab_locks: (
+            sl.cpu_lock.acquisitions,
+            sl.list_lock.acquisitions,
+            sl.slab_lock.acquisitions,
+        ),
+        zone_lock: locks.zone_lock.acquisitions,
+        pcp_lock: locks.pcp_lock.acquisitions,
+        batches: ev.sum(VmEvent::PcpRefill) + ev.sum(VmEvent::PcpDrain),
+    };
+    while let Some(o) = live.pop_front() {
+        km.kfree(CpuId(1), o);
+    }
+    counts
+}
+
+#[test]
+fn high_order_pcp_adds_no_lock_to_the_slab_path() {
+    // The question behind hopcpu's losses at send-1024..3312: does the high-order pcp cost the
+    // slab path anything? The slab layer must take the same locks as often on both profiles,
+    // and each page-allocator call exactly one allocator lock (zone->lock on vanilla-4.9,
+    // pcp->lock on hopcpu), plus one zone->lock hold per pcp batch on hopcpu.
+    pagelab_sync::stats::set_enabled(true);
+    for size in [1024, 2048, 3312, 4096, 8192] {
+        let bytes = pagelab_workloads::netpipe::skb_alloc_size(size);
+        let depth = NetpipeParams::new(1, size).depth();
+        let v = fixed_sequence("vanilla-4.9", bytes, depth, 6000);
+        let h = fixed_sequence("hopcpu", bytes, depth, 6000);
+        let ctx = format!("send-{size}: vanilla {v:?} hopcpu {h:?}");
+        assert!(
+            v.page_calls > 0,
+            "{ctx}: the sequence reaches the page allocator"
+        );
+        assert_eq!(v.page_calls, h.page_calls, "{ctx}");
+        assert_eq!(v.slab_locks, h.slab_locks, "{ctx}");
+        assert_eq!((v.pcp_lock, v.batches), (0, 0), "{ctx}");
+        assert_eq!(v.zone_lock, v.page_calls, "{ctx}");
+        assert_eq!(h.pcp_lock, h.page_calls, "{ctx}");
+        assert_eq!(h.zone_lock, h.batches, "{ctx}");
+        assert!(h.zone_lock + h.pcp_lock <= v.zone_lock + h.batches, "{ctx}");
+    }
+}
