@@ -186,6 +186,11 @@ pub(crate) struct RunsArgs {
     /// With --delete: every run in the store.
     #[arg(long, requires = "delete")]
     pub(crate) all: bool,
+    /// With --delete: also delete runs marked running by a process on another host or in
+    /// another pid namespace, which cannot be checked from here (a store moved between
+    /// machines). A run whose process is alive on this host is never deleted.
+    #[arg(long, requires = "delete")]
+    pub(crate) elsewhere: bool,
 }
 
 #[derive(Args)]

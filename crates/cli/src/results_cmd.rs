@@ -237,14 +237,17 @@ impl Selector {
 }
 
 /// Why run `r` must not be deleted now, if it must not: its process may still be writing it.
-fn still_written(r: &StoredRun) -> Option<String> {
+/// With `elsewhere`, a run whose owner cannot be seen from here (another host or pid
+/// namespace) may go; one whose process is alive here never does.
+fn still_written(r: &StoredRun, elsewhere: bool) -> Option<String> {
     if r.status != Status::Running || r.abandoned() {
         return None;
     }
     let owner = r.owner.as_ref()?;
     Some(match owner.liveness() {
+        Liveness::Elsewhere(_) if elsewhere => return None,
         Liveness::Elsewhere(place) => format!(
-            "run {} is running on {place}, whose processes cannot be seen from here; delete it there once its process has ended",
+            "run {} is running on {place}, whose processes cannot be seen from here; delete it there once its process has ended, or add --elsewhere if it has",
             r.id
         ),
         _ => format!(
@@ -271,7 +274,7 @@ fn delete_runs(a: &RunsArgs, sel: &Selector, db: Option<&Path>) -> Result<(), St
     if runs.is_empty() && !a.all {
         return Err("no run matches; `pagelab runs` lists what is stored".into());
     }
-    if let Some(why) = runs.iter().find_map(still_written) {
+    if let Some(why) = runs.iter().find_map(|r| still_written(r, a.elsewhere)) {
         return Err(format!("{why}; nothing was deleted"));
     }
     // Exactly the runs checked: one begun since is not deleted unseen.

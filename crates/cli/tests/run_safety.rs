@@ -273,3 +273,65 @@ fn a_host_run_with_more_tasks_than_the_host_takes_names_the_host_limit() {
     );
     assert!(!db.exists(), "a refused run created the store");
 }
+
+/// A run marked running by a process on another host (a store carried between machines) cannot
+/// be judged from here: `runs --delete` refuses it, naming the host, unless `--elsewhere` says
+/// its process has ended; a run whose process is alive here is refused even then.
+#[test]
+fn a_run_owned_by_another_host_is_deleted_only_with_elsewhere() {
+    let d = Dir::new("safety-elsewhere");
+    let db = d.db();
+    let mut child = long_run(&db, "live", "0", "100");
+    let live = wait_for_samples(&db, &mut child, 1);
+    // A second run, moved to another host by hand, as if the store had been copied here while
+    // that host was measuring it.
+    ok(
+        &db,
+        &[
+            "run",
+            "pft",
+            "--tasks",
+            "1",
+            "--mode",
+            "threads",
+            "--samples",
+            "2",
+            "--size",
+            "16M",
+            "--label",
+            "moved",
+        ],
+    );
+    {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        let n = c
+            .execute(
+                "UPDATE runs SET status = 'running', finished = NULL, owner_pid = 1, \
+                 owner_start = 1, owner_host = 'another-host pid:[1]' WHERE label = 'moved'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    fails(
+        &db,
+        &["runs", "--delete", "--label", "moved"],
+        "is running on another-host pid:[1]",
+    );
+    // --elsewhere never reaches a run whose process is alive here.
+    fails(
+        &db,
+        &["runs", "--delete", "--all", "--elsewhere"],
+        &format!("run {live} is still being measured"),
+    );
+    let out = ok(
+        &db,
+        &["runs", "--delete", "--label", "moved", "--elsewhere"],
+    );
+    assert!(out.contains("deleted 1 run(s)"), "{out}");
+    signal(&child, Signal::INT);
+    child.wait().unwrap();
+    let v = runs(&db, &[]);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["meta"]["label"], "live");
+}

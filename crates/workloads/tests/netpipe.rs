@@ -223,6 +223,8 @@ struct PathCounts {
 fn fixed_sequence(name: &str, bytes: usize, depth: usize, n: usize) -> PathCounts {
     use pagelab_mm::CpuId;
     let k = boot(name);
+    // Lock statistics are kept per engine: this thread counts into this kernel's.
+    k.mem().enter_lock_stats();
     let km = Kmalloc::new(k.mem().clone());
     let mut live = std::collections::VecDeque::new();
     // A first pass fills the pcps and the partial list; the second is counted.
