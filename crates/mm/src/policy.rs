@@ -12,7 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use pagelab_sync::LockKind;
+use pagelab_sync::{LockKind, RwsemAlgo};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -48,11 +48,21 @@ pub struct LockPolicy {
     /// `ticket` (x86 before 4.2) or `queued` (qspinlock, 4.2+).
     #[serde(default = "LockPolicy::default_spinlock", with = "lock_kind_serde")]
     pub spinlock: LockKind,
+    /// How the era's rwsem (`mmap_lock`, the 6.4 per-VMA lock's writers) makes its waiters
+    /// wait: `sleep-fifo` (before 3.10), `sleep-steal` (3.10), `spin-writers` (3.16),
+    /// `spin-all-handoff` (5.3) or `spin-writers-handoff` (5.11+). The engine's rwsem
+    /// protocol is the same for all; the projector's replay costs waiting by it
+    /// ([`RwsemAlgo`]).
+    #[serde(default = "LockPolicy::default_rwsem", with = "rwsem_algo_serde")]
+    pub rwsem: RwsemAlgo,
 }
 
 impl LockPolicy {
     fn default_spinlock() -> LockKind {
         LockKind::Queued
+    }
+    fn default_rwsem() -> RwsemAlgo {
+        RwsemAlgo::SpinWritersHandoff
     }
 }
 
@@ -60,7 +70,26 @@ impl Default for LockPolicy {
     fn default() -> Self {
         LockPolicy {
             spinlock: Self::default_spinlock(),
+            rwsem: Self::default_rwsem(),
         }
+    }
+}
+
+mod rwsem_algo_serde {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(a: &RwsemAlgo, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(a.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RwsemAlgo, D::Error> {
+        let s = String::deserialize(d)?;
+        RwsemAlgo::from_name(&s).ok_or_else(|| {
+            de::Error::custom(format!(
+                "unknown value `{s}`, expected one of {}",
+                RwsemAlgo::names()
+            ))
+        })
     }
 }
 
@@ -1165,6 +1194,54 @@ mod tests {
         );
         // The default coverage with no VMA lock is what every pre-6.4 profile stores.
         Policy::from_toml_str("[mm]\nvma_lock = \"none\"\nvma_lock_faults = \"all\"\n").unwrap();
+    }
+
+    #[test]
+    fn rwsem_algorithm_parses_and_unknown_values_name_the_allowed_ones() {
+        assert_eq!(
+            Policy::from_toml_str("").unwrap().locks.rwsem,
+            RwsemAlgo::SpinWritersHandoff
+        );
+        for a in RwsemAlgo::ALL {
+            let p = Policy::from_toml_str(&format!("[locks]\nrwsem = \"{a}\"\n")).unwrap();
+            assert_eq!(p.locks.rwsem, a);
+            assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+        }
+        let e = refused("[locks]\nrwsem = \"mcs\"\n");
+        assert!(e.starts_with("line 2"), "{e}");
+        assert!(e.contains("`mcs`"), "{e}");
+        for a in RwsemAlgo::ALL {
+            assert!(e.contains(&format!("`{a}`")), "{e}");
+        }
+    }
+
+    /// Every shipped profile says which rwsem its kernel had: waiters slept FIFO before 3.10,
+    /// writers spin from 3.16, hand-off from 5.3 (reader spinning 5.3 to 5.10 only).
+    #[test]
+    fn shipped_profiles_name_their_eras_rwsem() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles");
+        let mut seen = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains("rwsem = "), "{name} does not name its rwsem");
+            let p = Policy::from_toml_str(&text).unwrap();
+            let want = if name.starts_with("linux-2.6.") {
+                RwsemAlgo::SleepFifo
+            } else if p.mm.munmap_downgrade {
+                // 4.20 and later kernels of the shipped set are all 6.x.
+                RwsemAlgo::SpinWritersHandoff
+            } else {
+                RwsemAlgo::SpinWriters
+            };
+            assert_eq!(p.locks.rwsem, want, "{name}");
+            seen += 1;
+        }
+        assert!(seen >= 17, "{seen}");
     }
 
     /// The shipped profiles set the issue-12 switches as their kernels did: munmap

@@ -36,7 +36,7 @@ use prezero::PrezeroPool;
 
 /// `pcp->lock`: one per (zone, CPU), taken by its own CPU (and by remote drains).
 pub static PCP_LOCK: pagelab_sync::LockClass =
-    pagelab_sync::LockClass::new("pcp->lock", pagelab_sync::Scope::Cpu);
+    pagelab_sync::LockClass::with_recorded_trylock("pcp->lock", pagelab_sync::Scope::Cpu);
 
 /// What an allocation asks for (the parts of `gfp_t` the engine models).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

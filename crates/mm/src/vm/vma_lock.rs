@@ -150,6 +150,16 @@ impl VmaLock {
                 VmaReadGuard::Rwsem(lock.try_read().ok_or(ReadLockFail::Locked)?)
             }
             Inner::Refcount { refcnt } => {
+                // The capture's switch: the reader refused as by a writer, to record the
+                // mmap_lock fallback (`pagelab_sync::trace::force_trylock_failure`).
+                if pagelab_sync::trace::trylock_forced_to_fail(
+                    &VMA_LOCK,
+                    refcnt as *const AtomicU32 as usize,
+                    LockModel::Refcount,
+                    Access::Shared,
+                ) {
+                    return Err(ReadLockFail::Locked);
+                }
                 // refcount_inc_not_zero_limited: refuse detached (0) and writer-held counts.
                 let mut cur = refcnt.load(Ordering::Relaxed);
                 loop {
