@@ -12,6 +12,13 @@
 //!   repetitions timed without recording, then recorded from their first store to their unmap
 //!   (not included, as pft does not time it).
 //!
+//! Then, for each trylock whose failure path the replay takes (the per-VMA lock when the
+//! profile has one, the pcp lock when it has per-CPU lists), one more recorded window runs with
+//! every trylock of that class made to fail ([`raw::force_trylock_failure`]): what the engine
+//! does then (the fault under `mmap_lock`, the allocation or free under `zone->lock`) is
+//! recorded from the engine itself and becomes that class's fallback segments
+//! ([`crate::trace::Fallback`]). Those windows are not timed.
+//!
 //! Three windows of each kind run, because this host is shared: the untraced time is the
 //! least CPU time of the three (thread CPU time, so preemption does not count), and the
 //! recording kept is the one that lost least time to preemption. The untraced and traced
@@ -26,6 +33,8 @@ use std::time::Instant;
 
 use pagelab_bench::profiles::Profile;
 use pagelab_bench::run::{Sizes, engine_arena};
+use pagelab_mm::policy::{PcpLists, Policy, VmaLock};
+use pagelab_sync::LockClass;
 use pagelab_sync::trace as raw;
 use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
 use pagelab_workloads::pft::{self, PftParams};
@@ -80,6 +89,19 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
 /// the neighbours than about the engine).
 const ROUNDS: usize = 3;
 
+/// The trylock classes whose failure path a capture with `policy` records (see the module
+/// docs), in the order their windows run.
+pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
+    let mut v = Vec::new();
+    if policy.mm.vma_lock != VmaLock::None {
+        v.push(&pagelab_mm::vm::vma_lock::VMA_LOCK);
+    }
+    if policy.pcp.lists != PcpLists::None {
+        v.push(&pagelab_mm::alloc::PCP_LOCK);
+    }
+    v
+}
+
 /// The best recording so far: time lost to preemption (wall less CPU time), CPU time, events.
 type Best = Option<(f64, f64, Vec<raw::Event>)>;
 
@@ -104,10 +126,19 @@ struct Ctl {
     best: Mutex<Best>,
     overhead: Mutex<Option<f64>>,
     capacity: usize,
+    /// One window each after the timed ones, with that class's trylocks failing.
+    fallback_classes: Vec<&'static LockClass>,
+    /// What those windows recorded.
+    fallbacks: Mutex<Vec<Vec<raw::Event>>>,
 }
 
 impl Ctl {
-    fn new(window: Window, cycles: usize, capacity: usize) -> Ctl {
+    fn new(
+        window: Window,
+        cycles: usize,
+        capacity: usize,
+        fallback_classes: Vec<&'static LockClass>,
+    ) -> Ctl {
         Ctl {
             window,
             warmup: 1,
@@ -121,11 +152,27 @@ impl Ctl {
             best: Mutex::new(None),
             overhead: Mutex::new(None),
             capacity,
+            fallback_classes,
+            fallbacks: Mutex::new(Vec::new()),
         }
     }
 
-    /// Opens window `w` (untraced for `w < ROUNDS`, recorded after).
+    /// Windows in all: untraced, recorded, and one per fallback class.
+    fn windows(&self) -> usize {
+        2 * ROUNDS + self.fallback_classes.len()
+    }
+
+    /// Opens window `w` (untraced for `w < ROUNDS`, recorded after; from `2 * ROUNDS` on, with
+    /// one fallback class's trylocks failing).
     fn open(&self, w: usize) {
+        if let Some(&class) = w
+            .checked_sub(2 * ROUNDS)
+            .and_then(|j| self.fallback_classes.get(j))
+        {
+            raw::force_trylock_failure(Some(class));
+            raw::start(self.capacity);
+            return;
+        }
         if w >= ROUNDS {
             let mut o = self.overhead.lock().unwrap();
             if o.is_none() {
@@ -138,6 +185,12 @@ impl Ctl {
 
     /// Closes window `w`.
     fn close(&self, w: usize) {
+        if w >= 2 * ROUNDS {
+            let events = raw::stop();
+            raw::force_trylock_failure(None);
+            self.fallbacks.lock().unwrap().push(events);
+            return;
+        }
         let events = if w >= ROUNDS { raw::stop() } else { Vec::new() };
         let Some((t0, c0)) = self.opened.lock().unwrap().take() else {
             return;
@@ -165,7 +218,7 @@ impl Ctl {
         if w > 0 {
             self.close(w - 1);
         }
-        if w < 2 * ROUNDS {
+        if w < self.windows() {
             self.open(w);
         } else {
             self.stop.store(true, Ordering::Relaxed);
@@ -174,7 +227,7 @@ impl Ctl {
 
     /// pft repetition `rep` (1-based) starts or ends its timed section.
     fn pft_window(&self, rep: usize, start: bool) {
-        if rep <= self.warmup || rep > self.warmup + 2 * ROUNDS {
+        if rep <= self.warmup || rep > self.warmup + self.windows() {
             return;
         }
         let w = rep - self.warmup - 1;
@@ -241,7 +294,7 @@ impl<V: Vm> Vm for TracedVm<V> {
     }
 }
 
-/// Captures `spec`'s trace. Takes a few seconds (the workload runs seven times over).
+/// Captures `spec`'s trace. Takes a few seconds (the workload runs seven to nine times over).
 pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
     if spec.cycles == 0 {
@@ -261,7 +314,12 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * 24,
         Window::Once => (spec.pft_bytes as usize / 4096) * 24,
     };
-    let ctl = Arc::new(Ctl::new(window, spec.cycles, capacity));
+    let ctl = Arc::new(Ctl::new(
+        window,
+        spec.cycles,
+        capacity,
+        fallback_classes(&spec.profile.policy),
+    ));
     let vm = TracedVm {
         inner: vms.pop().expect("one task"),
         ctl: ctl.clone(),
@@ -289,7 +347,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         Window::Once => {
             let params = PftParams {
                 bytes: spec.pft_bytes,
-                repetitions: 1 + 2 * ROUNDS,
+                repetitions: 1 + ctl.windows(),
                 vma_per_task: !shared_vma,
             };
             pft::run(vec![vm], true, params, &never, &mut |_, _, _| {})
@@ -327,5 +385,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         untraced_ns,
         compute_scale: 1.0,
     };
-    Ok(Trace::from_raw(meta, &events))
+    let fallbacks = std::mem::take(&mut *ctl.fallbacks.lock().unwrap());
+    let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
+    trace.set_rwsem(spec.profile.policy.locks.rwsem);
+    Ok(trace)
 }

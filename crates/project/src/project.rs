@@ -367,6 +367,7 @@ mod tests {
                 Event::Compute { ns: 500.0 },
                 Event::Ops { n: 1 },
             ],
+            fallbacks: Vec::new(),
         }
     }
 
