@@ -58,8 +58,9 @@
 //! apart from the address alone, as the kernel does with `PageSlab`.
 
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use pagelab_mm::alloc::slab::{
@@ -74,7 +75,7 @@ use pagelab_sync::Backoff;
 use crate::WorkloadError;
 use crate::engine::{self, EngineCounters, EngineRun};
 use crate::pin::pin_to_core;
-use crate::runner::{self, Continuous, Counter, Hooks, SampleSpec, bump};
+use crate::runner::{Continuous, Counter, Hooks, SampleSpec, bump};
 
 /// The netperf UDP_STREAM send sizes mmtests runs (`send-64` ... `send-16384`).
 pub const SEND_SIZES: [usize; 9] = [64, 128, 256, 1024, 2048, 3312, 4096, 8192, 16384];
@@ -225,6 +226,146 @@ impl Kmalloc {
         let freed = mem.free_pages(cpu, head, (tag & 0xff) as u32);
         debug_assert!(freed, "kmalloc_large block {head:?} had another reference");
     }
+}
+
+/// A kept sample is taken again when the host kept one of the pair threads off its core for more
+/// than this share of the interval.
+///
+/// Why: each pair thread is pinned to a core of its own and does nothing but the kernel's work,
+/// so a window in which it sat on a runqueue behind another host process is a window in which
+/// the pair stood still: the message rate falls by about the share of time lost, and more when
+/// the thread was preempted holding an engine spinlock (the kernel's `spin_lock` disables
+/// preemption, so no kernel CPU is ever stalled that way; the engine's waiters then spin and
+/// yield). Such a sample measures the host's load, not the allocator. The limit is a third of
+/// the 3% spread the experiment must stay within, so that what the host takes from a kept
+/// sample stays well inside it; on an idle host the pair threads wait far less than that
+/// (the sampling thread's wake-ups and kernel housekeeping, some microseconds per wake).
+pub const HOST_WAIT_LIMIT: f64 = 0.01;
+
+/// How the host disturbed a run's samples (see [`HOST_WAIT_LIMIT`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostSampling {
+    /// Samples thrown away and taken again.
+    pub retaken: u64,
+    /// Samples kept although disturbed, because the retakes allowed were used up.
+    pub disturbed: u64,
+    /// Whether the pair threads' waits could be read at all (`/proc/self/task/*/schedstat`).
+    pub measured: bool,
+    /// Over the kept samples: the longest wait of a pair thread per sample, summed (ns).
+    pub host_wait_ns: u64,
+}
+
+/// `run_delay` (ns spent runnable, waiting for a core) of host thread `tid` of this process.
+fn run_delay_ns(tid: i32) -> Option<u64> {
+    if tid == 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn current_tid() -> i32 {
+    rustix::thread::gettid().as_raw_nonzero().get()
+}
+
+/// The sampling side of [`Netpipe::run`]: like [`crate::runner::run_continuous`]'s, it reads the
+/// per-pair counters (`read`) once per interval, discards `spec.warmup` samples, calls
+/// `measure_start` when the warm-up is over and `sample` after every kept sample. Besides, it
+/// reads the pair threads' cumulative host waits (`host_wait`) around every measured sample
+/// and takes a sample again, at most `max_retakes` times in the run, when some thread waited
+/// more than [`HOST_WAIT_LIMIT`] of the sample's duration; once the retakes are used up a
+/// disturbed sample is kept and counted. Ends early when `halted` (a pair failed) or `stop`
+/// (marked interrupted).
+fn sample_quiet(
+    read: &dyn Fn() -> Vec<u64>,
+    halted: &mut dyn FnMut() -> bool,
+    host_wait: &dyn Fn() -> Option<Vec<u64>>,
+    spec: SampleSpec,
+    max_retakes: usize,
+    stop: &AtomicBool,
+    hooks: Hooks<'_>,
+) -> (Continuous, HostSampling) {
+    let Hooks {
+        measure_start,
+        sample,
+    } = hooks;
+    let mut out = Continuous::default();
+    let mut host = HostSampling {
+        measured: true,
+        ..HostSampling::default()
+    };
+    let total = spec.warmup + spec.samples;
+    let sum = |v: &[u64]| v.iter().sum::<u64>();
+    // Sleep until `deadline` in short steps; false when the run must end.
+    let mut wait_until = |deadline: Instant, halted: &mut dyn FnMut() -> bool| -> bool {
+        while Instant::now() < deadline {
+            if halted() || stop.load(Relaxed) {
+                break;
+            }
+            std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(10)));
+        }
+        if halted() {
+            return false;
+        }
+        if stop.load(Relaxed) {
+            out.interrupted = true;
+            return false;
+        }
+        true
+    };
+    let mut at = Instant::now();
+    for i in 0..spec.warmup {
+        if !wait_until(at + spec.interval, halted) {
+            return (out, host);
+        }
+        at = Instant::now();
+        sample(i + 1, total, None);
+    }
+    measure_start();
+    let base = read();
+    let mut last = sum(&base);
+    let mut retakes = 0;
+    let mut kept = 0;
+    at = Instant::now();
+    let mut waits = host_wait();
+    while kept < spec.samples {
+        if !wait_until(at + spec.interval, halted) {
+            break;
+        }
+        let now = Instant::now();
+        let cur = sum(&read());
+        let waits_now = host_wait();
+        let window = now - at;
+        let worst = match (&waits, &waits_now) {
+            (Some(a), Some(b)) if a.len() == b.len() => {
+                a.iter().zip(b).map(|(x, y)| y.saturating_sub(*x)).max()
+            }
+            _ => None,
+        };
+        if worst.is_none() {
+            host.measured = false;
+        }
+        let disturbed =
+            worst.is_some_and(|w| w as f64 > HOST_WAIT_LIMIT * window.as_nanos() as f64);
+        if disturbed && retakes < max_retakes {
+            retakes += 1;
+            host.retaken += 1;
+        } else {
+            if disturbed {
+                host.disturbed += 1;
+            }
+            host.host_wait_ns += worst.unwrap_or(0);
+            let v = (cur - last) as f64 / window.as_secs_f64();
+            out.samples.push(v);
+            kept += 1;
+            sample(spec.warmup + kept, total, Some(v));
+        }
+        last = cur;
+        at = now;
+        waits = waits_now;
+    }
+    out.per_task = read().iter().zip(&base).map(|(c, b)| c - b).collect();
+    (out, host)
 }
 
 /// One message: a kmalloc'd buffer and the bytes of it in use.
@@ -407,6 +548,53 @@ pub fn check_message(mem: &Mem, obj: Obj, bytes: usize, seq: u64) -> Result<(), 
     Ok(())
 }
 
+/// How a pair's two sides waited for each other, each field written by one side only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairWaits {
+    /// Messages the sender could not push at once (the ring was full).
+    pub full: u64,
+    /// Yields of the sender while the ring was full.
+    pub tx_yields: u64,
+    /// Messages the receiver found the ring empty before (it had to wait).
+    pub empty: u64,
+    /// Yields of the receiver while the ring was empty.
+    pub rx_yields: u64,
+    /// Sum of the ring's fill (messages queued) seen by the receiver every
+    /// [`OCCUPANCY_EVERY`] messages, and how many times it looked.
+    pub fill_sum: u64,
+    pub fill_n: u64,
+}
+
+impl PairWaits {
+    fn since(&self, base: &PairWaits) -> PairWaits {
+        PairWaits {
+            full: self.full - base.full,
+            tx_yields: self.tx_yields - base.tx_yields,
+            empty: self.empty - base.empty,
+            rx_yields: self.rx_yields - base.rx_yields,
+            fill_sum: self.fill_sum - base.fill_sum,
+            fill_n: self.fill_n - base.fill_n,
+        }
+    }
+}
+
+/// The receiver samples the ring's fill once in this many messages.
+pub const OCCUPANCY_EVERY: u64 = 64;
+
+#[derive(Default)]
+struct TxWaits {
+    full: AtomicU64,
+    yields: AtomicU64,
+}
+
+#[derive(Default)]
+struct RxWaits {
+    empty: AtomicU64,
+    yields: AtomicU64,
+    fill_sum: AtomicU64,
+    fill_n: AtomicU64,
+}
+
 /// One sender/receiver pair.
 pub struct Pair {
     pub tx: CpuId,
@@ -421,6 +609,11 @@ pub struct Pair {
     /// The receiver found a bad message or died: the sender stops.
     failed: AtomicBool,
     error: Mutex<Option<String>>,
+    tx_waits: CachePadded<TxWaits>,
+    rx_waits: CachePadded<RxWaits>,
+    /// Host thread ids of the sender and the receiver while they run (0: not running), so
+    /// that the sampler can read how long the host kept them off their cores.
+    tids: [AtomicI32; 2],
 }
 
 impl Pair {
@@ -434,6 +627,21 @@ impl Pair {
             sender_done: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
+            tx_waits: CachePadded::new(TxWaits::default()),
+            rx_waits: CachePadded::new(RxWaits::default()),
+            tids: [AtomicI32::new(0), AtomicI32::new(0)],
+        }
+    }
+
+    /// The waits so far (each field read with relaxed loads: a snapshot).
+    pub fn waits(&self) -> PairWaits {
+        PairWaits {
+            full: self.tx_waits.full.load(Relaxed),
+            tx_yields: self.tx_waits.yields.load(Relaxed),
+            empty: self.rx_waits.empty.load(Relaxed),
+            rx_yields: self.rx_waits.yields.load(Relaxed),
+            fill_sum: self.rx_waits.fill_sum.load(Relaxed),
+            fill_n: self.rx_waits.fill_n.load(Relaxed),
         }
     }
 
@@ -562,6 +770,21 @@ impl Netpipe {
             .collect()
     }
 
+    /// The pairs' waits so far, summed.
+    pub fn waits(&self) -> PairWaits {
+        self.pairs.iter().fold(PairWaits::default(), |a, p| {
+            let w = p.waits();
+            PairWaits {
+                full: a.full + w.full,
+                tx_yields: a.tx_yields + w.tx_yields,
+                empty: a.empty + w.empty,
+                rx_yields: a.rx_yields + w.rx_yields,
+                fill_sum: a.fill_sum + w.fill_sum,
+                fill_n: a.fill_n + w.fill_n,
+            }
+        })
+    }
+
     fn oom(&self, e: KmallocError) -> WorkloadError {
         WorkloadError::OutOfMemory(format!(
             "the engine's arena is exhausted ({e}) sending {}-byte messages",
@@ -591,12 +814,18 @@ impl Netpipe {
             let msg = Msg { obj, size: bytes };
             let mut backoff = Backoff::new();
             // A full socket buffer: wait for the receiver (UDP drops are not modelled).
-            while !ring.push(msg) {
-                if pair.failed.load(Relaxed) {
-                    self.kmalloc.kfree(pair.tx, obj);
-                    return Ok(());
+            if !ring.push(msg) {
+                bump(&pair.tx_waits.full);
+                while !ring.push(msg) {
+                    if pair.failed.load(Relaxed) {
+                        self.kmalloc.kfree(pair.tx, obj);
+                        return Ok(());
+                    }
+                    if backoff.is_yielding() {
+                        bump(&pair.tx_waits.yields);
+                    }
+                    backoff.snooze();
                 }
-                backoff.snooze();
             }
             seq += 1;
             pair.sent.store(seq, Release);
@@ -612,6 +841,7 @@ impl Netpipe {
         let mut ring = pair.ring.consumer();
         let mut expect = pair.received.load(Relaxed);
         let mut backoff = Backoff::new();
+        let mut waiting = false;
         loop {
             let msg = match ring.pop() {
                 Some(m) => m,
@@ -623,11 +853,26 @@ impl Netpipe {
                     }
                 }
                 None => {
+                    if !waiting {
+                        waiting = true;
+                        bump(&pair.rx_waits.empty);
+                    }
+                    if backoff.is_yielding() {
+                        bump(&pair.rx_waits.yields);
+                    }
                     backoff.snooze();
                     continue;
                 }
             };
             backoff.reset();
+            waiting = false;
+            if expect.is_multiple_of(OCCUPANCY_EVERY) {
+                // Queued behind this one, as the producer has published so far.
+                let queued = pair.ring.len() as u64;
+                bump(&pair.rx_waits.fill_n);
+                let s = &pair.rx_waits.fill_sum;
+                s.store(s.load(Relaxed) + queued, Relaxed);
+            }
             if msg.size != self.params.alloc_size() {
                 pair.fail(format!(
                     "message {expect} has size {} instead of {}",
@@ -657,14 +902,18 @@ impl Netpipe {
                 .name(format!("netpipe-rx{}", pair.rx.0))
                 .spawn_scoped(s, || {
                     pin_to_core(pair.rx.idx());
+                    pair.tids[1].store(current_tid(), Relaxed);
                     self.kernel.mem().enter_lock_stats();
                     self.recv_loop(pair);
+                    pair.tids[1].store(0, Relaxed);
                 })
                 .map_err(|e| WorkloadError::Config(format!("cannot start a receiver: {e}")))?;
             pin_to_core(pair.tx.idx());
+            pair.tids[0].store(current_tid(), Relaxed);
             // Both sides are CPUs of this kernel: their lock statistics count into it.
             self.kernel.mem().enter_lock_stats();
             let r = self.send_loop(pair, counter, halt, limit);
+            pair.tids[0].store(0, Relaxed);
             pair.sender_done.store(true, Release);
             if rx.join().is_err() {
                 return Err(WorkloadError::Fault(format!(
@@ -680,22 +929,88 @@ impl Netpipe {
         r
     }
 
-    /// Run until `spec` is sampled (will-it-scale style, [`runner::run_continuous`]): one
-    /// context per pair; each sample is messages per second summed over senders. Every message
-    /// sent has been received and freed when this returns.
+    /// Run until `spec` is sampled (will-it-scale style): one context per pair, each pinned and
+    /// started together as [`crate::runner::run_continuous`] does; each sample is messages per second
+    /// summed over senders. A kept sample in which the host kept a pair thread off its core for
+    /// more than [`HOST_WAIT_LIMIT`] of the interval is taken again (see [`sample_quiet`]).
+    /// Every message sent has been received and freed when this returns.
     pub fn run(
         &self,
         spec: SampleSpec,
         stop: &AtomicBool,
         hooks: Hooks<'_>,
     ) -> Result<Continuous, WorkloadError> {
-        runner::run_continuous(
-            self.pairs.clone(),
-            spec,
-            stop,
-            hooks,
-            |pair, counter, halt| self.run_pair(pair, counter, halt, None),
-        )
+        self.run_sampled(spec, stop, hooks).map(|(c, _)| c)
+    }
+
+    /// [`Netpipe::run`], also saying how the host disturbed the samples.
+    pub fn run_sampled(
+        &self,
+        spec: SampleSpec,
+        stop: &AtomicBool,
+        hooks: Hooks<'_>,
+    ) -> Result<(Continuous, HostSampling), WorkloadError> {
+        let n = self.pairs.len();
+        let counters: Vec<Counter> = (0..n)
+            .map(|_| CachePadded::new(AtomicU64::new(0)))
+            .collect();
+        let halt = AtomicBool::new(false);
+        let failure: Mutex<Option<WorkloadError>> = Mutex::new(None);
+        let start = std::sync::Barrier::new(n + 1);
+        let mut out = (Continuous::default(), HostSampling::default());
+        std::thread::scope(|s| {
+            for (i, pair) in self.pairs.iter().enumerate() {
+                let (counters, halt, failure, start) = (&counters, &halt, &failure, &start);
+                s.spawn(move || {
+                    pin_to_core(i);
+                    start.wait();
+                    if let Err(e) = self.run_pair(pair, &counters[i], halt, None) {
+                        failure.lock().unwrap().get_or_insert(e);
+                        halt.store(true, Relaxed);
+                    }
+                });
+            }
+            start.wait();
+            // The first window's host waits need every thread's id: give the threads a moment
+            // (at most a second) to start and publish them.
+            let started = Instant::now();
+            while self
+                .pairs
+                .iter()
+                .any(|p| p.tids.iter().any(|t| t.load(Relaxed) == 0))
+                && !halt.load(Relaxed)
+                && started.elapsed() < Duration::from_secs(1)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            out = sample_quiet(
+                &|| counters.iter().map(|c| c.load(Relaxed)).collect(),
+                &mut || halt.load(Relaxed),
+                &|| self.host_wait(),
+                spec,
+                spec.samples,
+                stop,
+                hooks,
+            );
+            halt.store(true, Relaxed);
+        });
+        if let Some(e) = failure.into_inner().unwrap() {
+            return Err(e);
+        }
+        Ok(out)
+    }
+
+    /// Nanoseconds each running pair thread has waited for a host core so far (`run_delay`
+    /// in `/proc/self/task/<tid>/schedstat`), sender and receiver of every pair in turn.
+    /// `None` while a thread has not started or the host does not keep scheduler statistics.
+    pub fn host_wait(&self) -> Option<Vec<u64>> {
+        let mut v = Vec::with_capacity(2 * self.pairs.len());
+        for p in &self.pairs {
+            for t in &p.tids {
+                v.push(run_delay_ns(t.load(Relaxed))?);
+            }
+        }
+        Some(v)
     }
 
     /// Send exactly `per_pair` messages on every pair and wait until all are received: a run
@@ -777,7 +1092,7 @@ pub struct Sweep {
 }
 
 /// Events reported per send size in [`Sweep::counters`].
-const PER_SIZE_EVENTS: [&str; 7] = [
+const PER_SIZE_EVENTS: [&str; 16] = [
     "pcp_alloc_hit",
     "pcp_refill",
     "pcp_drain",
@@ -785,6 +1100,15 @@ const PER_SIZE_EVENTS: [&str; 7] = [
     "zone_free",
     "slab_new",
     "slab_free",
+    "ring_full",
+    "ring_empty",
+    "tx_yield",
+    "rx_yield",
+    "ring_fill_sum",
+    "ring_fill_looks",
+    "samples_retaken",
+    "samples_disturbed",
+    "host_wait_us",
 ];
 
 /// Lock classes reported per send size in [`Sweep::counters`].
@@ -873,14 +1197,16 @@ pub fn run_sizes(
             kernel: k.clone(),
             mms: Vec::new(),
         };
+        let mut waits0 = PairWaits::default();
         let mut start = || {
             erun.reset();
             np.kmalloc().slab().reset_stats();
+            waits0 = np.waits();
         };
         let mut sample = |d: usize, _t: usize, kept: Option<f64>| {
             progress(i * per + d, total, kept.map(|v| (size, v)))
         };
-        let c = np.run(
+        let (c, host) = np.run_sampled(
             spec,
             stop,
             Hooks {
@@ -888,7 +1214,21 @@ pub fn run_sizes(
                 sample: &mut sample,
             },
         )?;
-        let counters = counters(&erun, np.kmalloc().slab());
+        let mut counters = counters(&erun, np.kmalloc().slab());
+        let w = np.waits().since(&waits0);
+        for (name, v) in [
+            ("ring_full", w.full),
+            ("ring_empty", w.empty),
+            ("tx_yield", w.tx_yields),
+            ("rx_yield", w.rx_yields),
+            ("ring_fill_sum", w.fill_sum),
+            ("ring_fill_looks", w.fill_n),
+            ("samples_retaken", host.retaken),
+            ("samples_disturbed", host.disturbed),
+            ("host_wait_us", host.host_wait_ns / 1000),
+        ] {
+            counters.events.push((name.into(), v));
+        }
         for (p, t) in np.totals().iter().enumerate() {
             if t.sent != t.received {
                 return Err(WorkloadError::Fault(format!(
@@ -1123,6 +1463,134 @@ mod tests {
             let census = np.quiesce().unwrap().unwrap();
             assert_eq!(census.allocated, base.allocated, "{lists}");
         }
+    }
+
+    /// Run [`sample_quiet`] over scripted host waits (cumulative ns of one thread, one entry
+    /// per read): the counters advance by 1000 per read, the interval is 1 ms.
+    fn scripted(
+        waits: Vec<Option<u64>>,
+        samples: usize,
+        max_retakes: usize,
+    ) -> (
+        Continuous,
+        HostSampling,
+        Vec<(usize, usize, Option<f64>)>,
+        usize,
+    ) {
+        let reads = std::cell::Cell::new(0u64);
+        let calls = std::cell::Cell::new(0usize);
+        let mut progress = Vec::new();
+        let mut starts = 0;
+        let stop = AtomicBool::new(false);
+        let (c, h) = sample_quiet(
+            &|| {
+                reads.set(reads.get() + 1000);
+                vec![reads.get()]
+            },
+            &mut || false,
+            &|| {
+                let i = calls.get();
+                calls.set(i + 1);
+                waits[i.min(waits.len() - 1)].map(|w| vec![w])
+            },
+            SampleSpec {
+                samples,
+                warmup: 1,
+                interval: Duration::from_millis(1),
+            },
+            max_retakes,
+            &stop,
+            Hooks {
+                measure_start: &mut || starts += 1,
+                sample: &mut |d, t, k| progress.push((d, t, k)),
+            },
+        );
+        (c, h, progress, starts)
+    }
+
+    #[test]
+    fn samples_the_host_disturbed_are_taken_again_until_the_retakes_run_out() {
+        // Reads: before the first window, then after each. Window 1 clean, windows 2 and 3
+        // lose a whole second to the host, window 4 clean.
+        let s = 1_000_000_000;
+        let (c, h, progress, starts) = scripted(
+            vec![Some(0), Some(0), Some(s), Some(2 * s), Some(2 * s)],
+            3,
+            1,
+        );
+        assert_eq!(starts, 1);
+        assert_eq!(c.samples.len(), 3);
+        // Window 2 is retaken; window 3 is kept (the one retake is used up) and counted.
+        assert_eq!(
+            h,
+            HostSampling {
+                retaken: 1,
+                disturbed: 1,
+                measured: true,
+                host_wait_ns: s,
+            }
+        );
+        // Progress: the warm-up, then one call per kept sample, never more than the total.
+        let done: Vec<(usize, usize, bool)> = progress
+            .iter()
+            .map(|&(d, t, k)| (d, t, k.is_some()))
+            .collect();
+        assert_eq!(
+            done,
+            [(1, 4, false), (2, 4, true), (3, 4, true), (4, 4, true)]
+        );
+        // Every window's messages count, retaken or not (the engine's counters cover them
+        // too): from the read at measure_start to the final one, five reads later.
+        assert_eq!(c.per_task, [5000]);
+    }
+
+    #[test]
+    fn quiet_samples_are_kept_and_unreadable_waits_retake_nothing() {
+        let (c, h, _, _) = scripted(vec![Some(5); 8], 3, 3);
+        assert_eq!(c.samples.len(), 3);
+        assert_eq!(
+            h,
+            HostSampling {
+                retaken: 0,
+                disturbed: 0,
+                measured: true,
+                host_wait_ns: 0
+            }
+        );
+        let (c, h, _, _) = scripted(vec![None; 8], 2, 3);
+        assert_eq!(c.samples.len(), 2);
+        assert_eq!((h.retaken, h.disturbed, h.measured), (0, 0, false));
+    }
+
+    #[test]
+    fn a_running_pair_publishes_its_threads_for_the_host_wait() {
+        let k = kernel("order0", 2);
+        let np = Netpipe::new(&k, &NetpipeParams::new(1, 64)).unwrap();
+        assert_eq!(np.host_wait(), None, "no thread runs yet");
+        let stop = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let (c, host) = np
+            .run_sampled(
+                SampleSpec {
+                    samples: 2,
+                    warmup: 0,
+                    interval: Duration::from_millis(20),
+                },
+                &stop,
+                Hooks {
+                    measure_start: &mut || {},
+                    sample: &mut |_, _, _| seen.push(np.host_wait()),
+                },
+            )
+            .unwrap();
+        assert_eq!(c.samples.len(), 2);
+        // Linux keeps run_delay in /proc/<pid>/task/<tid>/schedstat (CONFIG_SCHED_INFO).
+        assert!(host.measured);
+        assert!(
+            seen.iter()
+                .all(|w| w.as_ref().is_some_and(|v| v.len() == 2))
+        );
+        assert_eq!(np.host_wait(), None, "the threads are gone");
     }
 
     #[test]
