@@ -124,6 +124,12 @@ pub fn socket_queue_depth(bytes: usize) -> usize {
     SK_RCVBUF / (kmalloc_ksize(bytes) + SKB_STRUCT) + 1
 }
 
+/// Datagrams of `bytes` kmalloc'd whose truesize makes up the quarter of the default receive
+/// buffer that `udp_rmem_release` gives back at a time (see [`Ring::with_release`]).
+pub fn socket_release_step(bytes: usize) -> usize {
+    (SK_RCVBUF / 4).div_ceil(kmalloc_ksize(bytes) + SKB_STRUCT)
+}
+
 /// Smallest order whose block holds `bytes` (`get_order`).
 fn get_order(bytes: usize) -> u32 {
     bytes
@@ -383,10 +389,11 @@ struct Slot {
 /// A bounded single-producer single-consumer ring.
 ///
 /// Positions count up forever; the slot of position `p` is `p mod capacity`. The producer
-/// alone writes `tail`, the consumer alone writes `head`; a slot is written only while the
-/// producer owns it (`tail - head < capacity`) and read only while the consumer does
-/// (`head < tail`), with a release store of the position handing it over and an acquire load
-/// taking it. Each side keeps its last view of the other's position ([`Producer`],
+/// alone writes `tail`, the consumer alone writes `head`, the position up to which it has given
+/// room back; a slot is written only while the producer owns it (`tail - head < capacity`) and
+/// read only while the consumer does (its read position below `tail`, at or above `head`),
+/// with a release store of the position handing it over and an acquire load taking it. The
+/// consumer may give room back in steps ([`Ring::with_release`]). Each side keeps its last view of the other's position ([`Producer`],
 /// [`Consumer`]) and rereads it only when that view says full or empty, so in steady state the
 /// two sides share only the slots. One producer and one consumer at a time: that is the
 /// caller's contract (a second producer would lose messages; everything stays memory-safe).
@@ -397,6 +404,11 @@ pub struct Ring {
     mask: usize,
     /// Messages the ring holds at most: `depth` exactly, not the power of two of `slots`.
     depth: usize,
+    /// The consumer gives room back to the producer in steps of this many messages while it
+    /// has more to read ([`Ring::with_release`]).
+    release: usize,
+    /// Position up to which the consumer has given room back (the producer may reuse slots
+    /// below it).
     head: CachePadded<AtomicUsize>,
     tail: CachePadded<AtomicUsize>,
 }
@@ -406,6 +418,18 @@ impl Ring {
     /// position maps to its slot by a mask; the bound is `depth` itself, because the depth
     /// stands for a socket's queue and rounding it up would queue more than the kernel does.
     pub fn new(depth: usize) -> Ring {
+        Ring::with_release(depth, 1)
+    }
+
+    /// A ring holding `depth` messages whose consumer gives room back `release` messages at a
+    /// time while it still has messages to read, and at once when it has read everything
+    /// queued: UDP's receive side does the same with the receive buffer's memory
+    /// (`udp_rmem_release`: the truesize of datagrams read accumulates in `forward_deficit` and
+    /// is subtracted from `sk_rmem_alloc`, which the sender's enqueue checks against
+    /// `sk_rcvbuf`, only once it reaches a quarter of `sk_rcvbuf` or the reader's queue is
+    /// empty). A full socket therefore opens in steps of a quarter of its buffer, not one
+    /// datagram at a time.
+    pub fn with_release(depth: usize, release: usize) -> Ring {
         let depth = depth.max(1);
         let cap = depth.next_power_of_two();
         Ring {
@@ -417,6 +441,7 @@ impl Ring {
                 .collect(),
             mask: cap - 1,
             depth,
+            release: release.clamp(1, depth),
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
         }
@@ -426,7 +451,8 @@ impl Ring {
         self.depth
     }
 
-    /// Messages in the ring (a snapshot).
+    /// Messages in the ring not yet given back to the producer, read or not (a snapshot): what
+    /// the socket's `sk_rmem_alloc` counts.
     pub fn len(&self) -> usize {
         let head = self.head.load(Acquire);
         self.tail.load(Acquire).wrapping_sub(head)
@@ -446,10 +472,18 @@ impl Ring {
 
     /// The consuming end. Only one may be in use at a time.
     pub fn consumer(&self) -> Consumer<'_> {
+        let head = self.head.load(Acquire);
         Consumer {
             ring: self,
             tail: self.tail.load(Acquire),
+            head,
+            released: head,
         }
+    }
+
+    /// Messages the consumer gives back at a time while it has more to read.
+    pub fn release(&self) -> usize {
+        self.release
     }
 }
 
@@ -482,10 +516,15 @@ impl Producer<'_> {
     }
 }
 
-/// The consuming end of a [`Ring`], with its cached view of the producer's position.
+/// The consuming end of a [`Ring`], with its cached view of the producer's position and its own
+/// read position, which runs ahead of the room it has given back ([`Ring::with_release`]).
 pub struct Consumer<'a> {
     ring: &'a Ring,
     tail: usize,
+    /// The next position to read.
+    head: usize,
+    /// The position given back so far (the consumer's copy of the ring's `head`).
+    released: usize,
 }
 
 impl Consumer<'_> {
@@ -493,7 +532,7 @@ impl Consumer<'_> {
     #[inline]
     pub fn pop(&mut self) -> Option<Msg> {
         let r = self.ring;
-        let head = r.head.load(Relaxed);
+        let head = self.head;
         if head == self.tail {
             self.tail = r.tail.load(Acquire);
             if head == self.tail {
@@ -503,7 +542,13 @@ impl Consumer<'_> {
         let slot = &r.slots[head & r.mask];
         let packed = slot.obj.load(Relaxed);
         let size = slot.size.load(Relaxed) as usize;
-        r.head.store(head.wrapping_add(1), Release);
+        self.head = head.wrapping_add(1);
+        // Give the room back once a release step is read, or when nothing more is known to be
+        // queued (the reader's queue is empty): the slot is read before it is handed over.
+        if self.head.wrapping_sub(self.released) >= r.release || self.head == self.tail {
+            self.released = self.head;
+            r.head.store(self.head, Release);
+        }
         Some(Msg {
             obj: Obj {
                 pfn: Pfn((packed >> 32) as u32),
@@ -617,11 +662,11 @@ pub struct Pair {
 }
 
 impl Pair {
-    fn new(i: usize, depth: usize) -> Pair {
+    fn new(i: usize, depth: usize, release: usize) -> Pair {
         Pair {
             tx: CpuId((2 * i) as u16),
             rx: CpuId((2 * i + 1) as u16),
-            ring: Ring::new(depth),
+            ring: Ring::with_release(depth, release),
             sent: CachePadded::new(AtomicU64::new(0)),
             received: CachePadded::new(AtomicU64::new(0)),
             sender_done: AtomicBool::new(false),
@@ -707,6 +752,15 @@ impl NetpipeParams {
         self.ring_depth
             .unwrap_or_else(|| socket_queue_depth(self.alloc_size()))
     }
+
+    /// Messages the receiver reads before it gives their room back while more are queued:
+    /// [`socket_release_step`] for the socket's queue, one message for a depth of its own.
+    pub fn release(&self) -> usize {
+        match self.ring_depth {
+            Some(_) => 1,
+            None => socket_release_step(self.alloc_size()),
+        }
+    }
 }
 
 /// The workload on one booted engine, one send size.
@@ -737,7 +791,7 @@ impl Netpipe {
             kernel: kernel.clone(),
             kmalloc: Kmalloc::new(kernel.mem().clone()),
             pairs: (0..p.pairs)
-                .map(|i| Arc::new(Pair::new(i, p.depth())))
+                .map(|i| Arc::new(Pair::new(i, p.depth(), p.release())))
                 .collect(),
             params: *p,
         })
@@ -1314,6 +1368,58 @@ mod tests {
             ..NetpipeParams::new(1, 64)
         };
         assert_eq!(fixed.depth(), 5);
+    }
+
+    #[test]
+    fn a_full_socket_opens_a_quarter_of_its_buffer_at_a_time() {
+        // udp_rmem_release: room comes back in steps of sk_rcvbuf / 4 of truesize while the
+        // reader has more queued, and all at once when it has read everything.
+        let steps: Vec<usize> = SEND_SIZES
+            .iter()
+            .map(|&s| NetpipeParams::new(1, s).release())
+            .collect();
+        assert_eq!(steps, [70, 70, 42, 24, 13, 13, 7, 4, 2]);
+        let fixed = NetpipeParams {
+            ring_depth: Some(5),
+            ..NetpipeParams::new(1, 64)
+        };
+        assert_eq!(fixed.release(), 1);
+
+        let msg = |i: u32| Msg {
+            obj: Obj {
+                pfn: Pfn(i),
+                offset: 0,
+            },
+            size: 1,
+        };
+        let r = Ring::with_release(10, 4);
+        let (mut p, mut c) = (r.producer(), r.consumer());
+        for i in 0..10 {
+            assert!(p.push(msg(i)));
+        }
+        assert!(!p.push(msg(10)), "full");
+        // Three read: no room yet; the fourth gives four slots back.
+        for i in 0..3 {
+            assert_eq!(c.pop(), Some(msg(i)));
+            assert!(!p.push(msg(10)), "room before a release step, after {i}");
+        }
+        assert_eq!(r.len(), 10, "read but not given back: still charged");
+        assert_eq!(c.pop(), Some(msg(3)));
+        assert_eq!(r.len(), 6);
+        for i in 10..14 {
+            assert!(p.push(msg(i)));
+        }
+        assert!(!p.push(msg(14)));
+        // The reader catches up with everything queued: the rest comes back at once.
+        for i in 4..14 {
+            assert_eq!(c.pop(), Some(msg(i)));
+        }
+        assert_eq!(c.pop(), None);
+        assert!(r.is_empty());
+        // A reader that keeps up gives each message back as it reads it.
+        assert!(p.push(msg(14)));
+        assert_eq!(c.pop(), Some(msg(14)));
+        assert!(r.is_empty());
     }
 
     #[test]
