@@ -9,8 +9,8 @@
 //! 512 bytes up, on a small machine) or, above the largest kmalloc cache, straight from the
 //! page allocator (`kmalloc_large`, orders 2 and 3 for the two largest send sizes). Every
 //! page-allocator free is a *remote* free: it lands on the receiver's per-CPU lists, which
-//! drain to the zone in batches, while the sender's lists refill from the zone. Without high-order per-CPU lists (Linux before 5.14, the
-//! `vanilla-4.9` profile) every order-1..3 allocation and free takes `zone->lock`; with them
+//! drain to the zone in batches, while the sender's lists refill from the zone. Without
+//! high-order per-CPU lists (Linux before 5.14, the `vanilla-4.9` profile) every order-1..3 allocation and free takes `zone->lock`; with them
 //! (Mel Gorman's series, the `hopcpu` profile) only refills and drains do.
 //!
 //! A workload of `N` *pairs* runs pair `i` as a sender task on virtual CPU `2i` and a receiver
@@ -28,7 +28,30 @@
 //!   sender wait (spin, then yield) until the receiver makes room: UDP would drop the datagram
 //!   and netperf would count the send anyway, but drops are not modelled; every message sent
 //!   is received, so the rate is the rate of messages delivered.
-//! - **Receiver**: pop, check the message, `kfree` on its own CPU.
+//! - **Receiver**: pop, check the message, `kfree` on its own CPU. It gives the room of what it
+//!   read back to the sender a quarter of the receive buffer at a time while more is queued,
+//!   and at once when it has read everything, as `udp_rmem_release` returns truesize to
+//!   `sk_rmem_alloc` ([`Ring::with_release`], [`socket_release_step`]). Giving back every slot
+//!   as it is read would make a sender facing a full queue fetch the receiver's position once
+//!   per message, a cache line passed between the two CPUs per datagram that the kernel does
+//!   not pass.
+//!
+//! The pair counts how it waited (events per send size: `ring_full`, the messages the sender
+//! could not queue at once; `ring_empty`, the times the receiver found nothing; `tx_yield`,
+//! `rx_yield`, their yields while waiting; `ring_fill_sum` / `ring_fill_looks`, the mean
+//! number of messages charged to the socket, sampled every [`OCCUPANCY_EVERY`] messages), so a
+//! run shows which steady state the pair settled in.
+//!
+//! # Sampling on a shared host
+//!
+//! The pair's threads are pinned to a core each and do nothing but the kernel's work, so any
+//! time the host gives their core to another process stops the pair, and more than that when
+//! the thread was holding an engine spinlock (the kernel holds spinlocks with preemption off).
+//! Around every sample the sampler reads each pair thread's `run_delay` (time runnable but
+//! waiting for a core, `/proc/self/task/<tid>/schedstat`); a sample in which a thread waited
+//! more than [`HOST_WAIT_LIMIT`] of the interval is thrown away and taken again, up to as many
+//! retakes as there are samples per run, after which disturbed samples are kept and counted
+//! (`samples_retaken`, `samples_disturbed`, `host_wait_us` per send size).
 //!
 //! # The buffer
 //!
@@ -1571,18 +1594,17 @@ mod tests {
         }
     }
 
-    /// Run [`sample_quiet`] over scripted host waits (cumulative ns of one thread, one entry
-    /// per read): the counters advance by 1000 per read, the interval is 1 ms.
-    fn scripted(
-        waits: Vec<Option<u64>>,
-        samples: usize,
-        max_retakes: usize,
-    ) -> (
+    /// What a scripted sampling returned, the progress calls and how often the window started.
+    type Scripted = (
         Continuous,
         HostSampling,
         Vec<(usize, usize, Option<f64>)>,
         usize,
-    ) {
+    );
+
+    /// Run [`sample_quiet`] over scripted host waits (cumulative ns of one thread, one entry
+    /// per read): the counters advance by 1000 per read, the interval is 1 ms.
+    fn scripted(waits: Vec<Option<u64>>, samples: usize, max_retakes: usize) -> Scripted {
         let reads = std::cell::Cell::new(0u64);
         let calls = std::cell::Cell::new(0usize);
         let mut progress = Vec::new();
@@ -1751,6 +1773,33 @@ mod tests {
         );
         let names: Vec<&str> = s.counters.locks.iter().map(|l| l.0.as_str()).collect();
         assert!(names.contains(&"zone->lock [send-16384]"), "{names:?}");
+        // How the pair waited and how the host disturbed the samples, per size.
+        for e in [
+            "ring_full",
+            "ring_empty",
+            "tx_yield",
+            "rx_yield",
+            "ring_fill_looks",
+            "samples_retaken",
+            "samples_disturbed",
+            "host_wait_us",
+        ] {
+            for size in [256, 16384] {
+                let name = format!("send-{size}/{e}");
+                assert!(
+                    s.counters.events.iter().any(|(n, _)| *n == name),
+                    "{name} missing"
+                );
+            }
+        }
+        let looks = s
+            .counters
+            .events
+            .iter()
+            .find(|(n, _)| n == "send-256/ring_fill_looks")
+            .unwrap()
+            .1;
+        assert!(looks > 0, "the receiver looks at the ring's fill");
         assert!(
             s.counters
                 .events
