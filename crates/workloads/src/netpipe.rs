@@ -282,6 +282,65 @@ pub struct HostSampling {
     pub measured: bool,
     /// Over the kept samples: the longest wait of a pair thread per sample, summed (ns).
     pub host_wait_ns: u64,
+    /// Samples next to a link probe beyond [`LINK_TOLERANCE`] times the best (retaken or kept).
+    pub misplaced: u64,
+    /// The best and the worst link probe of the run (ns; 0 = none).
+    pub link_min_ns: u64,
+    pub link_max_ns: u64,
+}
+
+/// Round trips a link probe makes, and how many it times at once (the best group counts).
+const PROBE_ROUNDS: u64 = 2000;
+const PROBE_GROUP: u64 = 100;
+
+/// On the sender's thread, with nothing in flight from its side: pass `pair.ball` to the
+/// receiver and back [`PROBE_ROUNDS`] times and return the best time of a round trip (ns), the
+/// cost of moving a cache line between the two host cores and back. `None` if the pair failed
+/// or the run halted meanwhile.
+///
+/// Why: on a virtual machine the hypervisor places the two virtual CPUs on host cores of its
+/// choosing and moves them every few seconds. Measured on the 2-vCPU development VM (AMD EPYC,
+/// KVM), this round trip was about 63 ns for some seconds and about 320 ns for others: the two
+/// vCPUs sharing a core complex or not. netpipe's messages cost a few such transfers each
+/// (the ring's slots and positions, the buffer, the slab's lines), so its rate follows the
+/// placement by a factor of several, whatever the allocator does.
+fn link_probe(pair: &Pair, halt: &AtomicBool) -> Option<u64> {
+    let ball = &pair.ball;
+    let mut best = u64::MAX;
+    let mut t = Instant::now();
+    for i in 0..PROBE_ROUNDS {
+        ball.store(2 * i + 1, Release);
+        while ball.load(Acquire) != 2 * i + 2 {
+            if pair.failed.load(Relaxed) || halt.load(Relaxed) {
+                ball.store(0, Release);
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+        if (i + 1) % PROBE_GROUP == 0 {
+            let now = Instant::now();
+            best = best.min((now - t).as_nanos() as u64 / PROBE_GROUP);
+            t = now;
+        }
+    }
+    ball.store(0, Release);
+    Some(best)
+}
+
+/// On the receiver's thread: answer a probe until the sender ends it (or the pair fails).
+fn link_answer(pair: &Pair) {
+    let ball = &pair.ball;
+    loop {
+        let v = ball.load(Acquire);
+        if v == 0 || pair.failed.load(Relaxed) {
+            return;
+        }
+        if v % 2 == 1 {
+            ball.store(v + 1, Release);
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// `run_delay` (ns spent runnable, waiting for a core) of host thread `tid` of this process.
@@ -297,18 +356,40 @@ fn current_tid() -> i32 {
     rustix::thread::gettid().as_raw_nonzero().get()
 }
 
+/// A sample is taken again, like one the host disturbed, when the round trip between the pair's
+/// cores measured before or after it ([`link_probe`]) exceeds the best this process has seen by
+/// more than this factor. Within one placement of the virtual CPUs the probe varied by about
+/// 10% on the development VM; its two placements differed fivefold.
+pub const LINK_TOLERANCE: f64 = 1.5;
+
+/// What the sampler reads of the host besides the counters.
+struct HostProbes<'a> {
+    /// Cumulative `run_delay` (ns) per pair thread.
+    wait: &'a dyn Fn() -> Option<Vec<u64>>,
+    /// Pause the pairs, measure the round trip between each pair's cores and resume: the
+    /// worst pair's best round trip (ns).
+    link: &'a dyn Fn() -> Option<u64>,
+    /// The best round trip seen so far (ns; 0 = none yet), kept across runs so that every run
+    /// of a process is held to the same placement.
+    link_best: &'a AtomicU64,
+}
+
+/// The best link round trip any netpipe run of this process has measured (ns; 0 = none yet).
+static LINK_BEST: AtomicU64 = AtomicU64::new(0);
+
 /// The sampling side of [`Netpipe::run`]: like [`crate::runner::run_continuous`]'s, it reads the
 /// per-pair counters (`read`) once per interval, discards `spec.warmup` samples, calls
 /// `measure_start` when the warm-up is over and `sample` after every kept sample. Besides, it
-/// reads the pair threads' cumulative host waits (`host_wait`) around every measured sample
-/// and takes a sample again, at most `max_retakes` times in the run, when some thread waited
-/// more than [`HOST_WAIT_LIMIT`] of the sample's duration; once the retakes are used up a
-/// disturbed sample is kept and counted. Ends early when `halted` (a pair failed) or `stop`
-/// (marked interrupted).
+/// reads the pair threads' cumulative host waits around every measured sample and probes the
+/// link between the pairs' cores between samples (the probe's time is in no sample), and
+/// takes a sample again, at most `max_retakes` times in the run, when some thread waited more
+/// than [`HOST_WAIT_LIMIT`] of the sample's duration or a probe next to it was more than
+/// [`LINK_TOLERANCE`] times the best; once the retakes are used up such a sample is kept and
+/// counted. Ends early when `halted` (a pair failed) or `stop` (marked interrupted).
 fn sample_quiet(
     read: &dyn Fn() -> Vec<u64>,
     halted: &mut dyn FnMut() -> bool,
-    host_wait: &dyn Fn() -> Option<Vec<u64>>,
+    probes: HostProbes<'_>,
     spec: SampleSpec,
     max_retakes: usize,
     stop: &AtomicBool,
@@ -342,6 +423,19 @@ fn sample_quiet(
         }
         true
     };
+    // Probe the link and fold it into the best and the run's range.
+    let probe = |host: &mut HostSampling| -> Option<u64> {
+        let ns = (probes.link)().filter(|&ns| ns > 0)?;
+        probes.link_best.fetch_min(ns, Relaxed);
+        let _ = probes.link_best.compare_exchange(0, ns, Relaxed, Relaxed);
+        host.link_min_ns = if host.link_min_ns == 0 {
+            ns
+        } else {
+            host.link_min_ns.min(ns)
+        };
+        host.link_max_ns = host.link_max_ns.max(ns);
+        Some(ns)
+    };
     let mut at = Instant::now();
     for i in 0..spec.warmup {
         if !wait_until(at + spec.interval, halted) {
@@ -352,19 +446,21 @@ fn sample_quiet(
     }
     measure_start();
     let base = read();
-    let mut last = sum(&base);
     let mut retakes = 0;
     let mut kept = 0;
+    let mut link_before = probe(&mut host);
+    let mut last = sum(&read());
     at = Instant::now();
-    let mut waits = host_wait();
+    let mut waits = (probes.wait)();
     while kept < spec.samples {
         if !wait_until(at + spec.interval, halted) {
             break;
         }
         let now = Instant::now();
         let cur = sum(&read());
-        let waits_now = host_wait();
+        let waits_now = (probes.wait)();
         let window = now - at;
+        let link_after = probe(&mut host);
         let worst = match (&waits, &waits_now) {
             (Some(a), Some(b)) if a.len() == b.len() => {
                 a.iter().zip(b).map(|(x, y)| y.saturating_sub(*x)).max()
@@ -374,8 +470,16 @@ fn sample_quiet(
         if worst.is_none() {
             host.measured = false;
         }
-        let disturbed =
-            worst.is_some_and(|w| w as f64 > HOST_WAIT_LIMIT * window.as_nanos() as f64);
+        let best = probes.link_best.load(Relaxed);
+        let misplaced = [link_before, link_after]
+            .iter()
+            .flatten()
+            .any(|&ns| ns as f64 > LINK_TOLERANCE * best as f64);
+        let disturbed = misplaced
+            || worst.is_some_and(|w| w as f64 > HOST_WAIT_LIMIT * window.as_nanos() as f64);
+        if misplaced {
+            host.misplaced += 1;
+        }
         if disturbed && retakes < max_retakes {
             retakes += 1;
             host.retaken += 1;
@@ -389,9 +493,11 @@ fn sample_quiet(
             kept += 1;
             sample(spec.warmup + kept, total, Some(v));
         }
-        last = cur;
-        at = now;
-        waits = waits_now;
+        link_before = link_after;
+        // The next window starts after the probe.
+        last = sum(&read());
+        at = Instant::now();
+        waits = (probes.wait)();
     }
     out.per_task = read().iter().zip(&base).map(|(c, b)| c - b).collect();
     (out, host)
@@ -682,6 +788,13 @@ pub struct Pair {
     /// Host thread ids of the sender and the receiver while they run (0: not running), so
     /// that the sampler can read how long the host kept them off their cores.
     tids: [AtomicI32; 2],
+    /// Set by the sampler to have the sender measure the cache-line round trip to the
+    /// receiver's core ([`link_probe`]); cleared by the sender with the result in `probe_ns`.
+    probe_req: CachePadded<AtomicBool>,
+    probe_ns: AtomicU64,
+    /// The line the probe passes back and forth: odd values are the sender's, even the
+    /// receiver's answers, 0 ends a probe.
+    ball: CachePadded<AtomicU64>,
 }
 
 impl Pair {
@@ -698,6 +811,9 @@ impl Pair {
             tx_waits: CachePadded::new(TxWaits::default()),
             rx_waits: CachePadded::new(RxWaits::default()),
             tids: [AtomicI32::new(0), AtomicI32::new(0)],
+            probe_req: CachePadded::new(AtomicBool::new(false)),
+            probe_ns: AtomicU64::new(0),
+            ball: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
@@ -883,6 +999,11 @@ impl Netpipe {
         let mut seq = pair.sent.load(Relaxed);
         let end = limit.map(|n| seq + n);
         while !halt.load(Relaxed) && !pair.failed.load(Relaxed) && end != Some(seq) {
+            if pair.probe_req.load(Acquire) {
+                let ns = link_probe(pair, halt).unwrap_or(0);
+                pair.probe_ns.store(ns, Relaxed);
+                pair.probe_req.store(false, Release);
+            }
             let obj = self
                 .kmalloc
                 .kmalloc(pair.tx, bytes)
@@ -930,6 +1051,11 @@ impl Netpipe {
                     }
                 }
                 None => {
+                    if pair.ball.load(Acquire) % 2 == 1 {
+                        link_answer(pair);
+                        backoff.reset();
+                        continue;
+                    }
                     if !waiting {
                         waiting = true;
                         bump(&pair.rx_waits.empty);
@@ -1063,7 +1189,11 @@ impl Netpipe {
             out = sample_quiet(
                 &|| counters.iter().map(|c| c.load(Relaxed)).collect(),
                 &mut || halt.load(Relaxed),
-                &|| self.host_wait(),
+                HostProbes {
+                    wait: &|| self.host_wait(),
+                    link: &|| self.link_probe(&halt),
+                    link_best: &LINK_BEST,
+                },
                 spec,
                 spec.samples,
                 stop,
@@ -1075,6 +1205,26 @@ impl Netpipe {
             return Err(e);
         }
         Ok(out)
+    }
+
+    /// Have every pair's sender probe the link to its receiver's core ([`link_probe`]) and wait
+    /// for the results: the worst pair's round trip (ns). `None` when a pair did not answer
+    /// within a second (it failed, or the run is ending).
+    pub fn link_probe(&self, halt: &AtomicBool) -> Option<u64> {
+        for p in &self.pairs {
+            p.probe_req.store(true, Release);
+        }
+        let started = Instant::now();
+        while self.pairs.iter().any(|p| p.probe_req.load(Acquire)) {
+            if halt.load(Relaxed) || started.elapsed() > Duration::from_secs(1) {
+                for p in &self.pairs {
+                    p.probe_req.store(false, Relaxed);
+                }
+                return None;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        self.pairs.iter().map(|p| p.probe_ns.load(Relaxed)).max()
     }
 
     /// Nanoseconds each running pair thread has waited for a host core so far (`run_delay`
@@ -1169,7 +1319,7 @@ pub struct Sweep {
 }
 
 /// Events reported per send size in [`Sweep::counters`].
-const PER_SIZE_EVENTS: [&str; 16] = [
+const PER_SIZE_EVENTS: [&str; 19] = [
     "pcp_alloc_hit",
     "pcp_refill",
     "pcp_drain",
@@ -1186,6 +1336,9 @@ const PER_SIZE_EVENTS: [&str; 16] = [
     "samples_retaken",
     "samples_disturbed",
     "host_wait_us",
+    "samples_misplaced",
+    "link_min_ns",
+    "link_max_ns",
 ];
 
 /// Lock classes reported per send size in [`Sweep::counters`].
@@ -1303,6 +1456,9 @@ pub fn run_sizes(
             ("samples_retaken", host.retaken),
             ("samples_disturbed", host.disturbed),
             ("host_wait_us", host.host_wait_ns / 1000),
+            ("samples_misplaced", host.misplaced),
+            ("link_min_ns", host.link_min_ns),
+            ("link_max_ns", host.link_max_ns),
         ] {
             counters.events.push((name.into(), v));
         }
@@ -1603,10 +1759,18 @@ mod tests {
     );
 
     /// Run [`sample_quiet`] over scripted host waits (cumulative ns of one thread, one entry
-    /// per read): the counters advance by 1000 per read, the interval is 1 ms.
-    fn scripted(waits: Vec<Option<u64>>, samples: usize, max_retakes: usize) -> Scripted {
+    /// per read) and link probes (one entry per probe): the counters advance by 1000 per read,
+    /// the interval is 1 ms.
+    fn scripted(
+        waits: Vec<Option<u64>>,
+        links: Vec<Option<u64>>,
+        samples: usize,
+        max_retakes: usize,
+    ) -> Scripted {
         let reads = std::cell::Cell::new(0u64);
         let calls = std::cell::Cell::new(0usize);
+        let probes = std::cell::Cell::new(0usize);
+        let best = AtomicU64::new(0);
         let mut progress = Vec::new();
         let mut starts = 0;
         let stop = AtomicBool::new(false);
@@ -1616,10 +1780,18 @@ mod tests {
                 vec![reads.get()]
             },
             &mut || false,
-            &|| {
-                let i = calls.get();
-                calls.set(i + 1);
-                waits[i.min(waits.len() - 1)].map(|w| vec![w])
+            HostProbes {
+                wait: &|| {
+                    let i = calls.get();
+                    calls.set(i + 1);
+                    waits[i.min(waits.len() - 1)].map(|w| vec![w])
+                },
+                link: &|| {
+                    let i = probes.get();
+                    probes.set(i + 1);
+                    links[i.min(links.len() - 1)]
+                },
+                link_best: &best,
             },
             SampleSpec {
                 samples,
@@ -1638,11 +1810,21 @@ mod tests {
 
     #[test]
     fn samples_the_host_disturbed_are_taken_again_until_the_retakes_run_out() {
-        // Reads: before the first window, then after each. Window 1 clean, windows 2 and 3
-        // lose a whole second to the host, window 4 clean.
+        // Waits are read at the start and the end of every window. Window 1 clean, windows 2
+        // and 3 lose a whole second to the host, window 4 clean.
         let s = 1_000_000_000;
         let (c, h, progress, starts) = scripted(
-            vec![Some(0), Some(0), Some(s), Some(2 * s), Some(2 * s)],
+            vec![
+                Some(0),
+                Some(0),
+                Some(0),
+                Some(s),
+                Some(s),
+                Some(2 * s),
+                Some(2 * s),
+                Some(2 * s),
+            ],
+            vec![Some(60)],
             3,
             1,
         );
@@ -1656,6 +1838,9 @@ mod tests {
                 disturbed: 1,
                 measured: true,
                 host_wait_ns: s,
+                misplaced: 0,
+                link_min_ns: 60,
+                link_max_ns: 60,
             }
         );
         // Progress: the warm-up, then one call per kept sample, never more than the total.
@@ -1668,13 +1853,15 @@ mod tests {
             [(1, 4, false), (2, 4, true), (3, 4, true), (4, 4, true)]
         );
         // Every window's messages count, retaken or not (the engine's counters cover them
-        // too): from the read at measure_start to the final one, five reads later.
-        assert_eq!(c.per_task, [5000]);
+        // too): from the read at measure_start to the final one, ten reads later (one after
+        // the first probe, one at the end of each of the four windows and one after each
+        // probe that follows it, the final one).
+        assert_eq!(c.per_task, [10000]);
     }
 
     #[test]
     fn quiet_samples_are_kept_and_unreadable_waits_retake_nothing() {
-        let (c, h, _, _) = scripted(vec![Some(5); 8], 3, 3);
+        let (c, h, _, _) = scripted(vec![Some(5); 8], vec![None], 3, 3);
         assert_eq!(c.samples.len(), 3);
         assert_eq!(
             h,
@@ -1682,12 +1869,35 @@ mod tests {
                 retaken: 0,
                 disturbed: 0,
                 measured: true,
-                host_wait_ns: 0
+                host_wait_ns: 0,
+                misplaced: 0,
+                link_min_ns: 0,
+                link_max_ns: 0,
             }
         );
-        let (c, h, _, _) = scripted(vec![None; 8], 2, 3);
+        let (c, h, _, _) = scripted(vec![None; 8], vec![None], 2, 3);
         assert_eq!(c.samples.len(), 2);
         assert_eq!((h.retaken, h.disturbed, h.measured), (0, 0, false));
+    }
+
+    #[test]
+    fn samples_next_to_a_slow_link_are_taken_again() {
+        // Probes: before window 1, then after each window. 60 ns is the best placement; 320 ns
+        // (the other placement of the VM's vCPUs) spoils the windows on either side of it.
+        let (c, h, _, _) = scripted(
+            vec![Some(0)],
+            vec![Some(60), Some(64), Some(320), Some(62), Some(61), Some(66)],
+            3,
+            5,
+        );
+        assert_eq!(c.samples.len(), 3);
+        // Windows 2 (60->..., 64->320) and 3 (320->62) are retaken; 1, 4 and 5 are kept.
+        assert_eq!((h.retaken, h.misplaced, h.disturbed), (2, 2, 0));
+        assert_eq!((h.link_min_ns, h.link_max_ns), (60, 320));
+        // With no retake left, the misplaced window is kept and counted.
+        let (c, h, _, _) = scripted(vec![Some(0)], vec![Some(60), Some(320), Some(60)], 2, 0);
+        assert_eq!(c.samples.len(), 2);
+        assert_eq!((h.retaken, h.misplaced, h.disturbed), (0, 2, 2));
     }
 
     #[test]
@@ -1783,6 +1993,9 @@ mod tests {
             "samples_retaken",
             "samples_disturbed",
             "host_wait_us",
+            "samples_misplaced",
+            "link_min_ns",
+            "link_max_ns",
         ] {
             for size in [256, 16384] {
                 let name = format!("send-{size}/{e}");
