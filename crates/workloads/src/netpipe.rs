@@ -317,12 +317,14 @@ fn link_probe(pair: &Pair, halt: &AtomicBool) -> Option<u64> {
     let mut t = Instant::now();
     for i in 0..PROBE_ROUNDS {
         ball.store(2 * i + 1, Release);
+        let mut backoff = Backoff::new();
         while ball.load(Acquire) != 2 * i + 2 {
-            if pair.failed.load(Relaxed) || halt.load(Relaxed) {
+            // The sampler gave up waiting (it clears the request), or the run ends.
+            if pair.failed.load(Relaxed) || halt.load(Relaxed) || !pair.probe_req.load(Relaxed) {
                 ball.store(0, Release);
                 return None;
             }
-            std::hint::spin_loop();
+            backoff.snooze();
         }
         if (i + 1) % PROBE_GROUP == 0 {
             let now = Instant::now();
@@ -337,6 +339,7 @@ fn link_probe(pair: &Pair, halt: &AtomicBool) -> Option<u64> {
 /// On the receiver's thread: answer a probe until the sender ends it (or the pair fails).
 fn link_answer(pair: &Pair) {
     let ball = &pair.ball;
+    let mut backoff = Backoff::new();
     loop {
         let v = ball.load(Acquire);
         if v == 0 || pair.failed.load(Relaxed) {
@@ -344,8 +347,9 @@ fn link_answer(pair: &Pair) {
         }
         if v % 2 == 1 {
             ball.store(v + 1, Release);
+            backoff.reset();
         } else {
-            std::hint::spin_loop();
+            backoff.snooze();
         }
     }
 }
@@ -1216,8 +1220,14 @@ impl Netpipe {
 
     /// Have every pair's sender probe the link to its receiver's core ([`link_probe`]) and wait
     /// for the results: the worst pair's round trip (ns). `None` when a pair did not answer
-    /// within a second (it failed, or the run is ending).
+    /// within a second (it failed, or the run is ending), or when the pairs' threads outnumber
+    /// the host's cores.
     pub fn link_probe(&self, halt: &AtomicBool) -> Option<u64> {
+        // With more pair threads than host cores the round trip measures the scheduler, not
+        // the distance between two cores.
+        if 2 * self.pairs.len() > crate::pin::allowed_cpus().len() {
+            return None;
+        }
         for p in &self.pairs {
             p.probe_req.store(true, Release);
         }
