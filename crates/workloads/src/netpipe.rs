@@ -54,8 +54,8 @@
 //! (`samples_retaken`, `samples_disturbed`, `host_wait_us` per send size).
 //!
 //! On a virtual machine the hypervisor also decides where the virtual CPUs run, and moves them:
-//! on the 2-vCPU development VM a cache line's round trip between the two was about 63 ns at
-//! some times and about 320 ns at others. Between samples the pair pauses and its sender passes
+//! on the 2-vCPU development VM a cache line's round trip between the two was about 60 ns at
+//! some times and about 300 ns at others. Between samples the pair pauses and its sender passes
 //! a line to the receiver and back ([`link_probe`]); a sample next to a probe more than
 //! [`LINK_TOLERANCE`] times the best of the process is retaken the same way (counted in
 //! `samples_misplaced`, with `link_min_ns` and `link_max_ns` per send size).
@@ -306,11 +306,13 @@ const PROBE_GROUP: u64 = 100;
 /// or the run halted meanwhile.
 ///
 /// Why: on a virtual machine the hypervisor places the two virtual CPUs on host cores of its
-/// choosing and moves them every few seconds. Measured on the 2-vCPU development VM (AMD EPYC,
-/// KVM), this round trip was about 63 ns for some seconds and about 320 ns for others: the two
-/// vCPUs sharing a core complex or not. netpipe's messages cost a few such transfers each
-/// (the ring's slots and positions, the buffer, the slab's lines), so its rate follows the
-/// placement by a factor of several, whatever the allocator does.
+/// choosing and moves them. Measured on the 2-vCPU development VM (AMD EPYC, KVM), this round
+/// trip was about 60-64 ns at some times and about 290-330 ns at others, for seconds to
+/// minutes at a time (presumably the two vCPUs on one core complex or on two). netpipe's
+/// messages cost a few such transfers each (the ring's slots and positions, the buffer, the
+/// slab's lines), so two samples at different placements do not measure the same machine.
+/// How much the placement moves netpipe's rate was not measured: on the loaded development
+/// machine the near placement came with the pair threads starved of their cores.
 fn link_probe(pair: &Pair, halt: &AtomicBool) -> Option<u64> {
     let ball = &pair.ball;
     let mut best = u64::MAX;
