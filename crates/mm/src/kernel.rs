@@ -235,6 +235,7 @@ impl Kernel {
             VmaLockPolicy::None => None,
             VmaLockPolicy::Rwsem => Some(VmaLockKind::Rwsem),
             VmaLockPolicy::Refcount => Some(VmaLockKind::Refcount),
+            VmaLockPolicy::Rcu => Some(VmaLockKind::Rcu),
         }
     }
 

@@ -264,6 +264,13 @@ pub enum VmaLock {
     Rwsem,
     /// 6.15: a per-VMA reference count plus `vm_lock_seq`, no separate lock object.
     Refcount,
+    /// Lock-free faults (Bonsai, Clements et al., ASPLOS'12; the speculative page fault
+    /// series of Laurent Dufour and Michel Lespinasse, 2018-2021, never merged): the fault
+    /// finds its VMA under RCU, snapshots the VMA's sequence count and validates it under the
+    /// PTE lock before installing; it takes no lock or reference on the VMA and writes none of
+    /// its lines. munmap bumps the sequence and retires VMAs and page tables through RCU.
+    /// Needs a PTE lock to validate under: not with `mm.ptl = "atomic"`.
+    Rcu,
 }
 
 /// Which page faults may be handled under the per-VMA lock (`lock_vma_under_rcu` and the
@@ -844,6 +851,13 @@ impl Policy {
                 self.mm.vma_lock_faults.name()
             )));
         }
+        // The speculative fault validates its snapshot under the PTE lock it installs under;
+        // Lameter's lockless install has no such lock.
+        if self.mm.vma_lock == VmaLock::Rcu && self.mm.ptl == Ptl::Atomic {
+            return Err(PolicyError(
+                "mm.vma_lock = \"rcu\" needs a PTE lock to validate its fault under: choose mm.ptl = \"split\" or \"mm\", not \"atomic\"".into(),
+            ));
+        }
         if self.alloc.prezero && self.alloc.prezero_pool == 0 {
             return Err(PolicyError(
                 "alloc.prezero_pool must be at least 1 page when alloc.prezero = true".into(),
@@ -1171,6 +1185,29 @@ mod tests {
         assert!(d.mm.munmap_downgrade);
         assert!(VmaLockFaults::AnonSwap.swap() && !VmaLockFaults::AnonSwap.file());
         assert!(!VmaLockFaults::Anon.swap() && VmaLockFaults::All.file());
+    }
+
+    #[test]
+    fn vma_lock_rcu_parses_and_round_trips() {
+        let p = Policy::from_toml_str("[mm]\nvma_lock = \"rcu\"\nvma_lock_faults = \"anon\"\n")
+            .unwrap();
+        assert_eq!(p.mm.vma_lock, VmaLock::Rcu);
+        assert_eq!(p.mm.vma_lock_faults, VmaLockFaults::Anon);
+        assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+    }
+
+    #[test]
+    fn unknown_vma_lock_names_every_value_and_rcu_refuses_atomic_ptl() {
+        let e = Policy::from_toml_str("[mm]\nvma_lock = \"seqlock\"\n").unwrap_err();
+        for v in ["`none`", "`rwsem`", "`refcount`", "`rcu`"] {
+            assert!(e.0.contains(v) && e.0.contains("line 2"), "{v}: {e}");
+        }
+        let e = Policy::from_toml_str("[mm]\nvma_lock = \"rcu\"\nptl = \"atomic\"\n").unwrap_err();
+        assert!(
+            e.0.contains("mm.vma_lock = \"rcu\"") && e.0.contains("mm.ptl") && !e.0.contains('\n'),
+            "{e}"
+        );
+        Policy::from_toml_str("[mm]\nvma_lock = \"rcu\"\nptl = \"mm\"\n").unwrap();
     }
 
     #[test]

@@ -90,6 +90,14 @@ vm_events! {
     /// A swap-in started under the VMA lock was retried under mmap_lock (6.4 and 6.5). Also
     /// counted in `vma_lock_retry`.
     VmaLockFallbackSwap => "vma_lock_fallback_swap",
+    /// A lock-free fault (`mm.vma_lock = "rcu"`) found a page-table level missing and retried
+    /// under mmap_lock (speculative faults do not allocate page tables). Also counted in
+    /// `vma_lock_retry`.
+    VmaRcuFallbackPgtable => "vma_rcu_fallback_pgtable",
+    /// A lock-free fault found its VMA's sequence count changed when it validated under the
+    /// PTE lock (a concurrent munmap) and retried under mmap_lock. Also counted in
+    /// `vma_lock_retry`.
+    VmaRcuFallbackSeq => "vma_rcu_fallback_seq",
     /// munmaps that downgraded mmap_lock to read for the zap, TLB flush and freeing
     /// (`mm.munmap_downgrade`).
     MunmapDowngrade => "munmap_downgrade",

@@ -115,6 +115,16 @@ impl RcuDomain {
         self.reclaim();
     }
 
+    /// `call_rcu`: drop `value` once every reader now in a read section has left it. The
+    /// caller must already have unlinked whatever `value` owns from every place a new reader
+    /// could find it (the fence below orders those stores before the epoch advance, as in
+    /// [`RcuCell::publish`]).
+    pub fn call_rcu(&self, value: Box<dyn Send>) {
+        fence(Ordering::SeqCst);
+        let tag = self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.retire(tag, value);
+    }
+
     /// Free the retired values no reader can see any more. Returns how many are still waiting.
     pub fn reclaim(&self) -> usize {
         let oldest = self.oldest_reader();

@@ -346,7 +346,18 @@ impl Mm {
             a = chunk_end;
         }
         let _rmap = self.rmap_lock.write();
-        self.pgtable.free_pgtables(cpu, start, end, floor, ceiling);
+        if self.vma_lock_kind == VmaLockKind::Rcu {
+            // Lock-free faults may still be walking these tables (they hold no lock munmap
+            // waits for): free them after a grace period, as Bonsai does.
+            let tables = self
+                .pgtable
+                .unlink_pgtables(cpu, start, end, floor, ceiling);
+            if !tables.is_empty() {
+                self.k.rcu().call_rcu(Box::new(tables));
+            }
+        } else {
+            self.pgtable.free_pgtables(cpu, start, end, floor, ceiling);
+        }
     }
 
     /// `zap_pte_range` for one page table's span: clear the PTEs, drop the rmap and RSS

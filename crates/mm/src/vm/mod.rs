@@ -1,4 +1,4 @@
-//! Address spaces and the page-fault path: VMAs (`vma`), per-VMA locks (`vma_lock`), the
+//! Address spaces and the page-fault path: VMAs (`vma`), per-VMA locks (`vma_lock`), lock-free faults (`vma_rcu`), the
 //! address space and mmap/munmap (`mm`), page tables and their locks (`pgtable`), faults
 //! (`fault`), files and the page cache (`filemap`), RSS counters (`rss`) and TLB shootdown
 //! with the unmap gather (`tlb`).
@@ -11,3 +11,4 @@ pub mod rss;
 pub mod tlb;
 pub mod vma;
 pub mod vma_lock;
+pub mod vma_rcu;

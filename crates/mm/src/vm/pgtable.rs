@@ -526,6 +526,32 @@ struct FreeRange {
     ceiling: u64,
 }
 
+/// Page-table pages unlinked by [`PageTable::unlink_pgtables`], freed when this drops.
+pub struct UnlinkedTables {
+    mem: Arc<Mem>,
+    cpu: CpuId,
+    tables: Vec<Pfn>,
+}
+
+impl UnlinkedTables {
+    /// How many table pages wait to be freed.
+    pub fn len(&self) -> usize {
+        self.tables.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+}
+
+impl Drop for UnlinkedTables {
+    fn drop(&mut self) {
+        for &t in &self.tables {
+            free_table(&self.mem, self.cpu, t, true);
+        }
+    }
+}
+
 /// `pagetable_alloc` + constructor: a zeroed frame marked `PG_table`.
 fn alloc_table(mem: &Mem, cpu: CpuId) -> Result<Pfn, AllocError> {
     let pfn = mem.alloc_page(cpu, Gfp::KERNEL.with_zero())?;
@@ -987,12 +1013,33 @@ impl PageTable {
     /// walkers of other VMAs never reach a freed table, by the floor/ceiling rule; the caller
     /// excludes the creation of new VMAs in `[floor, ceiling)` meanwhile (`mmap_lock`).
     pub fn free_pgtables(&self, cpu: CpuId, start: u64, end: u64, floor: u64, ceiling: u64) {
+        drop(self.unlink_pgtables(cpu, start, end, floor, ceiling));
+    }
+
+    /// [`PageTable::free_pgtables`] whose frames are given back only when the returned
+    /// [`UnlinkedTables`] drops: a caller whose walkers hold no lock that excludes the unmap
+    /// (lock-free faults, `crate::vm::vma_rcu`) hands it to RCU (`call_rcu`), as Bonsai and
+    /// `MMU_GATHER_RCU_TABLE_FREE` free page-table pages after a grace period. The entries
+    /// pointing to the tables are cleared now, so no new walk reaches them.
+    pub fn unlink_pgtables(
+        &self,
+        cpu: CpuId,
+        start: u64,
+        end: u64,
+        floor: u64,
+        ceiling: u64,
+    ) -> UnlinkedTables {
+        let mut out = UnlinkedTables {
+            mem: self.mem.clone(),
+            cpu,
+            tables: Vec::new(),
+        };
         assert!(
             floor <= start && start <= end && end <= ceiling && ceiling <= TASK_SIZE,
             "bad free_pgtables range {start:#x}..{end:#x} within {floor:#x}..{ceiling:#x}"
         );
         if start == end {
-            return;
+            return out;
         }
         let r = FreeRange {
             start,
@@ -1000,14 +1047,15 @@ impl PageTable {
             floor,
             ceiling,
         };
-        self.free_level(cpu, self.pgd, LEVEL_PGD, 0, &r, false);
+        self.free_level(&mut out.tables, self.pgd, LEVEL_PGD, 0, &r, false);
+        out
     }
 
     /// Free the tables below the level-`level` table `table` (spanning from `base`) that `r`
     /// allows; all of them if `whole` (the table itself is being freed).
     fn free_level(
         &self,
-        cpu: CpuId,
+        unlinked: &mut Vec<Pfn>,
         table: Pfn,
         level: u32,
         base: u64,
@@ -1031,7 +1079,7 @@ impl PageTable {
             let child_base = base + ((i as u64) << shift);
             let free = whole || span_within(child_base, child_span, r.floor, r.ceiling);
             if level > LEVEL_PMD {
-                self.free_level(cpu, child, level - 1, child_base, r, free);
+                self.free_level(unlinked, child, level - 1, child_base, r, free);
             }
             if free {
                 {
@@ -1039,7 +1087,7 @@ impl PageTable {
                     w.store(0, Release);
                 }
                 self.mm.nr_tables.fetch_sub(1, Relaxed);
-                free_table(&self.mem, cpu, child, true);
+                unlinked.push(child);
             }
         }
     }

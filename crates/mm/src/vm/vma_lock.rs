@@ -20,12 +20,17 @@
 //!   attached, +1 per reader, and a writer adds [`VMA_LOCK_OFFSET`] and waits for the readers
 //!   to drain. A reader's increment is refused when the count is 0 or at/above the offset.
 //!
+//! - [`VmaLockKind::Rcu`] (research, `mm.vma_lock = "rcu"`): no reader gate at all; faults
+//!   validate a per-VMA sequence count instead ([`crate::vm::vma_rcu`]).
+//!
 //! The atomics come from `pagelab_sync::shim`, so the protocol is model-checked by loom
 //! (`tests/loom_vma.rs`).
 
 use pagelab_sync::shim::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use pagelab_sync::trace::{Access, LockModel};
 use pagelab_sync::{Backoff, RwSem, RwSemReadGuard};
+
+use crate::vm::vma_rcu::VmaSeq;
 
 /// `VMA_LOCK_OFFSET`: added to `vm_refcnt` by a writer; readers are refused above it.
 pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
@@ -35,6 +40,8 @@ pub const VMA_LOCK_OFFSET: u32 = 0x4000_0000;
 pub enum VmaLockKind {
     Rwsem,
     Refcount,
+    /// Lock-free faults: see [`crate::vm::vma_rcu`].
+    Rcu,
 }
 
 /// Why a reader did not get the VMA.
@@ -57,6 +64,7 @@ enum Inner {
     Refcount {
         refcnt: AtomicU32,
     },
+    Rcu(VmaSeq),
 }
 
 /// The per-VMA lock (the rwsem of 6.4, or `vm_refcnt` of 6.15): one per VMA.
@@ -133,12 +141,24 @@ impl VmaLock {
                 VmaLockKind::Refcount => Inner::Refcount {
                     refcnt: AtomicU32::new(1),
                 },
+                VmaLockKind::Rcu => Inner::Rcu(VmaSeq::new()),
             },
         }
     }
 
+    /// The sequence count of a [`VmaLockKind::Rcu`] VMA, which faults validate instead of
+    /// taking a read lock; `None` for the other kinds.
+    #[inline]
+    pub fn rcu_seq(&self) -> Option<&VmaSeq> {
+        match &self.inner {
+            Inner::Rcu(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// `vma_start_read`: try to take a read reference, held until the guard drops
-    /// (`vma_end_read`).
+    /// (`vma_end_read`). A [`VmaLockKind::Rcu`] VMA has no read lock to take and always
+    /// refuses (its faults use [`VmaLock::rcu_seq`]).
     #[inline]
     pub fn start_read(&self, mm_seq: &MmLockSeq) -> Result<VmaReadGuard<'_>, ReadLockFail> {
         // Racy pre-check: a write-locked VMA is refused without touching its lock line.
@@ -149,6 +169,7 @@ impl VmaLock {
             Inner::Rwsem { lock, .. } => {
                 VmaReadGuard::Rwsem(lock.try_read().ok_or(ReadLockFail::Locked)?)
             }
+            Inner::Rcu(_) => return Err(ReadLockFail::Locked),
             Inner::Refcount { refcnt } => {
                 // The capture's switch: the reader refused as by a writer, to record the
                 // mmap_lock fallback (`pagelab_sync::trace::force_trylock_failure`).
@@ -236,6 +257,11 @@ impl VmaLock {
                 self.vm_lock_seq.store(seq, Ordering::Relaxed);
                 refcnt.fetch_sub(VMA_LOCK_OFFSET, Ordering::Release);
             }
+            Inner::Rcu(s) => {
+                // No readers to drain: faults in flight find the bump when they validate.
+                s.write_begin();
+                self.vm_lock_seq.store(seq, Ordering::Relaxed);
+            }
         }
     }
 
@@ -244,6 +270,7 @@ impl VmaLock {
     pub fn mark_detached(&self) {
         match &self.inner {
             Inner::Rwsem { detached, .. } => detached.store(true, Ordering::Release),
+            Inner::Rcu(s) => s.mark_detached(),
             Inner::Refcount { refcnt } => {
                 // Readers may hold transient references (they fail their sequence check and
                 // drop them); wait for the count to fall to the attach reference, then drop it.
@@ -263,6 +290,7 @@ impl VmaLock {
         match &self.inner {
             Inner::Rwsem { detached, .. } => detached.load(Ordering::Acquire),
             Inner::Refcount { refcnt } => refcnt.load(Ordering::Acquire) == 0,
+            Inner::Rcu(s) => s.is_detached(),
         }
     }
 }
