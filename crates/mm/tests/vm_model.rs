@@ -70,7 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn policy() -> impl Strategy<Value = Policy> {
     (
-        (0..3u8, 0..3u8, 0..3u8, any::<bool>()),
+        (0..4u8, 0..3u8, 0..3u8, any::<bool>()),
         (0..3u8, 0..3u8, any::<bool>(), any::<bool>(), any::<bool>()),
         0..3u8,
         prop::sample::select(vec![0u32, 1, 4, 511]),
@@ -78,7 +78,8 @@ fn policy() -> impl Strategy<Value = Policy> {
         .prop_map(
             |((vl, cover, ptl, downgrade), (rss, add, rel, tlb, around), lru_gen, prefault)| {
                 let mut p = Policy::default();
-                p.mm.vma_lock = [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount][vl as usize];
+                p.mm.vma_lock =
+                    [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount, VmaLock::Rcu][vl as usize];
                 // Which faults the VMA lock covers (6.4, 6.6, 6.7+); without one, the default.
                 if p.mm.vma_lock != VmaLock::None {
                     p.mm.vma_lock_faults = [
@@ -89,6 +90,10 @@ fn policy() -> impl Strategy<Value = Policy> {
                 }
                 p.mm.munmap_downgrade = downgrade;
                 p.mm.ptl = [Ptl::Mm, Ptl::Split, Ptl::Atomic][ptl as usize];
+                // Lock-free faults validate under a PTE lock: never with the lockless install.
+                if p.mm.vma_lock == VmaLock::Rcu && p.mm.ptl == Ptl::Atomic {
+                    p.mm.ptl = Ptl::Split;
+                }
                 p.mm.anon_prefault = prefault;
                 p.mm.rss = [
                     RssCounter::Atomic,

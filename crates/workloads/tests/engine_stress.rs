@@ -33,6 +33,12 @@ fn policies() -> Vec<(String, Policy)> {
     };
     vary("vma_lock=none", &|p| p.mm.vma_lock = VmaLock::None);
     vary("vma_lock=rwsem", &|p| p.mm.vma_lock = VmaLock::Rwsem);
+    vary("vma_lock=rcu", &|p| p.mm.vma_lock = VmaLock::Rcu);
+    vary("rcu, vma_lock_faults=anon, ptl=mm", &|p| {
+        p.mm.vma_lock = VmaLock::Rcu;
+        p.mm.vma_lock_faults = VmaLockFaults::Anon;
+        p.mm.ptl = Ptl::Mm;
+    });
     vary("vma_lock_faults=anon", &|p| {
         p.mm.vma_lock_faults = VmaLockFaults::Anon
     });
