@@ -73,6 +73,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "pvl-refcount",
         include_str!("../../../profiles/pvl-refcount.toml"),
     ),
+    ("rcu-vma", include_str!("../../../profiles/rcu-vma.toml")),
     ("mglru", include_str!("../../../profiles/mglru.toml")),
     (
         "mglru-bulk",
@@ -270,6 +271,15 @@ mod tests {
         assert_eq!(keys("linux-2.6.13-atomic-rss-delta"), ["mm.ptl", "mm.rss"]);
         assert_eq!(keys("linux-2.6.13-prefault"), ["mm.anon_prefault"]);
         assert_eq!((base.lru.batch, base.mm.anon_prefault), (16, 0));
+    }
+
+    #[test]
+    fn rcu_vma_is_linux_6_7_with_lock_free_faults() {
+        let base = load("linux-6.7").unwrap().policy;
+        let rcu = load("rcu-vma").unwrap().policy;
+        let keys: Vec<String> = diff(&base, &rcu).into_iter().map(|(k, _, _)| k).collect();
+        assert_eq!(keys, ["mm.vma_lock"]);
+        assert_eq!(rcu.mm.vma_lock, pagelab_mm::policy::VmaLock::Rcu);
     }
 
     #[test]

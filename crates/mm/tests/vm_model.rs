@@ -78,8 +78,12 @@ fn policy() -> impl Strategy<Value = Policy> {
         .prop_map(
             |((vl, cover, ptl, downgrade), (rss, add, rel, tlb, around), lru_gen, prefault)| {
                 let mut p = Policy::default();
-                p.mm.vma_lock =
-                    [VmaLock::None, VmaLock::Rwsem, VmaLock::Refcount, VmaLock::Rcu][vl as usize];
+                p.mm.vma_lock = [
+                    VmaLock::None,
+                    VmaLock::Rwsem,
+                    VmaLock::Refcount,
+                    VmaLock::Rcu,
+                ][vl as usize];
                 // Which faults the VMA lock covers (6.4, 6.6, 6.7+); without one, the default.
                 if p.mm.vma_lock != VmaLock::None {
                     p.mm.vma_lock_faults = [
