@@ -1087,14 +1087,15 @@ mod tests {
             ev(&k, VmEvent::PgFree) - free,
             "the prepared page was not given back"
         );
-        // With a fresh snapshot the same fault goes through.
-        let snap = seq.begin(&vma.lock, &mm.mm_lock_seq).unwrap();
-        let spec = Spec::rcu(seq, snap);
-        let out = f.handle_mm_fault(vma, a + PAGE, true, Held::Rcu, &spec);
-        assert!(matches!(out, Ok(Outcome::Done)) && !spec.aborted());
-        assert!(mm.pgtable.load(slot).present());
+        // A VMA a writer has had is refused from then on (the engine's writers replace what
+        // they lock); the task's fault is redone under mmap_lock.
+        assert!(seq.begin(&vma.lock, &mm.mm_lock_seq).is_err());
         drop(g);
         drop(reader);
+        let before = ev(&k, VmEvent::FaultMmapLock);
+        t.store(a + PAGE, 2).unwrap();
+        assert_eq!(ev(&k, VmEvent::FaultMmapLock), before + 1);
+        assert!(mm.pgtable.load(slot).present());
         t.munmap(a, 4 * PAGE).unwrap();
     }
 

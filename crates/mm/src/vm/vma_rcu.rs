@@ -19,7 +19,7 @@
 //! never changes a published VMA in place (a change detaches it and publishes new VMAs), a
 //! bumped VMA is also detached for good. A fault:
 //! 1. finds the VMA in the RCU-published tree and loads its count ([`VmaSeq::begin`]: a read,
-//!    no store, no reference count), refusing a VMA that is write-locked or detached;
+//!    no store, no reference count), refusing an odd count (a writer has the VMA);
 //! 2. walks the page table *without allocating* (as Lespinasse's series refused a speculative
 //!    fault whose page-table levels were not populated): a missing level is a retry under
 //!    mmap_lock;
@@ -46,8 +46,16 @@ use pagelab_sync::shim::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::vm::vma_lock::{MmLockSeq, ReadLockFail, VmaLock};
 
 /// A VMA's sequence count for lock-free faults (`vma->vm_sequence` in the SPF series).
+///
+/// A seqcount whose write section never ends: `write_begin` makes the count odd, and since
+/// the engine's writers replace every VMA they write-lock (munmap detaches it), nothing makes
+/// it even again. A reader refuses an odd count; one that snapshotted an even count sees the
+/// change when it validates. (An even snapshot is what makes the check sound: a reader that
+/// loaded the bumped count, but not yet the write-lock sequence or the detach that followed
+/// it, would otherwise validate against the writer's own value; the loom model
+/// `fault_racing_munmap_completes_before_or_retries` finds that schedule.)
 pub struct VmaSeq {
-    /// Bumped by every writer that write-locks the VMA.
+    /// Even while no writer has touched the VMA; odd from the first `write_begin` on.
     seq: AtomicU64,
     /// Removed from the tree (never cleared).
     detached: AtomicBool,
@@ -68,18 +76,19 @@ impl VmaSeq {
     }
 
     /// The snapshot a fault validates against later. Only loads: a fault writes no line of
-    /// the VMA. Refuses a VMA write-locked under the current mmap_lock hold (`lock` is the
-    /// VMA's `vm_lock_seq` holder) or already detached.
+    /// the VMA. Refuses a VMA a writer has write-locked (odd count): `Detached` once it is
+    /// out of the tree, `Locked` while the writer still holds it (`lock` and `mm_seq` tell
+    /// which, for the counters only).
     #[inline]
     pub fn begin(&self, lock: &VmaLock, mm_seq: &MmLockSeq) -> Result<u64, ReadLockFail> {
         let s = self.seq.load(Ordering::Acquire);
-        if lock.is_write_locked(mm_seq) {
-            return Err(ReadLockFail::Locked);
+        if s & 1 == 0 {
+            return Ok(s);
         }
-        if self.detached.load(Ordering::Acquire) {
+        if !lock.is_write_locked(mm_seq) && self.detached.load(Ordering::Acquire) {
             return Err(ReadLockFail::Detached);
         }
-        Ok(s)
+        Err(ReadLockFail::Locked)
     }
 
     /// Is the VMA unchanged since `snapshot`? Call with the PTE lock held: the lock orders a
@@ -90,10 +99,11 @@ impl VmaSeq {
     }
 
     /// The writer's side of `vma_start_write`: called with mmap_lock held for write (so
-    /// writers are serialised), before the VMA's PTEs are zapped. No reader to drain.
+    /// writers are serialised), before the VMA's PTEs are zapped. No reader to drain. The
+    /// count becomes odd (or, already odd, moves on and stays odd).
     pub fn write_begin(&self) {
         let s = self.seq.load(Ordering::Relaxed);
-        self.seq.store(s + 1, Ordering::Release);
+        self.seq.store((s + 1) | 1, Ordering::Release);
     }
 
     /// `vma_mark_detached`.
@@ -125,12 +135,19 @@ mod tests {
         assert!(seq.validate(s));
         // A writer's whole hold between snapshot and validation is seen.
         lock.start_write(&mm_seq);
+        assert_eq!(seq.begin(&lock, &mm_seq), Err(ReadLockFail::Locked));
         mm_seq.end_write_all();
         assert!(!lock.is_write_locked(&mm_seq));
         assert!(!seq.validate(s), "a write-lock and release went unnoticed");
-        // A fresh snapshot while write-locked is refused, and after detaching for good.
-        lock.start_write(&mm_seq);
+        // Refused from then on, even before the detach is visible (a writer that write-locked
+        // the VMA replaces it), and counted as detached after.
         assert_eq!(seq.begin(&lock, &mm_seq), Err(ReadLockFail::Locked));
+        lock.start_write(&mm_seq);
+        let s2 = seq.load();
+        assert!(
+            s2 & 1 == 1 && s2 != s + 1,
+            "a second write section leaves the count odd and moved"
+        );
         lock.mark_detached();
         mm_seq.end_write_all();
         assert_eq!(seq.begin(&lock, &mm_seq), Err(ReadLockFail::Detached));
