@@ -74,10 +74,14 @@ fn lock_free_faults_racing_munmap_leave_everything_whole() {
         ev(VmEvent::FaultMmapLock),
     );
     assert!(ev(VmEvent::VmaLockSuccess) > 0, "no fault stayed lock-free");
-    assert_eq!(
-        ev(VmEvent::VmaLockRetry),
-        ev(VmEvent::VmaRcuFallbackSeq) + ev(VmEvent::VmaRcuFallbackPgtable),
-        "a retry without its reason"
+    // Every retry has its reason, except the first write fault of a VMA finding mmap_lock
+    // taken when it prepares the anon_vma (`vmf_anon_prepare`'s trylock, as under the
+    // per-VMA lock): at most one per mapping.
+    let reasoned = ev(VmEvent::VmaRcuFallbackSeq) + ev(VmEvent::VmaRcuFallbackPgtable);
+    let retried = ev(VmEvent::VmaLockRetry);
+    assert!(
+        retried >= reasoned && retried - reasoned <= ROUNDS as u64,
+        "{retried} retries, {reasoned} with a reason"
     );
     mm.check(true).unwrap();
     assert_eq!(mm.pgtable.nr_tables(), 1, "page tables left after munmap");
