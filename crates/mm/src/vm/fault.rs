@@ -5,6 +5,9 @@
 //! has no anon_vma yet, or the profile's kernel did not handle that kind of fault under the VMA
 //! lock: `mm.vma_lock_faults`) or the fault must be retried, the fault takes mmap_lock for read
 //! and looks the VMA up again. Each fallback is counted by reason (`vma_lock_fallback_*`).
+//! With `mm.vma_lock = "rcu"` the fault takes no VMA lock at all: it snapshots the VMA's
+//! sequence count and validates it under the PTE lock before installing (`vma_rcu`); a
+//! missing page-table level or a changed count sends it to mmap_lock the same way.
 //! `handle_mm_fault` then walks the page table, allocating missing levels, and dispatches on
 //! the PTE:
 //! - none, anonymous VMA: `do_anonymous_page` (a zeroed page);

@@ -14,7 +14,9 @@
 //!   writers, holding mmap_lock for write, publish a modified copy.
 //! - A writer write-locks each VMA it changes (`vma_start_write`) and `mmap_write_unlock`
 //!   releases them all by advancing `mm_lock_seq` (see `vma_lock`).
-//! - Page-table pages and entries: see `pgtable`.
+//! - Page-table pages and entries: see `pgtable`. With `mm.vma_lock = "rcu"` faults hold no
+//!   lock munmap waits for, so munmap hands the page tables it unlinks to RCU (`call_rcu`)
+//!   instead of freeing them at once (`vma_rcu`).
 //!
 //! Invariants (`Mm::check`): the tree is sorted and non-overlapping with attached VMAs; every
 //! present PTE lies inside a VMA and maps a page whose reference and map counts account for
