@@ -457,7 +457,7 @@ impl FaultCtx<'_> {
                 self.count(VmEvent::VmaLockFallbackSwap);
                 return Ok(Outcome::Retry);
             }
-            self.do_swap_page(vma, slot, addr, write, pte, entry, spec)?;
+            self.do_swap_page(vma, slot, addr, write, (pte, entry), spec)?;
         } else {
             return Err(FaultError::Sigbus { addr, entry: pte.0 });
         }
@@ -478,8 +478,7 @@ impl FaultCtx<'_> {
         slot: PteSlot,
         addr: u64,
         write: bool,
-        orig: Pte,
-        entry: SwapEntry,
+        (orig, entry): (Pte, SwapEntry),
         spec: &Spec<'_>,
     ) -> Result<(), FaultError> {
         let swap = self.k.swap().expect("checked by the caller");
