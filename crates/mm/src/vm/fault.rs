@@ -1101,6 +1101,75 @@ mod tests {
         t.munmap(a, 4 * PAGE).unwrap();
     }
 
+    /// Which faults stay lock-free follows `mm.vma_lock_faults`, as for the per-VMA locks: a
+    /// file fault before "all" is an abort counted with its reason and handled under
+    /// mmap_lock; a swap-in before "anon+swap" is a retry.
+    #[test]
+    fn rcu_coverage_follows_vma_lock_faults() {
+        use crate::policy::VmaLockFaults;
+        use crate::reclaim::swap::{Backing, SwapConfig};
+        for cover in [
+            VmaLockFaults::Anon,
+            VmaLockFaults::AnonSwap,
+            VmaLockFaults::All,
+        ] {
+            let mut p = Policy::default();
+            p.mm.vma_lock = VmaLock::Rcu;
+            p.mm.vma_lock_faults = cover;
+            let cfg = MemConfig::new(32 << 20, 1).with_memcgs(2);
+            let swap = SwapConfig::new(4096, Backing::Memory { compress: false }, 1);
+            let k = Kernel::with_swap(&cfg, &p, Some(swap)).unwrap();
+            k.stop_kswapd();
+            k.mem().memcgs().set_max(1, 256).unwrap();
+            let mm = k.new_mm(CpuId(0)).unwrap();
+            mm.set_memcg(1).unwrap();
+            let t = k.new_task(mm.clone(), CpuId(0));
+            let file = k.create_file(8);
+            let f = t
+                .mmap(
+                    8 * PAGE,
+                    false,
+                    MapKind::File {
+                        file,
+                        offset: 0,
+                        shared: true,
+                    },
+                )
+                .unwrap();
+            let a = t.mmap(1024 * PAGE, true, MapKind::Anon).unwrap();
+            for i in 0..4 {
+                t.load(f + i * 2 * PAGE).unwrap();
+            }
+            let file_fallbacks = ev(&k, VmEvent::VmaLockFallbackFile);
+            assert_eq!(
+                file_fallbacks,
+                if cover.file() { 0 } else { 4 },
+                "{cover:?}"
+            );
+            for i in 0..1024 {
+                t.store(a + i * PAGE, i + 1).unwrap();
+            }
+            for i in 0..1024 {
+                assert_eq!(t.load(a + i * PAGE).unwrap(), i + 1, "{cover:?}");
+            }
+            let swapins = ev(&k, VmEvent::FaultSwap);
+            assert!(swapins > 0, "{cover:?}: nothing was swapped in");
+            let fell_back = ev(&k, VmEvent::VmaLockFallbackSwap);
+            assert_eq!(
+                fell_back,
+                if cover.swap() { 0 } else { swapins },
+                "{cover:?}"
+            );
+            assert_eq!(
+                ev(&k, VmEvent::VmaRcuFallbackSeq),
+                0,
+                "{cover:?}: nobody unmapped"
+            );
+            t.munmap(a, 1024 * PAGE).unwrap();
+            t.munmap(f, 8 * PAGE).unwrap();
+        }
+    }
+
     /// The lock-free fault writes no line of the VMA: a recording of faults on one VMA shows
     /// no VMA-lock and no mmap_lock event, where the 6.15 reference count shows one
     /// acquisition and release per fault.
