@@ -12,7 +12,9 @@ use pagelab_bench::run::parse_tasks;
 use pagelab_bench::stats::Significance;
 use pagelab_project::capture::{CaptureSpec, capture};
 use pagelab_project::machine::{self, Machine};
-use pagelab_project::project::{Progress, ProjectSpec, default_label, project, store_projection};
+use pagelab_project::project::{
+    DEFAULT_CAPTURES, Progress, ProjectSpec, default_label, project, store_projection,
+};
 use pagelab_project::trace::Trace;
 use pagelab_project::validate;
 use pagelab_workloads::{Mode, WorkloadKind};
@@ -86,6 +88,10 @@ pub(crate) struct ProjectArgs {
     /// Sample windows (will-it-scale) or seeded repetitions (pft) per row.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     samples: u64,
+    /// Captures of each profile on the engine, taken in turns and each replayed: the rows'
+    /// spread, and compare's interval, hold the capture noise.
+    #[arg(long, default_value_t = DEFAULT_CAPTURES as u64, value_parser = clap::value_parser!(u64).range(1..=20))]
+    captures: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fixed-work workloads (pft): faults per replayed CPU.
@@ -112,6 +118,9 @@ pub(crate) struct ValidateArgs {
     self_check_only: bool,
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     samples: u64,
+    /// Captures of each profile on the engine, taken in turns and each replayed.
+    #[arg(long, default_value_t = DEFAULT_CAPTURES as u64, value_parser = clap::value_parser!(u64).range(1..=20))]
+    captures: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..))]
@@ -244,9 +253,13 @@ fn machine_tasks(m: &Machine) -> Vec<usize> {
 
 fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
     move |p| match p {
-        Progress::Capturing { profile } => {
-            eprintln!("pagelab: {total_label}: capturing a trace of {profile} on the engine")
-        }
+        Progress::Capturing {
+            profile,
+            round,
+            rounds,
+        } => eprintln!(
+            "pagelab: {total_label}: capturing a trace of {profile} on the engine ({round}/{rounds})"
+        ),
         Progress::Replayed { done, total } => {
             eprintln!("pagelab: {total_label}: replayed {done}/{total} rows")
         }
@@ -318,6 +331,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         modes,
         tasks,
         samples: a.samples as usize,
+        captures: a.captures as usize,
         seed: a.seed,
         ops_per_cpu: a.ops_per_cpu,
     };
@@ -346,10 +360,11 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             !interrupted,
         )?;
         eprintln!(
-            "pagelab: stored run {id} as `{label}` (projected, {} rows, {:.1} M simulated events in {:.1} s)",
+            "pagelab: stored run {id} as `{label}` (projected, {} rows x {} captures, {:.1} M simulated events in {:.1} s)",
             p.rows.len(),
-            p.rows.iter().map(|r| r.events).sum::<u64>() as f64 / 1e6,
-            p.rows.iter().map(|r| r.seconds).sum::<f64>()
+            p.traces.len(),
+            p.rows.iter().map(|r| r.events()).sum::<u64>() as f64 / 1e6,
+            p.rows.iter().map(|r| r.seconds()).sum::<f64>()
         );
         labels.push(label);
         ids.push(id);
@@ -367,6 +382,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         let top = p
             .rows
             .iter()
+            .filter_map(|r| r.captures.first())
             .filter_map(|r| {
                 r.classes
                     .iter()
@@ -399,12 +415,13 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
             Some(t) => vec![validate::published(t)?],
             None => validate::BUILTIN.iter().collect(),
         };
-        let mut all_changes = Vec::new();
+        let (mut all_changes, mut all_rows) = (Vec::new(), Vec::new());
         for t in tables {
             let what = format!("validate {}", t.name);
             let r = validate::validate_table(
                 t,
                 a.samples as usize,
+                a.captures as usize,
                 a.seed,
                 a.ops_per_cpu,
                 &mut progress_printer(&what),
@@ -418,18 +435,19 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                 r.events as f64 / 1e6 / r.replay_seconds.max(1e-9)
             );
             all_changes.extend(r.changes.iter().cloned());
+            all_rows.extend(r.rows.iter().cloned());
             json.insert(
                 t.name.to_string(),
                 serde_json::to_value(&r).map_err(|e| e.to_string())?,
             );
         }
         if !all_changes.is_empty() {
-            let right = all_changes.iter().filter(|c| c.sign_right()).count();
-            let errs: Vec<f64> = all_changes.iter().map(|c| c.error_points()).collect();
-            println!(
-                "all tables: {right} of {} changes with the published sign; median absolute error {:.2} points\n",
-                all_changes.len(),
-                validate::median(errs)
+            // The overall figures: every table's changes and rows together.
+            let s = validate::Summaries::of(&all_rows, &all_changes);
+            println!("{}", s.render("all tables"));
+            json.insert(
+                "all-tables".into(),
+                serde_json::to_value(&s).map_err(|e| e.to_string())?,
             );
         }
     }
