@@ -1185,7 +1185,7 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT run_id, mode, tasks, metric, higher_is_better, value FROM samples
+                "SELECT run_id, mode, tasks, metric, higher_is_better, value, repeat FROM samples
                  WHERE run_id IN (SELECT value FROM json_each(?1))
                  ORDER BY run_id, mode, tasks, metric",
             )
@@ -1204,6 +1204,7 @@ impl Store {
                 let metric = text(r, 3)?;
                 let higher_is_better: bool = r.get(4)?;
                 let value: f64 = r.get(5)?;
+                let repeat: u32 = r.get(6)?;
                 let same = |s: &SetSummary| {
                     s.run_id == run_id
                         && s.key.tasks == tasks
@@ -1232,12 +1233,13 @@ impl Store {
                                 origin,
                                 key,
                                 summary: Summary::new(),
+                                repeats: Vec::new(),
                             });
                             out.len() - 1
                         })
                     }
                 };
-                out[i].summary.push(value);
+                out[i].push(repeat, value);
                 last = Some(i);
                 Ok(())
             };

@@ -53,6 +53,56 @@ fn a_projection_is_stored_as_projected_rows_and_compares() {
     assert!(csv.contains("faults/sec"));
 }
 
+/// compare on projected columns: every mean row shows the change with its range over the
+/// captures' pairings and no significance asterisk, and says the columns are projected.
+#[test]
+fn compare_prints_intervals_for_projected_columns_not_asterisks() {
+    let d = Dir::new("proj-interval");
+    let db = d.db();
+    ok(
+        &db,
+        &[
+            "project",
+            "--machine",
+            "icelake-2s-64c",
+            "pft",
+            "--profile",
+            "mm-unstable-20230210",
+            "--profile",
+            "pvl-v2",
+            "--tasks",
+            "1,16",
+            "--samples",
+            "2",
+            "--captures",
+            "2",
+            "--ops-per-cpu",
+            "512",
+        ],
+    );
+    let cmp = ok(
+        &db,
+        &[
+            "compare",
+            "mm-unstable-20230210@icelake-2s-64c",
+            "pvl-v2@icelake-2s-64c",
+        ],
+    );
+    let means: Vec<&str> = cmp.lines().filter(|l| l.starts_with("Hmean")).collect();
+    assert_eq!(means.len(), 4, "{cmp}");
+    for l in &means {
+        assert!(!l.contains('*'), "an asterisk on a projected column: {cmp}");
+        // The baseline's own change is 0 with an interval too (its captures against its
+        // captures), the other column's is its change with its range.
+        assert_eq!(l.matches("% [").count(), 2, "{cmp}");
+    }
+    assert!(cmp.contains("pvl-v2@icelake-2s-64c is projected"), "{cmp}");
+    assert!(cmp.contains("no significance asterisks"), "{cmp}");
+    // Each capture is a repeat of the stored run.
+    let json = ok(&db, &["export", "--format", "json"]);
+    assert!(json.contains("\"repeat\": 1"), "{json}");
+}
+
 #[test]
 fn bad_projections_are_refused_before_anything_is_stored() {
     let d = Dir::new("proj-bad");

@@ -227,6 +227,14 @@ impl Change {
         !self.failed() && sign(self.published_pct) == sign(self.projected_pct)
     }
 
+    /// The whole captures' range has the published sign (a published change of 0 is never
+    /// resolved).
+    pub fn resolved_right(&self) -> bool {
+        !self.failed()
+            && ((self.published_pct > 0.0 && self.projected_low > 0.0)
+                || (self.published_pct < 0.0 && self.projected_high < 0.0))
+    }
+
     /// The error in points; infinite for a failure, so that it sorts above every error.
     pub fn error_points(&self) -> f64 {
         if self.failed() {
@@ -249,6 +257,9 @@ impl Change {
 pub struct ClassSummary {
     pub changes: usize,
     pub right_sign: usize,
+    /// Changes whose whole captures' range has the published sign: resolved by the projection
+    /// beyond its own capture noise.
+    pub resolved_right_sign: usize,
     /// Changes within [`NEAR_POINTS`] of the published one.
     pub within_10_points: usize,
     /// The median error in points (failures count as infinite); `None` without changes.
@@ -263,6 +274,7 @@ impl ClassSummary {
         ClassSummary {
             changes: changes.len(),
             right_sign: changes.iter().filter(|c| c.sign_right()).count(),
+            resolved_right_sign: changes.iter().filter(|c| c.resolved_right()).count(),
             within_10_points: changes
                 .iter()
                 .filter(|c| c.error_points() <= NEAR_POINTS)
@@ -285,10 +297,11 @@ impl ClassSummary {
         }
         let pct = |k: usize| 100.0 * k as f64 / self.changes as f64;
         let mut s = format!(
-            "{} of {} with the published sign ({:.0}%), {} of {} within {NEAR_POINTS:.0} points ({:.0}%); median error {:.2} points",
+            "{} of {} with the published sign ({:.0}%; {} with it over the whole captures' range), {} of {} within {NEAR_POINTS:.0} points ({:.0}%); median error {:.2} points",
             self.right_sign,
             self.changes,
             pct(self.right_sign),
+            self.resolved_right_sign,
             self.within_10_points,
             self.changes,
             pct(self.within_10_points),
@@ -896,6 +909,13 @@ mod tests {
         let s = Summaries::of(&[], &changes);
         let b = &s.beyond_noise;
         assert_eq!((b.right_sign, b.within_10_points, b.changes), (2, 2, 3));
+        // Resolved: the whole range on the published side of zero.
+        assert_eq!(b.resolved_right_sign, 2);
+        let straddles = Change {
+            projected_high: 1.0,
+            ..change(-9.51, -4.0, true)
+        };
+        assert!(straddles.sign_right() && !straddles.resolved_right());
         assert!((b.median_error_points.unwrap() - 5.51).abs() < 1e-9);
         assert_eq!(s.within_noise.changes, 0);
     }

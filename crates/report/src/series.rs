@@ -10,6 +10,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use pagelab_bench::compare;
 use pagelab_bench::results::{Origin, StoredRun};
 use pagelab_bench::stats::{self, Significance, Summary};
 use serde::Serialize;
@@ -105,6 +106,10 @@ pub struct Point {
     pub spread: f64,
     /// The pooled sample set, for the significance of changes.
     pub summary: Summary,
+    /// The sample set of each pooled (run, repeat): a projected run's repeats are its
+    /// captures, whose means make a projected change's interval.
+    #[serde(skip)]
+    pub repeats: Vec<Summary>,
 }
 
 /// One curve: a label's samples from one source, in one mode.
@@ -192,7 +197,7 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
     let slots = colour_slots(res);
     type Key<'a> = (&'a str, &'a str, bool);
     // (workload, metric, higher) -> mode -> (label index, source) -> tasks -> pooled set
-    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, Summary>>;
+    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, (Summary, Vec<Summary>)>>;
     let mut order: Vec<Key> = Vec::new();
     let mut groups: HashMap<Key, BTreeMap<&str, Curves>> = HashMap::new();
     for s in &res.sets {
@@ -217,7 +222,7 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
         if !order.contains(&key) {
             order.push(key);
         }
-        groups
+        let pooled = groups
             .entry(key)
             .or_default()
             .entry(&s.key.mode)
@@ -225,8 +230,9 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
             .entry((label_index, source))
             .or_default()
             .entry(s.key.tasks)
-            .or_default()
-            .merge(&s.summary);
+            .or_default();
+        pooled.0.merge(&s.summary);
+        pooled.1.extend(s.repeats.iter().map(|(_, r)| *r));
     }
     order
         .into_iter()
@@ -245,13 +251,14 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
                             source,
                             points: by_tasks
                                 .into_iter()
-                                .map(|(tasks, summary)| {
+                                .map(|(tasks, (summary, repeats))| {
                                     let (mean, spread) = summarise(&summary, higher_is_better);
                                     Point {
                                         tasks,
                                         mean,
                                         spread,
                                         summary,
+                                        repeats,
                                     }
                                 })
                                 .collect(),
@@ -275,8 +282,12 @@ pub struct Change {
     pub tasks: u32,
     /// Percent change of the mean against the baseline's, positive when better.
     pub pct: f64,
-    /// Whether the selected rule calls the difference significant (compare's asterisks).
+    /// Whether the selected rule calls the difference significant (compare's asterisks);
+    /// never for projected curves, which carry an interval instead.
     pub significant: bool,
+    /// Projected curves: the range of the change over every pairing of a baseline capture's
+    /// mean with one of this curve's (as `compare` prints it).
+    pub interval: Option<(f64, f64)>,
 }
 
 /// A label's change against its source's baseline label (see [`Panel::changes`]).
@@ -319,15 +330,26 @@ impl Panel {
                         } else {
                             stats::pct_change(b.mean, p.mean, higher_is_better)
                         };
+                        let projected = s.source.origin == Origin::Projected;
                         pct.is_finite().then(|| Change {
                             tasks: p.tasks,
                             pct,
-                            significant: stats::significant_summary(
-                                &b.summary,
-                                &p.summary,
-                                higher_is_better,
-                                rule,
-                            ),
+                            significant: !projected
+                                && stats::significant_summary(
+                                    &b.summary,
+                                    &p.summary,
+                                    higher_is_better,
+                                    rule,
+                                ),
+                            interval: if projected {
+                                compare::projected_interval(
+                                    &b.repeats,
+                                    &p.repeats,
+                                    higher_is_better,
+                                )
+                            } else {
+                                None
+                            },
                         })
                     })
                     .collect();
@@ -517,6 +539,14 @@ pub(crate) mod tests {
         assert_eq!(ch[1].points.len(), 4);
         for p in &ch[1].points {
             assert!((p.pct + 10.0).abs() < 1e-9, "{p:?}");
+            // No spread either side, yet no asterisk: a projection is never tested for
+            // significance; its interval (one capture a side here) is the change itself.
+            assert!(!p.significant, "{p:?}");
+            let (lo, hi) = p.interval.unwrap();
+            assert!(
+                (lo + 10.0).abs() < 1e-9 && (hi + 10.0).abs() < 1e-9,
+                "{p:?}"
+            );
         }
         assert_eq!(ch[1].baseline, "base");
         // Lower is better: a smaller time is a positive change.
@@ -533,6 +563,7 @@ pub(crate) mod tests {
                         mean: 10.0,
                         spread: 0.0,
                         summary: Summary::of(&[10.0]),
+                        repeats: Vec::new(),
                     }],
                 },
                 Series {
@@ -545,6 +576,7 @@ pub(crate) mod tests {
                         mean: 8.0,
                         spread: 0.0,
                         summary: Summary::of(&[8.0]),
+                        repeats: Vec::new(),
                     }],
                 },
             ],
@@ -625,5 +657,33 @@ pub(crate) mod tests {
         assert_eq!(p.describe(), "projected for x");
         let r = run(9, "l", Origin::Measured, Some("ignored"));
         assert_eq!(Source::of(&r), m);
+    }
+
+    /// A projected curve's change carries the range over its captures (stored as repeats): two
+    /// captures of `new` at 80 and 120 against `base` at 100 give -20% to +20%.
+    #[test]
+    fn projected_changes_carry_the_captures_range() {
+        let pa = run(3, "base", Origin::Projected, Some("big-box"));
+        let pb = run(4, "new", Origin::Projected, Some("big-box"));
+        let mut s = samples(&pa, "threads", 4, "faults/sec", &[100.0, 100.0]);
+        for (r, v) in [80.0, 120.0].into_iter().enumerate() {
+            for mut x in samples(&pb, "threads", 4, "faults/sec", &[v, v]) {
+                x.repeat = r as u32;
+                x.seq += 2 * r as u32;
+                s.push(x);
+            }
+        }
+        let res = Results::from_samples(
+            vec!["base".into(), "new".into()],
+            vec![pa, pb],
+            s,
+            &[],
+            Significance::Interval,
+        );
+        let c = charts(&res, &Filter::default());
+        let ch = c[0].panels[0].changes(true, Significance::Interval);
+        let p = &ch[0].points[0];
+        assert_eq!(p.interval, Some((-20.0, 20.0)), "{p:?}");
+        assert!(!p.significant);
     }
 }
