@@ -199,6 +199,7 @@ fn traces_are_written_and_read_back() {
 #[test]
 fn validation_prints_rows_changes_and_a_summary() {
     let d = Dir::new("proj-validate");
+    let json = d.0.join("v.json");
     let out = ok(
         &d.db(),
         &[
@@ -208,16 +209,52 @@ fn validation_prints_rows_changes_and_a_summary() {
             "--no-self-check",
             "--samples",
             "1",
+            "--captures",
+            "2",
             "--ops-per-cpu",
             "256",
+            "--json",
+            json.to_str().unwrap(),
         ],
     );
     assert!(
-        out.contains("pft-single-vma-2023 (pft-pvl-2023) on icelake-2s-64c"),
+        out.contains("pft-single-vma-2023 (pft-pvl-2023) on icelake-2s-64c: harmonic means"),
         "{out}"
     );
     assert_eq!(out.matches("\npvl-v2 ").count(), 20 + 20, "{out}");
-    assert!(out.contains("changes with the published sign"), "{out}");
+    for class in ["beyond", "within"] {
+        assert!(
+            out.contains(&format!(
+                "pft-single-vma-2023: changes {class} the published noise"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("all tables: changes {class} the published noise")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("with the published sign"), "{out}");
+    assert!(
+        out.contains("left out of these summaries: mm-unstable-20230210 threads 1 faults/cpu"),
+        "{out}"
+    );
+    // --json carries the same summaries, per table and overall.
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let t = &j["pft-single-vma-2023"];
+    assert_eq!(t["mean"], "harmonic");
+    assert_eq!(t["captures"], 2);
+    let b = &t["summary"]["beyond_noise"];
+    assert!(b["changes"].as_u64().unwrap() >= 10, "{b}");
+    assert!(
+        b["right_sign"].is_u64() && b["within_10_points"].is_u64(),
+        "{b}"
+    );
+    assert_eq!(
+        j["all-tables"]["beyond_noise"]["changes"], b["changes"],
+        "{j}"
+    );
     fails(
         &d.db(),
         &["validate", "--table", "nope"],
