@@ -454,7 +454,7 @@ impl TableReport {
         );
         let _ = writeln!(
             s,
-            "{:<22} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>9}  {}",
+            "{:<22} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>9}  captures' range",
             "profile",
             "mode",
             "tasks",
@@ -464,7 +464,6 @@ impl TableReport {
             "error",
             "pub x1",
             "proj x1",
-            "captures' range"
         );
         for r in &self.rows {
             let sc = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
