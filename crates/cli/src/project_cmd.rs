@@ -85,7 +85,7 @@ pub(crate) struct ProjectArgs {
     /// Task counts, mmtests style (1,4,16 or 1..8 or 2..64:2).
     #[arg(long)]
     tasks: Option<String>,
-    /// Sample windows (will-it-scale) or seeded repetitions (pft) per row.
+    /// Sample windows (will-it-scale) or seeded repetitions (pft) per row and capture.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     samples: u64,
     /// Captures of each profile on the engine, taken in turns and each replayed: the rows'
