@@ -118,8 +118,10 @@ pub(crate) struct ValidateArgs {
     self_check_only: bool,
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     samples: u64,
-    /// Captures of each profile on the engine, taken in turns and each replayed.
-    #[arg(long, default_value_t = DEFAULT_CAPTURES as u64, value_parser = clap::value_parser!(u64).range(1..=20))]
+    /// Captures of each profile on the engine, taken in turns and each replayed. Two by
+    /// default (`project` takes 3): validating both tables with 2 took 1 min 31 s of CPU time
+    /// here, with 3 2 min 12 s, and validation should finish within 2 minutes.
+    #[arg(long, default_value_t = VALIDATE_CAPTURES, value_parser = clap::value_parser!(u64).range(1..=20))]
     captures: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -129,6 +131,9 @@ pub(crate) struct ValidateArgs {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 }
+
+/// `validate`'s default number of captures per profile.
+const VALIDATE_CAPTURES: u64 = 2;
 
 pub(crate) fn machines_cmd(a: MachinesArgs) -> Result<(), String> {
     match a.machine {
