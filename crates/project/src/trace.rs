@@ -21,17 +21,21 @@
 //!              5 trap
 //!              6 tlb flush instance
 //!              7 ops       count
+//!              8 line      instance, flags (bit 0 write; bits 1-2 which line: 0 the
+//!                          instance's own, 1 the first entry of the list headed there,
+//!                          2 another entry of it)
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! A fault of page_fault1 costs about 30 bytes (10 events), so a two-iteration capture
-//! (65 536 faults) is about 2 MB.
+//! Format 2 (magic `PLTRACE2`) added the line events; a format-1 file is refused with a
+//! one-line error (capture it again). A fault of page_fault1 costs about 30 bytes, so a
+//! two-iteration capture (65 536 faults) is about 2 MB.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use pagelab_sync::trace::{self as raw, Access, LockModel};
+use pagelab_sync::trace::{self as raw, Access, LockModel, Sym};
 use pagelab_sync::{LockClass, Scope};
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +51,10 @@ pub enum TraceError {
     Magic(String),
     #[error("{0}: the trace is corrupt ({1})")]
     Corrupt(String, String),
+    #[error(
+        "{0}: trace format {1} is no longer read (this pagelab reads format {FORMAT}); capture it again"
+    )]
+    Version(String, char),
 }
 
 /// How the workload's operations repeat.
@@ -164,6 +172,13 @@ pub enum Event {
     Ops {
         n: u32,
     },
+    /// A plain read or write of a shared line: the instance's own, or one `sym` names
+    /// relative to the list head at the instance (resolved at replay).
+    Line {
+        inst: u32,
+        write: bool,
+        sym: Sym,
+    },
 }
 
 /// A whole trace.
@@ -180,7 +195,9 @@ struct Header {
     instances: Vec<Instance>,
 }
 
-const MAGIC: &[u8; 8] = b"PLTRACE1";
+/// The format this version writes and reads (the magic's last character).
+const FORMAT: char = '2';
+const MAGIC: &[u8; 8] = b"PLTRACE2";
 
 impl Trace {
     /// Builds a trace from what `pagelab_sync::trace` recorded. `meta.raw_events` and
@@ -192,7 +209,8 @@ impl Trace {
         let mut instances = Vec::new();
         let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
         let mut intern = |e: &raw::Event| -> u32 {
-            *ids.entry((e.instance, e.class as *const LockClass))
+            let id = *ids
+                .entry((e.instance, e.class as *const LockClass))
                 .or_insert_with(|| {
                     instances.push(Instance {
                         class: e.class.name.to_string(),
@@ -201,7 +219,14 @@ impl Trace {
                         sleeps: e.class.sleeps,
                     });
                     (instances.len() - 1) as u32
-                })
+                });
+            // A lock word may first appear as a plain line (an rwsem count read before its
+            // compare-and-exchange); the lock's own events say what algorithm it is.
+            let i = &mut instances[id as usize];
+            if i.model == LockModel::Line && e.model != LockModel::Line {
+                i.model = e.model;
+            }
+            id
         };
         let mut ops = 0u64;
         let mut prev: Option<u64> = None;
@@ -231,6 +256,11 @@ impl Trace {
                     ops += u64::from(n);
                     Event::Ops { n }
                 }
+                raw::Kind::Line { write, sym } => Event::Line {
+                    inst: intern(e),
+                    write,
+                    sym,
+                },
             };
             out.push(ev);
             prev = Some(match e.kind {
@@ -308,25 +338,37 @@ impl Trace {
             m.overhead_ns_per_event,
             m.compute_scale
         );
-        let mut per: Vec<(String, [u64; 3])> = Vec::new();
-        let mut bump = |inst: u32, k: usize| {
+        // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
+        // symbolic (an entry of a list, resolved at replay).
+        let mut per: Vec<(String, [u64; 6])> = Vec::new();
+        let mut bump = |inst: u32, k: &[usize]| {
             let i = &self.instances[inst as usize];
             let name = format!("{} ({})", i.class, i.scope.as_str());
-            match per.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, c)) => c[k] += 1,
+            let c = match per.iter_mut().position(|(n, _)| *n == name) {
+                Some(p) => &mut per[p].1,
                 None => {
-                    let mut c = [0; 3];
-                    c[k] = 1;
-                    per.push((name, c));
+                    per.push((name, [0; 6]));
+                    &mut per.last_mut().expect("pushed").1
                 }
+            };
+            for &k in k {
+                c[k] += 1;
             }
         };
         let (mut writes, mut traps, mut flushes) = (0u64, 0u64, 0u64);
         for e in &self.events {
             match *e {
-                Event::Acquire { inst, .. } => bump(inst, 0),
-                Event::Atomic { inst } => bump(inst, 1),
-                Event::TlbFlush { inst } => bump(inst, 2),
+                Event::Acquire { inst, .. } => bump(inst, &[0]),
+                Event::Atomic { inst } => bump(inst, &[1]),
+                Event::TlbFlush { inst } => bump(inst, &[2]),
+                Event::Line {
+                    inst, write, sym, ..
+                } => match (write, sym) {
+                    (false, Sym::Here) => bump(inst, &[3]),
+                    (false, _) => bump(inst, &[3, 5]),
+                    (true, Sym::Here) => bump(inst, &[4]),
+                    (true, _) => bump(inst, &[4, 5]),
+                },
                 Event::Write { bytes, .. } => writes += u64::from(bytes),
                 Event::Trap => traps += 1,
                 _ => {}
@@ -345,17 +387,20 @@ impl Trace {
         per.sort();
         let _ = writeln!(
             s,
-            "{:<32} {:>14} {:>14}",
-            "class (scope)", "acquires/op", "atomics/op"
+            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "class (scope)", "acquires/op", "atomics/op", "reads/op", "writes/op", "entries/op"
         );
         for (n, c) in per {
-            if c[0] + c[1] > 0 {
+            if c[0] + c[1] + c[3] + c[4] > 0 {
                 let _ = writeln!(
                     s,
-                    "{:<32} {:>14.4} {:>14.4}",
+                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
                     n,
                     c[0] as f64 / ops,
-                    c[1] as f64 / ops
+                    c[1] as f64 / ops,
+                    c[3] as f64 / ops,
+                    c[4] as f64 / ops,
+                    c[5] as f64 / ops
                 );
             }
         }
@@ -412,6 +457,16 @@ impl Trace {
                     b.push(7);
                     varint(&mut b, u64::from(n));
                 }
+                Event::Line { inst, write, sym } => {
+                    b.push(8);
+                    varint(&mut b, u64::from(inst));
+                    let which = match sym {
+                        Sym::Here => 0u8,
+                        Sym::First => 1,
+                        Sym::Entry => 2,
+                    };
+                    b.push(u8::from(write) | (which << 1));
+                }
             }
         }
         let crc = crc32fast::hash(&b);
@@ -422,6 +477,13 @@ impl Trace {
     /// Parses a file's bytes (`what` names it in errors).
     pub fn decode(bytes: &[u8], what: &str) -> Result<Trace, TraceError> {
         let bad = |m: &str| TraceError::Corrupt(what.to_string(), m.to_string());
+        if bytes.len() >= MAGIC.len()
+            && bytes[..7] == MAGIC[..7]
+            && bytes[7] != MAGIC[7]
+            && bytes[7].is_ascii_digit()
+        {
+            return Err(TraceError::Version(what.to_string(), bytes[7] as char));
+        }
         if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
             return Err(TraceError::Magic(what.to_string()));
         }
@@ -490,6 +552,21 @@ impl Trace {
                     n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?)
                         .map_err(|_| bad("ops"))?,
                 },
+                8 => {
+                    let i = inst(&mut r)?;
+                    let f = r.byte().ok_or_else(|| bad("line flags"))?;
+                    let sym = match f >> 1 {
+                        0 => Sym::Here,
+                        1 => Sym::First,
+                        2 => Sym::Entry,
+                        w => return Err(bad(&format!("unknown line reference {w}"))),
+                    };
+                    Event::Line {
+                        inst: i,
+                        write: f & 1 != 0,
+                        sym,
+                    }
+                }
                 t => return Err(bad(&format!("unknown event tag {t}"))),
             };
             events.push(e);
