@@ -762,8 +762,75 @@ mod tests {
                 Event::Trap,
                 Event::TlbFlush { inst: 0 },
                 Event::Ops { n: 300 },
+                Event::Line {
+                    inst: 0,
+                    write: false,
+                    sym: Sym::Here,
+                },
+                Event::Line {
+                    inst: 0,
+                    write: true,
+                    sym: Sym::First,
+                },
+                Event::Line {
+                    inst: 0,
+                    write: true,
+                    sym: Sym::Entry,
+                },
             ],
         }
+    }
+
+    #[test]
+    fn a_trace_of_an_older_format_is_refused_in_one_line() {
+        let mut b = sample().encode();
+        b[7] = b'1';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 1 is no longer read (this pagelab reads format 2); capture it again"
+        );
+        // A bad line reference is corruption, named.
+        let t = Trace {
+            events: vec![Event::Line {
+                inst: 0,
+                write: true,
+                sym: Sym::Entry,
+            }],
+            ..sample()
+        };
+        let mut b = t.encode();
+        let at = b.len() - 5;
+        b[at] = 7 << 1;
+        let n = b.len() - 4;
+        let crc = crc32fast::hash(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        let e = Trace::decode(&b, "f").unwrap_err().to_string();
+        assert!(e.contains("unknown line reference 7"), "{e}");
+    }
+
+    #[test]
+    fn a_lock_word_first_seen_as_a_plain_line_keeps_its_lock_model() {
+        static SEM: LockClass = LockClass::sleeping("sem", Scope::Mm);
+        let ev = |kind| raw::Event {
+            t: 0,
+            kind,
+            class: &SEM,
+            instance: 0x40,
+            model: LockModel::Line,
+        };
+        let mut acquire = ev(raw::Kind::Acquire {
+            access: Access::Shared,
+            trylock: true,
+        });
+        acquire.model = LockModel::RwSem;
+        let read = ev(raw::Kind::Line {
+            write: false,
+            sym: Sym::Here,
+        });
+        let t = Trace::from_raw(meta(), &[read, acquire]);
+        assert_eq!(t.instances.len(), 1, "one line, one instance");
+        assert_eq!(t.instances[0].model, LockModel::RwSem);
     }
 
     #[test]
