@@ -230,11 +230,16 @@ impl Trace {
         };
         let mut ops = 0u64;
         let mut prev: Option<u64> = None;
+        let mut section = Section::default();
         for e in events {
             if let Some(p) = prev {
                 let gap = e.t.saturating_sub(p) as f64 / tpn - overhead;
                 push_compute(&mut out, gap.max(0.0));
             }
+            prev = Some(match e.kind {
+                raw::Kind::Write { end, .. } => end,
+                _ => e.t,
+            });
             let ev = match e.kind {
                 raw::Kind::Acquire { access, trylock } => Event::Acquire {
                     inst: intern(e),
@@ -262,11 +267,10 @@ impl Trace {
                     sym,
                 },
             };
+            if section.repeats(&ev) {
+                continue;
+            }
             out.push(ev);
-            prev = Some(match e.kind {
-                raw::Kind::Write { end, .. } => end,
-                _ => e.t,
-            });
         }
         meta.raw_events = events.len() as u64;
         meta.ops = ops;
@@ -606,6 +610,67 @@ impl Trace {
     }
 }
 
+/// Which lines the task has written in its current exclusive critical section: a line it
+/// writes (or reads) again there, before any lock is taken or released, is its own until the
+/// section ends, so the repeat costs nothing at replay and is not kept. This keeps a bulk
+/// operation under one lock (a pcp refill's pops, an LRU flush's adds, each touching the same
+/// head, counter and first entry) at one event per line. Shared holds are left alone: other
+/// holders may write the same line meanwhile (the LRU size under concurrent removal).
+#[derive(Default)]
+struct Section {
+    /// Locks held, innermost last: whether each is held shared.
+    held: Vec<(u32, bool)>,
+    /// (instance, 0 the line itself / 1 the list's first entry) written since the last lock
+    /// event.
+    written: Vec<(u32, u8)>,
+}
+
+impl Section {
+    /// Records `e`; whether it repeats an access already paid for in this section.
+    fn repeats(&mut self, e: &Event) -> bool {
+        match *e {
+            Event::Acquire { inst, shared, .. } => {
+                self.held.push((inst, shared));
+                self.written.clear();
+                false
+            }
+            Event::Release { inst, .. } => {
+                if let Some(i) = self.held.iter().rposition(|h| h.0 == inst) {
+                    self.held.remove(i);
+                }
+                self.written.clear();
+                false
+            }
+            Event::Atomic { inst } => self.access(inst, 0, true),
+            Event::Line { inst, write, sym } => match sym {
+                Sym::Here => self.access(inst, 0, write),
+                // The first entry once written is this task's; another entry resolves to the
+                // first entry's writer, so it is this task's too from then on.
+                Sym::First => self.access(inst, 1, write),
+                Sym::Entry => self.exclusive() && self.written.contains(&(inst, 1)),
+            },
+            _ => false,
+        }
+    }
+
+    fn exclusive(&self) -> bool {
+        self.held.last().is_some_and(|h| !h.1)
+    }
+
+    fn access(&mut self, inst: u32, which: u8, write: bool) -> bool {
+        if !self.exclusive() {
+            return false;
+        }
+        if self.written.contains(&(inst, which)) {
+            return true;
+        }
+        if write {
+            self.written.push((inst, which));
+        }
+        false
+    }
+}
+
 /// Appends compute time, merging with a compute event just before.
 fn push_compute(out: &mut Vec<Event>, ns: f64) {
     if ns <= 0.0 {
@@ -807,6 +872,80 @@ mod tests {
         b[n..].copy_from_slice(&crc.to_le_bytes());
         let e = Trace::decode(&b, "f").unwrap_err().to_string();
         assert!(e.contains("unknown line reference 7"), "{e}");
+    }
+
+    #[test]
+    fn repeats_within_an_exclusive_section_are_kept_once_and_shared_sections_keep_all() {
+        static LOCK: LockClass = LockClass::new("lock", Scope::Node);
+        static LIST: LockClass = LockClass::new("list", Scope::Node);
+        let ev = |kind, class: &'static LockClass, instance| raw::Event {
+            t: 0,
+            kind,
+            class,
+            instance,
+            model: LockModel::Line,
+        };
+        let acq = |shared: bool| {
+            let mut e = ev(
+                raw::Kind::Acquire {
+                    access: if shared {
+                        Access::Shared
+                    } else {
+                        Access::Exclusive
+                    },
+                    trylock: false,
+                },
+                &LOCK,
+                1,
+            );
+            e.model = LockModel::RwSem;
+            e
+        };
+        let rel = |shared: bool| {
+            let mut e = ev(
+                raw::Kind::Release {
+                    access: if shared {
+                        Access::Shared
+                    } else {
+                        Access::Exclusive
+                    },
+                },
+                &LOCK,
+                1,
+            );
+            e.model = LockModel::RwSem;
+            e
+        };
+        let line = |write, sym| ev(raw::Kind::Line { write, sym }, &LIST, 2);
+        let section = |shared: bool| {
+            vec![
+                acq(shared),
+                line(true, Sym::First),
+                line(true, Sym::Here),
+                line(true, Sym::First),
+                line(true, Sym::Here),
+                line(false, Sym::Here),
+                line(true, Sym::Entry),
+                ev(raw::Kind::Atomic, &LIST, 3),
+                ev(raw::Kind::Atomic, &LIST, 3),
+                rel(shared),
+                line(true, Sym::Here),
+            ]
+        };
+        let lines = |t: &Trace| {
+            t.events
+                .iter()
+                .filter(|e| matches!(e, Event::Line { .. } | Event::Atomic { .. }))
+                .count()
+        };
+        // Exclusive: the first entry, the head and the counter once each, and the head again
+        // after the release.
+        let t = Trace::from_raw(meta(), &section(false));
+        assert_eq!(lines(&t), 4, "{:?}", t.events);
+        assert_eq!(t.meta.raw_events, 11);
+        // Shared: other holders may write the same lines meanwhile; everything is kept.
+        let t = Trace::from_raw(meta(), &section(true));
+        assert_eq!(lines(&t), 9, "{:?}", t.events);
     }
 
     #[test]

@@ -151,7 +151,10 @@ fn a_contended_critical_section_lengthens_by_one_transfer_per_line_it_writes() {
         // One CPU keeps every line: the section costs its hold only.
         let one = rate(&m, &t, 1);
         let alone = 1e9 / (hold + 1.0);
-        assert!((one - alone).abs() / alone < 0.01, "k = {k}: {one} vs {alone}");
+        assert!(
+            (one - alone).abs() / alone < 0.01,
+            "k = {k}: {one} vs {alone}"
+        );
     }
 }
 
@@ -172,14 +175,20 @@ fn list_entries_resolve_to_whoever_last_wrote_the_first_entry() {
     assert!(close(entry, per_transfers(1.0)), "{entry}");
     // After this CPU's own add, the entry is its own line: the second access is a hit.
     let add_then_entry = saturated(&[write(1, Sym::First), write(1, Sym::Entry)]);
-    assert!(close(add_then_entry, per_transfers(2.0)), "{add_then_entry}");
+    assert!(
+        close(add_then_entry, per_transfers(2.0)),
+        "{add_then_entry}"
+    );
     // A batch of adds under one hold (a pcp refill, an LRU flush) pays for the first only;
     // per operation, a batch of 8 is cheaper than 8 holds of one add each.
     let batch = saturated(&[write(1, Sym::First); 8]);
     assert!(close(batch, per_transfers(2.0)), "{batch}");
     // The head and the first entry are different lines: a head write moves the head too.
     let head_and_first = saturated(&[write(1, Sym::First), write(1, Sym::Here)]);
-    assert!(close(head_and_first, per_transfers(3.0)), "{head_and_first}");
+    assert!(
+        close(head_and_first, per_transfers(3.0)),
+        "{head_and_first}"
+    );
 }
 
 #[test]
@@ -217,6 +226,12 @@ fn a_read_before_the_exchange_makes_the_exchange_invalidate_the_readers_copies()
     // the reads, copies spread between exchanges and each exchange invalidates them.
     let (p24, r24) = (rate(&m, &plain, 24), rate(&m, &read_first, 24));
     let line_bound = 1e9 / (80.0 + 5.0);
-    assert!((p24 - line_bound).abs() / line_bound < 0.03, "{p24} vs {line_bound}");
-    assert!(r24 < 0.95 * p24, "read first {r24} against atomic only {p24}");
+    assert!(
+        (p24 - line_bound).abs() / line_bound < 0.03,
+        "{p24} vs {line_bound}"
+    );
+    assert!(
+        r24 < 0.95 * p24,
+        "read first {r24} against atomic only {p24}"
+    );
 }

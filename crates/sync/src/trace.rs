@@ -514,6 +514,57 @@ mod tests {
     }
 
     #[test]
+    fn line_events_carry_access_reference_and_model_and_skip_unshared_classes() {
+        static PRIVATE: LockClass = LockClass::new("p", Scope::Cpu);
+        line_read(&PRIVATE, 5);
+        start(16);
+        line_read(&A, 1);
+        line_write(&A, 2);
+        line_sym_write(&A, 3, Sym::First);
+        line(&A, 4, LockModel::RwSem, false, Sym::Here);
+        line_write(&PRIVATE, 6);
+        let ev = stop();
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.instance, e.model)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Kind::Line {
+                        write: false,
+                        sym: Sym::Here
+                    },
+                    1,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: true,
+                        sym: Sym::Here
+                    },
+                    2,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: true,
+                        sym: Sym::First
+                    },
+                    3,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: false,
+                        sym: Sym::Here
+                    },
+                    4,
+                    LockModel::RwSem
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn a_thread_that_exits_while_recording_gives_its_count_back() {
         for _ in 0..100 {
             std::thread::spawn(|| start(4)).join().unwrap();
