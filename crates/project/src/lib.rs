@@ -8,6 +8,7 @@
 
 pub mod calibrate;
 pub mod capture;
+mod coherence;
 pub mod machine;
 pub mod project;
 pub mod replay;

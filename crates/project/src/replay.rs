@@ -37,11 +37,12 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use pagelab_sync::trace::LockModel;
+use pagelab_sync::trace::{LockModel, Sym};
 use pagelab_sync::{RwsemAlgo, Scope};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::coherence::Line;
 use crate::machine::Machine;
 use crate::trace::{Event, Trace, Window};
 
@@ -124,6 +125,8 @@ enum Op {
     Write(u32),
     Flush,
     Ops(u32),
+    /// A plain read (`false`) or write of a line, or of a list entry named relative to it.
+    Line(u32, bool, Sym),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +202,8 @@ struct Waiter {
 struct Resource {
     kind: LockKind,
     class: usize,
-    owner: u32,
+    /// Its cache line's coherence state (and, for a list head, its first entry's writer).
+    line: Line,
     busy_until: u64,
     holder: Option<u32>,
     readers: u32,
@@ -211,7 +215,8 @@ struct Resource {
     waking: Option<Waiter>,
 }
 
-const NONE: u32 = u32::MAX;
+/// No CPU (a line nobody has written yet).
+pub(crate) const NONE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum St {
@@ -347,6 +352,7 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
         Event::Trap => Some(Op::Trap),
         Event::TlbFlush { .. } => flush.then_some(Op::Flush),
         Event::Ops { n } => Some(Op::Ops(n)),
+        Event::Line { inst, write, sym } => map(inst).map(|r| Op::Line(r, write, sym)),
     }
 }
 
@@ -762,7 +768,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             .map(|&(kind, class)| Resource {
                 kind,
                 class,
-                owner: NONE,
+                line: Line::new(r.spec.tasks),
                 busy_until: 0,
                 holder: None,
                 readers: 0,
@@ -821,23 +827,17 @@ impl<'r, 'a> Sim<'r, 'a> {
         self.heap.push(Reverse((t, cpu as u32)));
     }
 
-    fn transfer(&self, from: u32, to: usize) -> u64 {
-        if from == NONE {
-            0
-        } else {
-            self.r.transfer[from as usize][to]
-        }
-    }
-
     /// An atomic on resource `ri`'s line by `cpu` at `t`; returns when the CPU has it.
-    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait).
+    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait). The
+    /// atomic waits for the line to be free, gets it as for any write (a transfer from its last
+    /// writer, or the invalidation of its sharers: [`crate::coherence`]) and keeps it busy for
+    /// the atomic itself.
     fn line_access(&mut self, ri: usize, cpu: usize, t: u64, acquire: bool) -> u64 {
-        let owner = self.res[ri].owner;
-        let x = self.transfer(owner, cpu);
+        let r = self.r;
         let res = &mut self.res[ri];
         let start = t.max(res.busy_until);
-        res.busy_until = start.saturating_add(x).saturating_add(self.r.atomic_ps);
-        res.owner = cpu as u32;
+        let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+        res.busy_until = start.saturating_add(x).saturating_add(r.atomic_ps);
         let s = &mut self.stats[res.class];
         if acquire {
             s.acquisitions += 1;
@@ -845,6 +845,33 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
         s.wait_ns += (start - t) as f64 / 1000.0;
         start.saturating_add(x)
+    }
+
+    /// A plain read or write by `cpu` at `t` of resource `ri`'s line, or of the list entry
+    /// `sym` names relative to it; returns when the CPU goes on. A read or write of the line
+    /// itself waits while an atomic keeps it busy; a write keeps it busy while it moves. List
+    /// entries are touched only under the list's lock, so they wait for nothing but their
+    /// transfer ([`crate::coherence`]).
+    fn line_op(&mut self, ri: usize, cpu: usize, t: u64, write: bool, sym: Sym) -> u64 {
+        let r = self.r;
+        let res = &mut self.res[ri];
+        match sym {
+            Sym::Here => {
+                let start = t.max(res.busy_until);
+                let at = if write {
+                    let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+                    res.busy_until = start.saturating_add(x);
+                    res.busy_until
+                } else {
+                    start.saturating_add(res.line.read(cpu, &r.transfer))
+                };
+                self.stats[res.class].wait_ns += (start - t) as f64 / 1000.0;
+                at
+            }
+            Sym::First | Sym::Entry => {
+                t.saturating_add(res.line.entry(cpu, write, sym == Sym::First, &r.transfer))
+            }
+        }
     }
 
     /// Hands resource `ri` to waiter `w` released by `from` at `t`: the line transfer, the
@@ -870,7 +897,9 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// Waiter `w` owns resource `ri` from `at` on, and goes on then.
     fn take_at(&mut self, ri: usize, w: Waiter, at: u64) {
         let res = &mut self.res[ri];
-        res.owner = w.cpu;
+        // The new owner's hand-off wrote the lock word: it holds the only copy.
+        res.line.owner = w.cpu;
+        res.line.sharers.clear();
         res.busy_until = res.busy_until.max(at.saturating_add(self.r.atomic_ps));
         if w.shared {
             res.readers += 1;
@@ -1224,6 +1253,13 @@ impl<'r, 'a> Sim<'r, 'a> {
                 Op::Ops(n) => self.count_ops(n, t),
                 Op::Atomic(ri) => {
                     let at = self.line_access(ri as usize, c, t, true);
+                    if at > t {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
+                Op::Line(ri, write, sym) => {
+                    let at = self.line_op(ri as usize, c, t, write, sym);
                     if at > t {
                         self.schedule(c, at);
                         return;
