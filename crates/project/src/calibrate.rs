@@ -360,6 +360,7 @@ pub fn measure_host(name: &str, progress: &mut dyn FnMut(&str)) -> Result<Machin
         memory: Memory {
             node_bandwidth_gbs: round(node_bw, 2),
             core_bandwidth_gbs: round(core_bw, 2),
+            loaded_latency: Vec::new(),
         },
         kernel: KernelCosts {
             trap_ns: round(trap, 0),
