@@ -29,6 +29,25 @@ pub struct Machine {
     pub latency: Latency,
     pub memory: Memory,
     pub kernel: KernelCosts,
+    /// How `kernel.trap_ns` was fitted, for the machines of published tables: what
+    /// `pagelab calibrate --machine NAME --from-table TABLE` printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// The inputs of the one fitted number of a published machine, `kernel.trap_ns`: the table
+/// whose baseline one-task row it matches ([`crate::calibrate::fitted_rows`]) and what the
+/// replay gives that row without it. `trap_ns` is the published time per operation less
+/// `replayed_ns`, so anyone can redo the arithmetic, and a test redoes it for every shipped
+/// file ([`crate::calibrate::trap_fit`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// The published table (`data/published/<table>.csv`).
+    pub table: String,
+    /// Nanoseconds per operation of the replay of the fitted row with `trap_ns = 0`, on the
+    /// host that captured the trace (the file's comment names it and the date).
+    pub replayed_ns: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -351,6 +370,18 @@ impl Machine {
             ));
         }
         self.check_loaded_latency()?;
+        if let Some(c) = &self.calibration {
+            if c.table.is_empty() {
+                return Err("calibration.table must name a published table".into());
+            }
+            if !LATENCY.admits(c.replayed_ns) {
+                return Err(format!(
+                    "calibration.replayed_ns must be {}, not {}",
+                    LATENCY.describe(),
+                    c.replayed_ns
+                ));
+            }
+        }
         for k in self.latency.remote_ns.keys() {
             if k.parse::<u32>().is_err() {
                 return Err(format!(
@@ -528,6 +559,7 @@ impl Machine {
                 ipi_ns: 0.0,
                 ipi_handler_ns: 0.0,
             },
+            calibration: None,
             ..self.clone()
         }
     }
