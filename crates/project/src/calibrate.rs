@@ -881,9 +881,10 @@ impl TrapFit {
 pub const FIT_CAPTURES: usize = 5;
 
 /// What the replay gives `table`'s fitted row on its machine with `kernel.trap_ns = 0`, ns per
-/// operation: the baseline profile captured here [`FIT_CAPTURES`] times, the capture with the
-/// quickest untraced run kept (the least disturbed by whatever else runs on this host),
-/// replayed at one task.
+/// operation: the baseline profile captured here [`FIT_CAPTURES`] times and each capture
+/// replayed at one task, the quickest replay kept. Whatever else runs on this host only adds
+/// time to a capture's compute (preemption, cache pollution), never removes it, so the
+/// quickest is the least disturbed.
 pub fn replay_untrapped_ns(
     table: &Published,
     samples: usize,
@@ -898,33 +899,33 @@ pub fn replay_untrapped_ns(
     machine.kernel.trap_ns = 0.0;
     machine.calibration = None;
     let profile = e.profiles[0].clone();
-    let mut best: Option<crate::trace::Trace> = None;
-    for _ in 0..FIT_CAPTURES {
+    let mut best = f64::INFINITY;
+    for i in 0..FIT_CAPTURES {
         if stop.load(Ordering::Relaxed) {
             return Err("interrupted".into());
         }
         progress(crate::project::Progress::Capturing {
             profile: &profile.name,
         });
-        let t = crate::capture::capture(&crate::capture::CaptureSpec::new(
+        let trace = crate::capture::capture(&crate::capture::CaptureSpec::new(
             e.workload,
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        let per_op = |t: &crate::trace::Trace| t.meta.untraced_ns / t.meta.ops.max(1) as f64;
-        if best.as_ref().is_none_or(|b| per_op(&t) < per_op(b)) {
-            best = Some(t);
-        }
+        let r =
+            crate::project::replay_row(&machine, &trace, row.mode, 1, samples, seed, ops_per_cpu)?;
+        progress(crate::project::Progress::Replayed {
+            done: i + 1,
+            total: FIT_CAPTURES,
+        });
+        let (_, _, v) = r
+            .metrics
+            .iter()
+            .find(|(m, _, _)| *m == row.metric)
+            .ok_or_else(|| format!("the replay gives no `{}`", row.metric))?;
+        best = best.min(1e9 / pagelab_bench::stats::hmean(v));
     }
-    let trace = best.expect("at least one capture");
-    let r = crate::project::replay_row(&machine, &trace, row.mode, 1, samples, seed, ops_per_cpu)?;
-    progress(crate::project::Progress::Replayed { done: 1, total: 1 });
-    let (_, _, v) = r
-        .metrics
-        .iter()
-        .find(|(m, _, _)| *m == row.metric)
-        .ok_or_else(|| format!("the replay gives no `{}`", row.metric))?;
-    Ok(1e9 / pagelab_bench::stats::hmean(v))
+    Ok(best)
 }
 
 fn round(v: f64, digits: i32) -> f64 {

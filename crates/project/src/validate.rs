@@ -364,6 +364,8 @@ pub struct SelfRow {
 pub struct SelfCheck {
     pub machine: String,
     pub profile: String,
+    /// The host as measured for this check (kernel costs zero), replayed as it is.
+    pub host: Machine,
     pub rows: Vec<SelfRow>,
 }
 
@@ -374,6 +376,27 @@ impl SelfCheck {
             s,
             "self-consistency: {} on the engine here against {} projected (kernel costs zero, as the engine pays none)",
             self.profile, self.machine
+        );
+        let h = &self.host;
+        let curve: Vec<String> = h
+            .memory
+            .loaded_latency
+            .iter()
+            .map(|[u, ns]| format!("{ns} ns at {u}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "this host, measured now: {} GHz, {} ns between cores, {} ns an atomic, clearing {} GB/s one core and {} GB/s the node, loaded latency {}",
+            h.cpu.ghz,
+            h.latency.core_ns,
+            h.latency.atomic_ns,
+            h.memory.core_bandwidth_gbs,
+            h.memory.node_bandwidth_gbs,
+            if curve.is_empty() {
+                "not measured".to_string()
+            } else {
+                curve.join(", ")
+            }
         );
         let _ = writeln!(
             s,
@@ -422,6 +445,7 @@ pub fn self_check_on(
     let mut out = SelfCheck {
         machine: machine.name.clone(),
         profile: profile.name.clone(),
+        host: machine.clone(),
         rows: Vec::new(),
     };
     let cases = [
