@@ -42,10 +42,10 @@ pub(crate) struct CalibrateArgs {
     /// Instead of measuring this host: recompute this shipped machine's `kernel.trap_ns` from
     /// a published table (with --from-table) and print the arithmetic and the keys its file
     /// holds.
-    #[arg(long, requires = "from_table", conflicts_with_all = ["out", "force"])]
+    #[arg(long, conflicts_with_all = ["out", "force"])]
     machine: Option<String>,
     /// The published table to calibrate --machine against (its baseline one-task row).
-    #[arg(long, requires = "machine", value_name = "TABLE")]
+    #[arg(long, value_name = "TABLE")]
     from_table: Option<String>,
 }
 
@@ -181,8 +181,15 @@ fn calibrate_from_table(machine: &str, table: &str) -> Result<(), String> {
 }
 
 pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), String> {
-    if let (Some(m), Some(t)) = (&a.machine, &a.from_table) {
-        return calibrate_from_table(m, t);
+    match (&a.machine, &a.from_table) {
+        (Some(m), Some(t)) => return calibrate_from_table(m, t),
+        (Some(_), None) => {
+            return Err("--machine needs --from-table: the published table to fit it to".into());
+        }
+        (None, Some(_)) => {
+            return Err("--from-table needs --machine: the table's machine".into());
+        }
+        (None, None) => {}
     }
     // Everything that can be refused is refused before a minute of measuring.
     machine::check_name(&a.name).map_err(|e| format!("--name: {e}"))?;

@@ -812,7 +812,10 @@ mod tests {
     #[test]
     fn a_loaded_latency_curve_must_be_physical() {
         let good = two_socket();
-        assert!(good.memory.loaded_latency.len() >= 2, "broadwell ships a curve");
+        assert!(
+            good.memory.loaded_latency.len() >= 2,
+            "broadwell ships a curve"
+        );
         let cases: &[(&[[f64; 2]], &str)] = &[
             (&[[0.0, 90.0]], "memory.loaded_latency needs at least two"),
             (

@@ -131,7 +131,10 @@ mod tests {
             let u = (-b + (b * b + 4.0 * k * b * q).sqrt()) / (2.0 * k * b);
             let want = if u >= 1.0 { b / nf } else { u * b / nf };
             let got = writer_gbs(c, b, &curve, n);
-            assert!((got - want).abs() < 1e-9 * want, "{n}: {got} against {want}");
+            assert!(
+                (got - want).abs() < 1e-9 * want,
+                "{n}: {got} against {want}"
+            );
         }
     }
 

@@ -134,6 +134,9 @@ pub struct TableReport {
     pub machine: String,
     pub rows: Vec<Compared>,
     pub changes: Vec<Change>,
+    /// The rows the machine's `trap_ns` was fitted to ([`crate::calibrate::fitted_rows`]):
+    /// they agree by construction, so no error summary counts them.
+    pub fitted: Vec<crate::calibrate::RowKey>,
     /// Simulated events and replay seconds, for the speed figures.
     pub events: u64,
     pub replay_seconds: f64,
@@ -161,12 +164,29 @@ impl TableReport {
         (right, self.changes.len(), med)
     }
 
-    /// Median absolute error of the rows and of their scaling, percent.
+    /// Whether `r` is a row the machine was calibrated against.
+    pub fn is_fitted(&self, r: &Compared) -> bool {
+        self.fitted.iter().any(|k| {
+            k.profile == r.profile
+                && k.mode.to_string() == r.mode
+                && k.tasks == r.tasks
+                && k.metric == r.metric
+        })
+    }
+
+    /// Median absolute error of the rows and of their scaling, percent; fitted rows left out.
     pub fn row_errors(&self) -> (f64, f64) {
-        let abs = median(self.rows.iter().map(|r| r.error_pct.abs()).collect());
+        let abs = median(
+            self.rows
+                .iter()
+                .filter(|r| !self.is_fitted(r))
+                .map(|r| r.error_pct.abs())
+                .collect(),
+        );
         let shape = median(
             self.rows
                 .iter()
+                .filter(|r| !self.is_fitted(r))
                 .filter_map(|r| match (r.published_scaling, r.projected_scaling) {
                     (Some(p), Some(q)) if r.tasks > 1 => Some(100.0 * (q - p).abs() / p),
                     _ => None,
@@ -201,7 +221,7 @@ impl TableReport {
             let sc = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 s,
-                "{:<22} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9} {:>9}",
+                "{:<22} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9} {:>9}{}",
                 r.profile,
                 r.mode,
                 r.tasks,
@@ -210,7 +230,12 @@ impl TableReport {
                 r.projected,
                 r.error_pct,
                 sc(r.published_scaling),
-                sc(r.projected_scaling)
+                sc(r.projected_scaling),
+                if self.is_fitted(r) {
+                    "  (fitted: trap_ns)"
+                } else {
+                    ""
+                }
             );
         }
         if !self.changes.is_empty() {
@@ -304,6 +329,7 @@ pub fn validate_table(
         machine: machine.name.clone(),
         rows: Vec::new(),
         changes: Vec::new(),
+        fitted: crate::calibrate::fitted_rows(p)?,
         events: proj.iter().flat_map(|p| &p.rows).map(|r| r.events).sum(),
         replay_seconds: proj.iter().flat_map(|p| &p.rows).map(|r| r.seconds).sum(),
     };
@@ -426,8 +452,7 @@ pub fn self_check(
     stop: &AtomicBool,
 ) -> Result<SelfCheck, String> {
     progress("measuring this host (pagelab calibrate, the engine's costs)");
-    let (host, _) =
-        crate::calibrate::measure_host_for_engine("this-host", &mut |w| progress(w))?;
+    let (host, _) = crate::calibrate::measure_host_for_engine("this-host", &mut |w| progress(w))?;
     self_check_on(&host, seed, progress, stop)
 }
 
@@ -645,6 +670,40 @@ mod tests {
         }
     }
 
+    /// The row `trap_ns` was fitted to is marked and left out of the row-error medians.
+    #[test]
+    fn fitted_rows_are_left_out_of_the_error_summary() {
+        let row = |tasks: usize, err: f64| Compared {
+            profile: "linux-4.15".into(),
+            mode: "processes".into(),
+            tasks,
+            metric: "faults/sec".into(),
+            published: 100.0,
+            projected: 100.0 + err,
+            error_pct: err,
+            published_scaling: Some(tasks as f64),
+            projected_scaling: Some(tasks as f64 * (1.0 + err / 100.0)),
+        };
+        let t = TableReport {
+            table: "page_fault1-2018".into(),
+            experiment: "e".into(),
+            machine: "m".into(),
+            // The fitted row's error is 0 by construction; the others' are 10 and 30.
+            rows: vec![row(1, 0.0), row(4, 10.0), row(16, 30.0)],
+            changes: Vec::new(),
+            fitted: crate::calibrate::fitted_rows(published("page_fault1-2018").unwrap()).unwrap(),
+            events: 0,
+            replay_seconds: 0.0,
+        };
+        assert!(t.is_fitted(&t.rows[0]) && !t.is_fitted(&t.rows[1]));
+        assert_eq!(
+            t.row_errors().0,
+            20.0,
+            "median of 10 and 30, not of 0, 10 and 30"
+        );
+        assert!(t.render().contains("(fitted: trap_ns)"));
+    }
+
     #[test]
     fn changes_report_sign_and_points() {
         let c = Change {
@@ -673,6 +732,7 @@ mod tests {
                     ..c
                 },
             ],
+            fitted: Vec::new(),
             events: 0,
             replay_seconds: 0.0,
         };
