@@ -542,7 +542,7 @@ fn measure(
     let sockets = host.sockets.unwrap_or(1).max(1);
     let cores = host.cores.unwrap_or(cpus).max(1);
     let smt = smt_pair();
-    let threads_per_core = if smt.is_some() && cores % sockets == 0 && host.cpus == 2 * cores {
+    let threads_per_core = if smt.is_some() && cores.is_multiple_of(sockets) && host.cpus == 2 * cores {
         2
     } else {
         1
@@ -609,7 +609,7 @@ fn measure(
     // NUMA nodes, from sysfs; remote transfers need two of them.
     let found = numa_nodes();
     let (nodes_per_socket, distance, mut remote) = if found.len() >= 2
-        && found.len() % sockets == 0
+        && found.len().is_multiple_of(sockets)
         && found.iter().all(|(_, _, d)| d.len() == found.len())
     {
         (
