@@ -542,11 +542,12 @@ fn measure(
     let sockets = host.sockets.unwrap_or(1).max(1);
     let cores = host.cores.unwrap_or(cpus).max(1);
     let smt = smt_pair();
-    let threads_per_core = if smt.is_some() && cores.is_multiple_of(sockets) && host.cpus == 2 * cores {
-        2
-    } else {
-        1
-    };
+    let threads_per_core =
+        if smt.is_some() && cores.is_multiple_of(sockets) && host.cpus == 2 * cores {
+            2
+        } else {
+            1
+        };
     progress("core clock");
     let ghz = clock_ghz();
     note(
