@@ -1448,7 +1448,7 @@ fn filter_sql(f: &RunFilter) -> (String, Vec<Value>) {
 }
 
 /// Now as RFC 3339 in UTC to the second, e.g. `2026-11-22T04:55:01Z`.
-fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -18,9 +18,10 @@
 //!   waiters. An rwsem's readers share it, but each reader's entry and exit is an atomic on its
 //!   one count line; writers exclude, and new readers wait behind a waiting writer. Waiters of
 //!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off.
-//! - **Memory bandwidth.** Page clearing and copying join their node's memory as processor
-//!   sharing: each writer gets the node's bandwidth divided among the writers, at most what
-//!   one core can do alone.
+//! - **Memory under load.** Page clearing and copying run at a rate that depends on how many
+//!   CPUs of the node write at once: each writer's line fills wait longer as the node's
+//!   utilisation rises along its loaded-latency curve, so each clears more slowly; at the
+//!   node's peak they share it ([`crate::memory`]).
 //! - **TLB shootdowns.** A flush of an mm with other CPUs running it (threads) costs its
 //!   sender the IPI round trip and every other CPU of the mm the handler.
 //!
@@ -247,9 +248,9 @@ struct Cpu {
 }
 
 struct Bus {
-    /// Bytes per picosecond.
-    node_bw: f64,
-    core_bw: f64,
+    /// Each writer's rate with `n` writers on the node, bytes per picosecond (shared by all
+    /// nodes: [`Replay::writer_rates`]).
+    rates: std::rc::Rc<[f64]>,
     jobs: Vec<(u32, f64)>,
     last: u64,
     next_at: u64,
@@ -257,10 +258,8 @@ struct Bus {
 
 impl Bus {
     fn rate(&self) -> f64 {
-        if self.jobs.is_empty() {
-            return 0.0;
-        }
-        self.core_bw.min(self.node_bw / self.jobs.len() as f64)
+        // The table covers every CPU of the replay, so `jobs.len()` is always in it.
+        self.rates[self.jobs.len().min(self.rates.len() - 1)]
     }
 
     fn advance(&mut self, t: u64) {
@@ -653,6 +652,16 @@ impl<'a> Replay<'a> {
         })
     }
 
+    /// Each writer's memory bandwidth with `n` writers on one node, for `n` from 0 to every
+    /// task of the replay, bytes per picosecond: the node's loaded-latency model
+    /// ([`crate::memory`]).
+    fn writer_rates(&self) -> std::rc::Rc<[f64]> {
+        crate::memory::writer_rates_gbs(self.machine, self.spec.tasks)
+            .into_iter()
+            .map(|g| g * 1e9 / 1e12)
+            .collect()
+    }
+
     /// Shared resources the tasks meet (locks and lines that are not private).
     pub fn nr_shared(&self) -> usize {
         self.resources_proto.len()
@@ -691,10 +700,10 @@ impl<'r, 'a> Sim<'r, 'a> {
         let cyclic = r.trace.meta.window == Window::Cycle;
         let nodes = r.machine.nr_nodes();
         let gbs_to_bpps = |g: f64| g * 1e9 / 1e12;
+        let rates = r.writer_rates();
         let buses = (0..nodes)
             .map(|_| Bus {
-                node_bw: gbs_to_bpps(r.machine.memory.node_bandwidth_gbs),
-                core_bw: gbs_to_bpps(r.machine.memory.core_bandwidth_gbs),
+                rates: rates.clone(),
                 jobs: Vec::new(),
                 last: 0,
                 next_at: u64::MAX,
