@@ -78,6 +78,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "mglru-bulk",
         include_str!("../../../profiles/mglru-bulk.toml"),
     ),
+    ("llfree", include_str!("../../../profiles/llfree.toml")),
 ];
 
 /// A loaded profile: its name, its policy and the text it came from.

@@ -193,7 +193,12 @@ fn run(policy: &Policy, ops: &[Op]) -> Result<(), TestCaseError> {
         prop_assert!(ll.has_free_block(MAX_ORDER));
         for order in [0, 6, 7, 8, 9, MAX_ORDER] {
             let p = mem.alloc_pages(CpuId(0), order, Gfp::KERNEL);
-            prop_assert!(p.is_ok(), "order {} after everything was freed: {:?}", order, p);
+            prop_assert!(
+                p.is_ok(),
+                "order {} after everything was freed: {:?}",
+                order,
+                p
+            );
             mem.free_pages(CpuId(1), p.unwrap(), order);
         }
         mem.drain_all_pages();
@@ -276,7 +281,10 @@ fn llfree_full_cycle() {
     let z = &mem.zones()[0];
     assert!(z.free_pages() <= z.wmark[Wmark::Min as usize] as i64);
     let mut seen = std::collections::HashSet::new();
-    assert!(got.iter().all(|p| seen.insert(p.0)), "a frame was handed out twice");
+    assert!(
+        got.iter().all(|p| seen.insert(p.0)),
+        "a frame was handed out twice"
+    );
     for (i, p) in got.iter().enumerate() {
         mem.free_pages(CpuId(((i + 1) % 2) as u16), *p, 0);
     }

@@ -293,11 +293,7 @@ impl LlFree {
 
     /// The class a line of tree `t` is recorded under: CPU-private while `own` is `t`.
     #[inline]
-    fn line_class(
-        own: Option<u32>,
-        t: usize,
-        shared: &'static LockClass,
-    ) -> &'static LockClass {
+    fn line_class(own: Option<u32>, t: usize, shared: &'static LockClass) -> &'static LockClass {
         if own == Some(t as u32) {
             &LLFREE_LOCAL
         } else {
@@ -507,10 +503,8 @@ impl LlFree {
             return false;
         }
         Self::trace_line(&LLFREE_TREE, tree);
-        tree.fetch_update(AcqRel, Relaxed, |w| {
-            (w & TREE_FREE >= n).then(|| w - n)
-        })
-        .is_ok()
+        tree.fetch_update(AcqRel, Relaxed, |w| (w & TREE_FREE >= n).then(|| w - n))
+            .is_ok()
     }
 
     /// Find `2^order` frames (below a huge frame) in tree `t`, whose count the caller has
@@ -564,10 +558,9 @@ impl LlFree {
         let bclass = Self::line_class(own, t, &LLFREE_BITFIELD);
         let got = if order <= 6 {
             loop {
-                let found = words
-                    .iter()
-                    .enumerate()
-                    .find_map(|(i, w)| Self::claim_in_word(bclass, w, order).map(|b| i as u32 * WORD_BITS + b));
+                let found = words.iter().enumerate().find_map(|(i, w)| {
+                    Self::claim_in_word(bclass, w, order).map(|b| i as u32 * WORD_BITS + b)
+                });
                 // The claimed count guarantees an order-0 frame: every allocation takes its
                 // count before its bit and every free clears its bit before it gives the count
                 // back, so clear bits never fall below the counts taken. A miss is a race with
@@ -603,7 +596,11 @@ impl LlFree {
 
     /// Orders 7 and 8: two or four aligned whole words, each taken by an exchange from clear to
     /// set, the ones already taken given back if a later one is not clear.
-    fn claim_words(class: &'static LockClass, words: &[AtomicU64; WORDS], order: u32) -> Option<u32> {
+    fn claim_words(
+        class: &'static LockClass,
+        words: &[AtomicU64; WORDS],
+        order: u32,
+    ) -> Option<u32> {
         let k = 1usize << (order - 6);
         'group: for g in (0..WORDS).step_by(k) {
             for j in 0..k {
@@ -802,7 +799,8 @@ impl LlFree {
     /// order could find once every reservation is given back). Quiescent use only.
     pub fn has_free_block(&self, order: u32) -> bool {
         let n = 1u32 << order;
-        let aligned_free = |start: u32| (start..start + n).all(|i| self.is_free(Pfn(self.base + i)));
+        let aligned_free =
+            |start: u32| (start..start + n).all(|i| self.is_free(Pfn(self.base + i)));
         (0..self.frames)
             .step_by(n as usize)
             .filter(|s| s + n <= self.frames)
@@ -833,7 +831,11 @@ impl LlFree {
             for c in self.tree_children(t) {
                 let cap = self.child_cap(c);
                 let v = self.children[c].load(Relaxed);
-                let bits: Vec<u64> = self.bitfields[c].0.iter().map(|w| w.load(Relaxed)).collect();
+                let bits: Vec<u64> = self.bitfields[c]
+                    .0
+                    .iter()
+                    .map(|w| w.load(Relaxed))
+                    .collect();
                 for (w, &b) in bits.iter().enumerate() {
                     let first = w as u32 * WORD_BITS;
                     let absent = if first >= cap {
