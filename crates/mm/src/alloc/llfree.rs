@@ -77,6 +77,9 @@ const WORD_BITS: u32 = 64;
 const WORDS: usize = (HUGE_FRAMES / WORD_BITS) as usize;
 /// Rounds of reservation refills before falling back to reservation-less allocation.
 const RETRIES: usize = 4;
+/// Whole searches repeated while the huge-frame counters show free frames that no search
+/// found (frames in flight between a tree and a reservation).
+const SETTLE_RETRIES: usize = 8;
 
 const CHILD_HUGE: u16 = 1 << 15;
 const CHILD_FREE: u16 = (1 << 10) - 1;
@@ -310,13 +313,38 @@ impl LlFree {
     /// could serve the order.
     pub fn alloc(&self, cpu: CpuId, order: u32, zone: &Zone) -> Option<Pfn> {
         debug_assert!(order <= MAX_ORDER);
-        let off = if order >= HUGE_ORDER {
-            self.alloc_huge(cpu, order)
-        } else {
-            self.alloc_small(cpu, order)
-        }?;
+        let mut attempt = 0;
+        let off = loop {
+            let got = if order >= HUGE_ORDER {
+                self.alloc_huge(cpu, order)
+            } else {
+                self.alloc_small(cpu, order)
+            };
+            if let Some(off) = got {
+                break off;
+            }
+            // Counts move between words in two steps (a tree's count into a reservation, a
+            // stolen or drained reservation back into its tree), so a search can find nothing
+            // while the frames are in flight. The huge-frame counters are updated first on
+            // free and last on allocation: while they show enough free frames, look again.
+            attempt += 1;
+            if attempt > SETTLE_RETRIES || self.huge_frame_free() < 1 << order {
+                return None;
+            }
+            pagelab_sync::shim::hint::spin_loop();
+        };
         self.account(cpu, zone, -(1i64 << order));
         Some(Pfn(self.base + off))
+    }
+
+    /// Free frames by the huge-frame counters (racy: a sum over many words).
+    fn huge_frame_free(&self) -> u32 {
+        self.children
+            .iter()
+            .map(|c| c.load(Relaxed))
+            .filter(|v| v & CHILD_HUGE == 0)
+            .map(|v| u32::from(v & CHILD_FREE))
+            .sum()
     }
 
     /// Orders below a huge frame: from the CPU's reserved tree, refilling the reservation as
