@@ -934,6 +934,36 @@ mod tests {
         assert_eq!(free_run(u64::MAX, 0), None);
     }
 
+    /// A capture records what other CPUs can meet: nothing for an allocation and free in the
+    /// CPU's own reserved tree, the bitfield word, huge-frame counter and tree counter for a
+    /// free into a tree another CPU holds.
+    #[test]
+    fn capture_records_shared_lines_only() {
+        let zone = Zone::new(0, 0, Pfn(0), Pfn(8192), 32, pagelab_sync::LockKind::Queued);
+        zone.mod_free_pages(8192);
+        let ll = LlFree::new(Pfn(0), Pfn(8192), 2);
+        // Reserves a tree for CPU 0.
+        let a = ll.alloc(CpuId(0), 0, &zone).unwrap();
+        trace::start(1024);
+        let b = ll.alloc(CpuId(0), 0, &zone).unwrap();
+        ll.free(CpuId(0), b, 0, &zone);
+        let ev = trace::stop();
+        assert!(ev.is_empty(), "own-tree fast path recorded {ev:?}");
+        trace::start(1024);
+        ll.free(CpuId(1), a, 0, &zone);
+        let ev = trace::stop();
+        let names: Vec<&str> = ev.iter().map(|e| e.class.name).collect();
+        for want in [
+            "llfree bitfield",
+            "llfree huge-frame counter",
+            "llfree tree counter",
+        ] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+        assert!(ev.iter().all(|e| e.class.scope == Scope::Node));
+        assert_eq!(ll.check().unwrap(), 8192);
+    }
+
     #[test]
     fn stat_threshold_follows_vmstat() {
         // 2 * fls(cpus) * (1 + fls(mem / 128 MiB)), at most 125.
