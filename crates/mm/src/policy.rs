@@ -92,9 +92,9 @@ pub struct AllocPolicy {
     /// Target size of the prezeroed pool, in pages.
     #[serde(default = "AllocPolicy::default_prezero_pool")]
     pub prezero_pool: u32,
-    /// The page allocator behind `alloc_pages`. Left out of the stored profile when it is the
-    /// buddy allocator, so profiles stored before the switch existed read back unchanged.
-    #[serde(default, skip_serializing_if = "Allocator::is_buddy")]
+    /// The page allocator behind `alloc_pages`. Profiles stored before the switch existed have
+    /// no such key and read back as `buddy`, which they ran on.
+    #[serde(default)]
     pub allocator: Allocator,
 }
 
@@ -114,10 +114,6 @@ pub enum Allocator {
 }
 
 impl Allocator {
-    pub fn is_buddy(&self) -> bool {
-        *self == Allocator::Buddy
-    }
-
     /// The value as profiles spell it.
     pub fn name(self) -> &'static str {
         match self {

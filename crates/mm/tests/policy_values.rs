@@ -278,8 +278,17 @@ fn allocator_values_are_checked() {
     .unwrap();
     assert_eq!(p.alloc.allocator, pagelab_mm::policy::Allocator::Llfree);
     assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
-    // The default is not written out, so profiles stored before the switch read the same.
-    assert!(!Policy::default().to_toml_string().contains("allocator"));
+    // Every profile says which allocator it ran on; one stored before the switch existed (no
+    // such key) reads back as the buddy allocator.
+    assert!(
+        Policy::default()
+            .to_toml_string()
+            .contains("allocator = \"buddy\"")
+    );
+    assert_eq!(
+        Policy::from_toml_str("[alloc]\nprezero = false\n").unwrap(),
+        Policy::default()
+    );
 }
 
 proptest! {
