@@ -87,7 +87,13 @@ fn policies() -> Vec<(String, Policy)> {
         p.alloc.prezero = true;
         p.alloc.prezero_pool = 256;
     });
+    out.push(("llfree profile".to_string(), llfree()));
     out
+}
+
+/// The shipped LLFree profile: the lock-free allocator in place of the buddy lists and pcps.
+fn llfree() -> Policy {
+    Policy::from_toml_str(include_str!("../../../profiles/llfree.toml")).unwrap()
 }
 
 /// Everything must be back once the run's address spaces are gone.
@@ -187,8 +193,14 @@ fn pft_and_lameter_under_every_switch() {
 /// instead of hanging or panicking, and leaves the engine whole.
 #[test]
 fn out_of_memory_stops_cleanly() {
+    for (name, policy) in [("default", Policy::default()), ("llfree", llfree())] {
+        out_of_memory_stops_cleanly_under(name, &policy);
+    }
+}
+
+fn out_of_memory_stops_cleanly_under(name: &str, policy: &Policy) {
     let stop = AtomicBool::new(false);
-    let k = engine::boot(&Policy::default(), 16 << 20, 2).unwrap();
+    let k = engine::boot(policy, 16 << 20, 2).unwrap();
     let (erun, vms) = engine::tasks(&k, 2, Mode::Processes, false).unwrap();
     let r = run_continuous(
         vms,
@@ -206,7 +218,7 @@ fn out_of_memory_stops_cleanly() {
     );
     match r {
         Err(pagelab_workloads::WorkloadError::OutOfMemory(_)) => {}
-        other => panic!("expected out of memory, got {other:?}"),
+        other => panic!("{name}: expected out of memory, got {other:?}"),
     }
-    check_whole(&k, erun, "oom");
+    check_whole(&k, erun, &format!("{name} oom"));
 }

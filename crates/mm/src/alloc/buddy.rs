@@ -197,6 +197,13 @@ impl Zone {
         self.nr_free.load(Relaxed)
     }
 
+    /// Add `delta` to `NR_FREE_PAGES` for an allocator that keeps no free lists here (the
+    /// LLFree policy folds its per-CPU deltas into it, as `__mod_zone_page_state` does).
+    #[inline]
+    pub fn mod_free_pages(&self, delta: i64) {
+        self.nr_free.fetch_add(delta, Relaxed);
+    }
+
     #[inline]
     pub fn test_flag(&self, f: u32) -> bool {
         self.flags.load(Relaxed) & f != 0
