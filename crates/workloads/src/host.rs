@@ -347,4 +347,34 @@ mod tests {
         assert!(q.store(b).is_err());
         assert!(p.store(b + 3).is_err(), "unaligned store refused");
     }
+
+    /// Unmapping part of a mapping splits it: the hole is gone (stores refused), the pieces
+    /// either side stay usable, and unmapping across pieces and holes removes what is left.
+    /// Part of a region another thread still holds is refused until it lets go.
+    #[test]
+    fn partial_munmap_splits_the_region() {
+        let page = PAGE;
+        let vms = HostVm::threads(2);
+        let a = vms[0].mmap_anon(8 * page).unwrap();
+        vms[0].store(a + 3 * page).unwrap();
+        vms[0].munmap(a + 3 * page, page).unwrap();
+        assert!(vms[0].store(a + 3 * page).is_err());
+        vms[0].store(a + 2 * page).unwrap();
+        vms[0].store(a + 4 * page).unwrap();
+        // The other thread holds the piece it stored into: it cannot be cut under it.
+        vms[1].store(a + 5 * page).unwrap();
+        let e = vms[0].munmap(a + 5 * page, page).unwrap_err();
+        assert!(e.to_string().contains("still holds"), "{e}");
+        vms[1].idle();
+        vms[0].munmap(a + 5 * page, page).unwrap();
+        vms[1].store(a + 6 * page).unwrap();
+        vms[1].idle();
+        // Across pieces and holes.
+        vms[0].munmap(a, 8 * page).unwrap();
+        for p in 0..8 {
+            assert!(vms[0].store(a + p * page).is_err() && vms[1].store(a + p * page).is_err());
+        }
+        assert!(vms[0].munmap(a, 8 * page).is_err(), "nothing left to unmap");
+        assert_eq!(vms[0].space.regions.read().unwrap().len(), 0);
+    }
 }
