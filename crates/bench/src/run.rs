@@ -206,7 +206,7 @@ fn parse_tasks_up_to(
 pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
     let t = tasks as u64;
     // Page tables take 1/512 of what they map, plus upper levels; 1/128 is ample.
-    let with_pt = |b: u64| b + b / 128;
+    let with_pt = |b: u64| b.saturating_add(b / 128);
     let need = match w {
         WorkloadKind::PageFault1 | WorkloadKind::PageFault3 => t * with_pt(sizes.memsize),
         WorkloadKind::PageFault2 => t * with_pt(2 * sizes.memsize),
@@ -226,8 +226,9 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
         },
     };
     // Slack for per-CPU lists, LRU batches and the watermarks.
-    let total = need + (64 << 20) + t * (2 << 20);
-    total.div_ceil(4 << 20) * (4 << 20)
+    // Saturating: a size too large for the machine must reach `check`'s refusal, not overflow.
+    let total = need.saturating_add(64 << 20).saturating_add(t * (2 << 20));
+    total.div_ceil(4 << 20).saturating_mul(4 << 20)
 }
 
 /// The CortenMM test `w` is, with the request count of `sizes`.
@@ -1417,6 +1418,106 @@ mod tests {
             ],
         );
         assert!(!text.contains("NaN") && text.contains("1.048M"), "{text}");
+    }
+
+    fn research_request(w: WorkloadKind, target: Target) -> RunRequest {
+        RunRequest {
+            workload: w,
+            target,
+            tasks: vec![1, 2],
+            modes: vec![Mode::Threads],
+            spec: SampleSpec {
+                samples: 2,
+                warmup: 1,
+                interval: Duration::from_millis(20),
+            },
+            sizes: Sizes::default(),
+            repeats: 1,
+            first_repeat: 0,
+            swap: Backing::Memory { compress: false },
+            lock_stat: true,
+        }
+    }
+
+    fn engine() -> Target {
+        Target::Engine {
+            profile: "linux-6.7".into(),
+            policy: Policy::default(),
+        }
+    }
+
+    /// The research benchmarks refuse what they cannot run, in one line, before anything runs.
+    #[test]
+    fn research_benchmarks_refuse_bad_shapes_up_front() {
+        let one_line = |r: Result<(), String>, has: &str| {
+            let e = r.unwrap_err();
+            assert!(e.contains(has) && !e.contains('\n'), "{e}");
+        };
+        for w in [
+            WorkloadKind::MapbenchShared,
+            WorkloadKind::CortenmmPfHigh,
+            WorkloadKind::CortenmmMmap,
+        ] {
+            let mut req = research_request(w, engine());
+            check(&req).unwrap();
+            req.modes = vec![Mode::Processes, Mode::Threads];
+            one_line(check(&req), "no processes mode");
+            let stop = AtomicBool::new(false);
+            let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap_err();
+            assert!(e.contains("no processes mode"), "{e}");
+        }
+        // mapbench has a processes mode.
+        let mut req = research_request(WorkloadKind::Mapbench, Target::Kernel);
+        req.modes = vec![Mode::Processes];
+        check(&req).unwrap();
+        req.sizes.map_pages = 0;
+        one_line(check(&req), "--map-pages");
+        // Regions larger than the machine.
+        req.sizes.map_pages = 1 << 40;
+        one_line(check(&req), "available");
+        req.target = engine();
+        one_line(check(&req), "engine arena");
+        for requests in [0, cortenmm::MAX_REQUESTS + 1] {
+            let mut req = research_request(WorkloadKind::CortenmmMunmapLow, Target::Kernel);
+            req.sizes.requests = requests;
+            one_line(check(&req), "requests per task");
+        }
+    }
+
+    /// A CortenMM test through `run`: one `ops/sec` sample per kept interval, handed over as it
+    /// is taken, and the engine's counters with the row.
+    #[test]
+    fn cortenmm_rows_hold_ops_per_second() {
+        let _switch = crate::micro::stats_switch();
+        for w in [
+            WorkloadKind::CortenmmMunmapHigh,
+            WorkloadKind::MapbenchShared,
+        ] {
+            let req = research_request(w, engine());
+            let stop = AtomicBool::new(false);
+            let mut passed = Vec::new();
+            let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |r| {
+                if let Record::Samples { sets, .. } = r {
+                    passed.extend(sets);
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(rows.len(), 2);
+            for r in &rows {
+                assert_eq!(r.metrics.len(), 1);
+                assert_eq!(r.metrics[0].name, OPS_METRIC);
+                assert_eq!(r.metrics[0].samples.len(), 2);
+                assert!(r.metrics[0].samples.iter().all(|v| *v > 0.0), "{r:?}");
+                let c = r.counter_values();
+                assert!(
+                    c.iter().any(|(n, v)| n == "event:unmap_pages" && *v > 0.0),
+                    "{c:?}"
+                );
+            }
+            assert_eq!(passed.len(), 4, "{passed:?}");
+            assert!(render(&req, &rows).contains("ops/sec Hmean"));
+        }
     }
 
     #[test]
