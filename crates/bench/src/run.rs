@@ -228,7 +228,7 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
     // Slack for per-CPU lists, LRU batches and the watermarks.
     // Saturating: a size too large for the machine must reach `check`'s refusal, not overflow.
     let total = need.saturating_add(64 << 20).saturating_add(t * (2 << 20));
-    total.div_ceil(4 << 20).saturating_mul(4 << 20)
+    total.div_ceil(4 << 20).min(u64::MAX >> 22) << 22
 }
 
 /// The CortenMM test `w` is, with the request count of `sizes`.
@@ -1528,5 +1528,19 @@ mod tests {
         assert!(engine_arena(WorkloadKind::Pft, 4, s) >= s.pft_bytes);
         assert_eq!(engine_arena(WorkloadKind::Pft, 4, s) % (4 << 20), 0);
         assert!(engine_arena(WorkloadKind::Netpipe, 1, s) >= 64 << 20);
+        assert!(engine_arena(WorkloadKind::Mapbench, 2, s) >= 64 << 20);
+        assert!(engine_arena(WorkloadKind::CortenmmPfHigh, 4, s) >= 4 * (2 << 20));
+        // A region no machine has is a refusal, not an overflow.
+        let huge = Sizes {
+            map_pages: u64::MAX,
+            ..s
+        };
+        assert_eq!(
+            engine_arena(WorkloadKind::MapbenchShared, 4, huge) % (4 << 20),
+            0
+        );
+        let mut req = research_request(WorkloadKind::MapbenchShared, engine());
+        req.sizes = huge;
+        assert!(check(&req).unwrap_err().contains("engine arena"));
     }
 }
