@@ -236,8 +236,9 @@ pub(crate) struct ImportArgs {
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, netpipe or
-    /// kvcache.
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, netpipe,
+    /// kvcache, mapbench, mapbench-shared, cortenmm-mmap, cortenmm-mmap-pf, cortenmm-pf-low,
+    /// cortenmm-pf-high, cortenmm-munmap-low or cortenmm-munmap-high.
     pub(crate) workload: String,
     /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
     #[arg(long, default_value = "engine")]
@@ -248,9 +249,10 @@ pub(crate) struct RunArgs {
     /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
     #[arg(long, default_value = "1,2")]
     pub(crate) tasks: String,
-    /// processes, threads or both.
-    #[arg(long, default_value = "processes")]
-    pub(crate) mode: String,
+    /// processes, threads or both (default: processes; threads for mapbench-shared and the
+    /// cortenmm tests, which have no processes mode).
+    #[arg(long)]
+    pub(crate) mode: Option<String>,
     /// Samples kept per task count (repetitions for pft and lameter).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) samples: u64,
@@ -272,6 +274,12 @@ pub(crate) struct RunArgs {
     /// Bytes faulted per repetition for pft and lameter.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub(crate) size: u64,
+    /// mapbench and mapbench-shared: pages in each task's region (RadixVM's npg).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub(crate) map_pages: u64,
+    /// The cortenmm tests: requests per task per round (CortenMM: 32).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub(crate) requests: u64,
     /// Engine lock statistics: on (counted per class and stored with the run) or off (to
     /// measure what counting costs; no lock counters are stored). kvcache always counts.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
