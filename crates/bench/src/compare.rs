@@ -721,11 +721,23 @@ mod tests {
         assert_eq!(natural_cmp("a007", "a7"), Less, "leading zeros: text order");
         assert_eq!(natural_cmp("a7", "a007"), Greater);
         assert_eq!(natural_cmp("x2y10", "x2y9"), Greater);
-        let mut v = vec!["send-3312", "send-1024", "send-128", "send-64", "send-16384"];
+        let mut v = vec![
+            "send-3312",
+            "send-1024",
+            "send-128",
+            "send-64",
+            "send-16384",
+        ];
         v.sort_by(|a, b| natural_cmp(a, b));
         assert_eq!(
             v,
-            ["send-64", "send-128", "send-1024", "send-3312", "send-16384"]
+            [
+                "send-64",
+                "send-128",
+                "send-1024",
+                "send-3312",
+                "send-16384"
+            ]
         );
     }
 
@@ -739,7 +751,10 @@ mod tests {
         }
         let c = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap();
         let text = c.render_text();
-        let at = |m: &str| text.find(&format!("{m}-1 ")).unwrap_or_else(|| panic!("{m}: {text}"));
+        let at = |m: &str| {
+            text.find(&format!("{m}-1 "))
+                .unwrap_or_else(|| panic!("{m}: {text}"))
+        };
         assert!(at("send-64") < at("send-128"), "{text}");
         assert!(at("send-128") < at("send-1024"), "{text}");
         assert!(at("send-1024") < at("send-16384"), "{text}");

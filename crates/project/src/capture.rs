@@ -313,8 +313,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     let arena = engine_arena(spec.workload, tasks, sizes);
     let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(tasks))
         .map_err(|e| format!("capture: {e}"))?;
-    let (_run, vms) = engine::tasks(&kernel, tasks, Mode::Threads, false)
-        .map_err(|e| format!("capture: {e}"))?;
+    let (_run, vms) =
+        engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
     let capacity = match window {
         Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * 24,
         Window::Once => (spec.pft_bytes as usize / 4096) * 24,

@@ -136,7 +136,10 @@ fn pft_with_per_vma_locks_shares_its_one_vma_between_threads() {
 fn pft_companion_shares_the_boundary_pte_table() {
     let p = profiles::load("linux-6.7").unwrap();
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
-    assert_eq!(spec.companions, 1, "pft's single VMA runs a companion by default");
+    assert_eq!(
+        spec.companions, 1,
+        "pft's single VMA runs a companion by default"
+    );
     spec.pft_bytes = 3 << 20;
     let shared_acquires = |t: &Trace| {
         let ptl = t.instances.iter().position(|i| i.class == "ptl (shared)");

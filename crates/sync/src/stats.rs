@@ -195,7 +195,10 @@ impl Block {
     fn count(&self, i: usize, side: Side) {
         // `i` is below MAX_CLASSES (a power of two) by construction; the mask lets the
         // compiler drop the bounds check from the hot path.
-        owner_add(&self.0.acquisitions[i & (MAX_CLASSES - 1)][side as usize], 1);
+        owner_add(
+            &self.0.acquisitions[i & (MAX_CLASSES - 1)][side as usize],
+            1,
+        );
     }
 
     /// Counts a contended acquisition and its wait.

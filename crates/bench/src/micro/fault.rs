@@ -283,7 +283,10 @@ mod tests {
         assert!(text.contains("host kernel"), "{text}");
         assert!(text.contains("(lock stat off)"), "{text}");
         assert!(text.contains("lock statistics on/off"), "{text}");
-        assert!(text.contains("lock acquisitions counted per fault"), "{text}");
+        assert!(
+            text.contains("lock acquisitions counted per fault"),
+            "{text}"
+        );
         let one = run(&profiles, 4 << 20, 1, &[false], &stop).unwrap();
         assert_eq!(one.rows.len(), 1);
         assert!(one.lock_stat_cost.is_empty());

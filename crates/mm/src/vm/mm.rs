@@ -766,7 +766,10 @@ mod tests {
         t1.idle();
         let page = PAGE_SIZE as u64;
         let a = t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap();
-        assert!(a.is_multiple_of(PMD_SIZE), "one PTE table spans the mapping");
+        assert!(
+            a.is_multiple_of(PMD_SIZE),
+            "one PTE table spans the mapping"
+        );
         for i in 0..8 {
             t0.store(a + i * page, i).unwrap();
         }
