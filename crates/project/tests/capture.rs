@@ -261,6 +261,36 @@ fn the_capture_records_the_engines_fallback_for_a_failed_trylock() {
     assert_eq!(names, ["pcp->lock"]);
 }
 
+/// pft on one VMA with 3 MiB slices: task 0 faults [0, 3M) of the region, its companion
+/// [3M, 6M), so the PTE table of [2M, 4M) is both tasks' and its 256 pages of task 0 are
+/// recorded under the shared lock, per mm; the tables of [0, 2M) stay private. Without a
+/// companion nothing is shared.
+#[test]
+fn pft_companion_shares_the_boundary_pte_table() {
+    let p = profiles::load("linux-6.7").unwrap();
+    let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
+    assert_eq!(spec.companions, 0, "no companion unless asked for");
+    spec.companions = 1;
+    spec.pft_bytes = 3 << 20;
+    let shared_acquires = |t: &Trace| {
+        let ptl = t.instances.iter().position(|i| i.class == "ptl (shared)");
+        if let Some(i) = ptl {
+            assert_eq!(t.instances[i].scope, Scope::Mm);
+        }
+        t.events
+            .iter()
+            .filter(|e| matches!(e, Event::Acquire { inst, .. } if Some(*inst as usize) == ptl))
+            .count()
+    };
+    let t = capture(&spec).unwrap();
+    assert_eq!(t.meta.ops, 768, "task 0's faults only");
+    assert_eq!(shared_acquires(&t), 256, "{:?}", classes(&t));
+    spec.companions = 0;
+    let alone = capture(&spec).unwrap();
+    assert_eq!(alone.meta.ops, 768);
+    assert_eq!(shared_acquires(&alone), 0, "{:?}", classes(&alone));
+}
+
 #[test]
 fn workloads_the_projector_cannot_replay_are_refused() {
     let p = profiles::load("linux-6.7").unwrap();
