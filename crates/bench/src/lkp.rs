@@ -103,9 +103,9 @@ pub fn render(sets: &[SetSummary], labels: &[String]) -> Result<String, String> 
             ));
         }
     }
-    // workload -> name -> per-label pooled summary
-    let mut groups: BTreeMap<&str, BTreeMap<(&SampleKey, String), Vec<Option<Summary>>>> =
-        BTreeMap::new();
+    // workload -> (key, name) -> per-label pooled summary
+    type Cells = Vec<Option<Summary>>;
+    let mut groups: BTreeMap<&str, BTreeMap<(&SampleKey, String), Cells>> = BTreeMap::new();
     for s in sets {
         let Some(col) = labels.iter().position(|l| l == &s.label) else {
             continue;
