@@ -91,7 +91,8 @@ enum Command {
     Runs(RunsArgs),
     /// Write stored samples as CSV or JSON.
     Export(ExportArgs),
-    /// Store results produced by the real tools (will-it-scale, pft) or a plain CSV of samples.
+    /// Store results produced by the real tools (will-it-scale, pft), a plain CSV of samples, or
+    /// an mmtests run directory's wis and pft results.
     Import(ImportArgs),
     /// Plot stored results (SVG or PNG): a metric against the task count per label, or each
     /// label's percent change against the baseline; LABEL may be an experiment.
