@@ -91,7 +91,8 @@ enum Command {
     Runs(RunsArgs),
     /// Write stored samples as CSV or JSON.
     Export(ExportArgs),
-    /// Store results produced by the real tools (will-it-scale, pft) or a plain CSV of samples.
+    /// Store results produced by the real tools (will-it-scale, pft), a plain CSV of samples, or
+    /// an mmtests run directory's wis and pft results.
     Import(ImportArgs),
     /// Plot stored results (SVG or PNG): a metric against the task count per label, or each
     /// label's percent change against the baseline; LABEL may be an experiment.
@@ -146,9 +147,9 @@ struct ExperimentsArgs {
 pub(crate) struct CompareArgs {
     #[command(flatten)]
     pub(crate) select: results_cmd::CompareSelect,
-    /// text, markdown, json or csv.
-    #[arg(long, default_value = "text")]
-    pub(crate) format: String,
+    /// The output's layout.
+    #[arg(long, value_enum, default_value_t = results_cmd::CompareFormat::Text)]
+    pub(crate) format: results_cmd::CompareFormat,
 }
 
 /// Which stored runs a command works on; every filter narrows the selection.
@@ -209,11 +210,13 @@ pub(crate) struct ExportArgs {
 pub(crate) struct ImportArgs {
     /// The file: will-it-scale output or runtest CSV, pft output, or a CSV of samples. At most
     /// 256 MiB is read (an endless stream such as /dev/zero is refused); a last data line
-    /// without a newline is taken as a cut file and refused.
+    /// without a newline is taken as a cut file and refused. Or a directory: an mmtests run
+    /// (work/log/<run name>), whose wis and pft results are imported, one run per workload.
     pub(crate) file: PathBuf,
-    /// The label its samples get (a comparison column).
+    /// The label its samples get (a comparison column). Required for a file; for an mmtests
+    /// directory the default is the directory's name (the run name, usually the kernel's).
     #[arg(long)]
-    pub(crate) label: String,
+    pub(crate) label: Option<String>,
     /// will-it-scale, will-it-scale-csv, pft or csv (default: recognised from the content).
     #[arg(long)]
     pub(crate) format: Option<String>,
@@ -400,7 +403,13 @@ fn main() -> ExitCode {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("bad arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("pagelab: error: {first} (see pagelab --help)");
+            // A value not among a flag's choices: the choices go on the same line.
+            let choices = text
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("[possible values:"))
+                .map_or(String::new(), |l| format!(" {l}"));
+            eprintln!("pagelab: error: {first}{choices} (see pagelab --help)");
             return ExitCode::from(2);
         }
     };
