@@ -170,6 +170,39 @@ pub struct Comparison {
     pub sections: Vec<Section>,
 }
 
+/// Orders metric names as a reader expects: runs of digits compare as numbers, the rest as
+/// text, so netpipe's `send-128` comes before `send-1024` (plain text order puts `send-1024`
+/// first, as `0` sorts before `2`). Names that differ only in leading zeros fall back to text
+/// order, so the order is total and consistent with equality. Compare tables, charts and
+/// reports order their metrics with it.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    fn run(s: &str) -> (&str, &str) {
+        let digits = s.as_bytes()[0].is_ascii_digit();
+        let end = s
+            .bytes()
+            .position(|c| c.is_ascii_digit() != digits)
+            .unwrap_or(s.len());
+        s.split_at(end)
+    }
+    let (mut x, mut y) = (a, b);
+    while !x.is_empty() && !y.is_empty() {
+        let ((rx, tx), (ry, ty)) = (run(x), run(y));
+        let both_numbers = rx.as_bytes()[0].is_ascii_digit() && ry.as_bytes()[0].is_ascii_digit();
+        let o = if both_numbers {
+            let (nx, ny) = (rx.trim_start_matches('0'), ry.trim_start_matches('0'));
+            nx.len().cmp(&ny.len()).then_with(|| nx.cmp(ny))
+        } else {
+            rx.cmp(ry)
+        };
+        if o != Ordering::Equal {
+            return o;
+        }
+        (x, y) = (tx, ty);
+    }
+    x.len().cmp(&y.len()).then_with(|| a.cmp(b))
+}
+
 fn rule_name(r: Significance) -> &'static str {
     match r {
         Significance::TTest => "t-test (2018-2024 rule, p < 0.10)",
@@ -392,6 +425,7 @@ pub fn build_from(
         if !metric_order.contains(&s.key.metric.as_str()) {
             metric_order.push(&s.key.metric);
         }
+        // (Sorted below: the store returns metrics in text order, where send-1024 < send-128.)
         let pool = &mut groups
             .entry((&s.workload, &s.key.mode))
             .or_default()
@@ -401,6 +435,7 @@ pub fn build_from(
         pool.summary.merge(&s.summary);
         pool.repeats.extend(s.repeats.iter().map(|(_, r)| *r));
     }
+    metric_order.sort_by(|a, b| natural_cmp(a, b));
     let mut sections = Vec::new();
     for ((workload, mode), keys) in groups {
         // A section compares something only if two columns have data in it (or one label was
@@ -771,6 +806,57 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn natural_order_compares_digit_runs_as_numbers() {
+        use std::cmp::Ordering::*;
+        assert_eq!(natural_cmp("send-128", "send-1024"), Less);
+        assert_eq!(natural_cmp("send-8192", "send-16384"), Less);
+        assert_eq!(natural_cmp("send-64", "send-64"), Equal);
+        assert_eq!(natural_cmp("faults/cpu", "faults/sec"), Less);
+        assert_eq!(natural_cmp("send", "send-64"), Less);
+        assert_eq!(natural_cmp("recv-64", "send-8"), Less);
+        assert_eq!(natural_cmp("a007", "a7"), Less, "leading zeros: text order");
+        assert_eq!(natural_cmp("a7", "a007"), Greater);
+        assert_eq!(natural_cmp("x2y10", "x2y9"), Greater);
+        let mut v = vec![
+            "send-3312",
+            "send-1024",
+            "send-128",
+            "send-64",
+            "send-16384",
+        ];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            [
+                "send-64",
+                "send-128",
+                "send-1024",
+                "send-3312",
+                "send-16384"
+            ]
+        );
+    }
+
+    /// netpipe's sizes, as the store returns them (text order), come out in size order.
+    #[test]
+    fn compare_rows_follow_numbers_in_metric_names() {
+        let mut s = Vec::new();
+        for metric in ["send-1024", "send-128", "send-16384", "send-64"] {
+            s.extend(row("a", 1, metric, &[1.0, 2.0]));
+            s.extend(row("b", 1, metric, &[1.0, 2.0]));
+        }
+        let c = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap();
+        let text = c.render_text();
+        let at = |m: &str| {
+            text.find(&format!("{m}-1 "))
+                .unwrap_or_else(|| panic!("{m}: {text}"))
+        };
+        assert!(at("send-64") < at("send-128"), "{text}");
+        assert!(at("send-128") < at("send-1024"), "{text}");
+        assert!(at("send-1024") < at("send-16384"), "{text}");
     }
 
     #[test]

@@ -973,26 +973,39 @@ impl Store {
     /// error, none of it. `started` is now, and so is `finished` unless the status is
     /// `Running`. Samples for the same key and repeat given twice are appended in order.
     pub fn insert_run(&self, data: &RunData) -> Result<i64, StoreError> {
-        self.check_meta(&data.meta)?;
-        for (key, repeat, values) in &data.samples {
-            self.check_finite(
-                || {
-                    format!(
-                        "`{}` ({} {} tasks) repeat {repeat}",
-                        key.metric, key.mode, key.tasks
-                    )
-                },
-                values,
-            )?;
+        Ok(self.insert_runs(std::slice::from_ref(data))?[0])
+    }
+
+    /// Stores several whole runs (an import of a directory holding several workloads) in one
+    /// transaction, as [`Store::insert_run`] stores one: all of them or, on any error, none.
+    /// Returns their ids in order.
+    pub fn insert_runs(&self, runs: &[RunData]) -> Result<Vec<i64>, StoreError> {
+        for data in runs {
+            self.check_meta(&data.meta)?;
+            for (key, repeat, values) in &data.samples {
+                self.check_finite(
+                    || {
+                        format!(
+                            "`{}` ({} {} tasks) repeat {repeat}",
+                            key.metric, key.mode, key.tasks
+                        )
+                    },
+                    values,
+                )?;
+            }
         }
         let now = now_rfc3339();
-        let finished = (data.status != Status::Running).then_some(now.as_str());
         self.write(|tx| {
-            let run = self.insert_run_row(tx, &data.meta, data.status, &now, finished)?;
-            for (key, repeat, values) in &data.samples {
-                self.insert_samples(tx, run, key, *repeat, values)?;
+            let mut ids = Vec::with_capacity(runs.len());
+            for data in runs {
+                let finished = (data.status != Status::Running).then_some(now.as_str());
+                let run = self.insert_run_row(tx, &data.meta, data.status, &now, finished)?;
+                for (key, repeat, values) in &data.samples {
+                    self.insert_samples(tx, run, key, *repeat, values)?;
+                }
+                ids.push(run);
             }
-            Ok(run)
+            Ok(ids)
         })
     }
 
@@ -1450,7 +1463,7 @@ fn filter_sql(f: &RunFilter) -> (String, Vec<Value>) {
 }
 
 /// Now as RFC 3339 in UTC to the second, e.g. `2026-11-22T04:55:01Z`.
-fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -41,6 +41,14 @@ pub(crate) struct CalibrateArgs {
     /// Overwrite --out.
     #[arg(long)]
     force: bool,
+    /// Instead of measuring this host: recompute this shipped machine's `kernel.trap_ns` from
+    /// a published table (with --from-table) and print the arithmetic and the keys its file
+    /// holds.
+    #[arg(long, conflicts_with_all = ["out", "force"])]
+    machine: Option<String>,
+    /// The published table to calibrate --machine against (its baseline one-task row).
+    #[arg(long, value_name = "TABLE")]
+    from_table: Option<String>,
 }
 
 #[derive(Args)]
@@ -159,7 +167,44 @@ fn check_out(out: &Path, db: Option<&Path>) -> Result<(), String> {
     check_output_path(out, store_in_use(db).as_deref()).map_err(|e| e.to_string())
 }
 
+/// `pagelab calibrate --machine M --from-table T`: the trap fit, redone here and printed.
+fn calibrate_from_table(machine: &str, table: &str) -> Result<(), String> {
+    let t = validate::published(table)?;
+    if t.machine != machine {
+        return Err(format!(
+            "--from-table {table} was measured on {}, not on --machine {machine}",
+            t.machine
+        ));
+    }
+    Machine::load(machine)?;
+    let stop = interrupt_flag();
+    let what = format!("calibrate {machine}");
+    let replayed = pagelab_project::calibrate::replay_untrapped_ns(
+        t,
+        3,
+        1,
+        8192,
+        &mut progress_printer(&what),
+        &stop,
+    )?;
+    let fit = pagelab_project::calibrate::trap_fit(t, replayed)?;
+    let host = HostInfo::detect();
+    let date = pagelab_bench::store::now_rfc3339()[..10].to_string();
+    print!("{}", fit.render(&host.cpu_model, &date));
+    Ok(())
+}
+
 pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), String> {
+    match (&a.machine, &a.from_table) {
+        (Some(m), Some(t)) => return calibrate_from_table(m, t),
+        (Some(_), None) => {
+            return Err("--machine needs --from-table: the published table to fit it to".into());
+        }
+        (None, Some(_)) => {
+            return Err("--from-table needs --machine: the table's machine".into());
+        }
+        (None, None) => {}
+    }
     // Everything that can be refused is refused before a minute of measuring.
     machine::check_name(&a.name).map_err(|e| format!("--name: {e}"))?;
     if let Some(out) = &a.out {
@@ -177,15 +222,16 @@ pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), S
             a.name, a.name
         );
     }
-    let m = pagelab_project::calibrate::measure_host(&a.name, &mut |what| {
+    let (m, notes) = pagelab_project::calibrate::measure_host(&a.name, &mut |what| {
         eprintln!("pagelab: measuring {what}")
     })?;
     let text = format!(
-        "# Measured by `pagelab calibrate --name {}` on {} ({}).\n{}",
+        "# Measured by `pagelab calibrate --name {}` on {} ({}), {}.\n{}",
         a.name,
         HostInfo::detect().hostname,
         m.cpu.model,
-        m.to_toml()
+        &pagelab_bench::store::now_rfc3339()[..10],
+        pagelab_project::calibrate::annotate(&m, &notes)
     );
     match a.out {
         Some(out) => write_file(&out, store_in_use(db).as_deref(), text.as_bytes())

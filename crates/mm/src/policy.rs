@@ -12,7 +12,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use pagelab_sync::LockKind;
+use pagelab_sync::{LockKind, RwsemAlgo};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
@@ -48,11 +48,21 @@ pub struct LockPolicy {
     /// `ticket` (x86 before 4.2) or `queued` (qspinlock, 4.2+).
     #[serde(default = "LockPolicy::default_spinlock", with = "lock_kind_serde")]
     pub spinlock: LockKind,
+    /// How the era's rwsem (`mmap_lock`, the 6.4 per-VMA lock's writers) makes its waiters
+    /// wait: `sleep-fifo` (before 3.10), `sleep-steal` (3.10), `spin-writers` (3.16),
+    /// `spin-all-handoff` (5.3) or `spin-writers-handoff` (5.11+). The engine's rwsem
+    /// protocol is the same for all; the projector's replay costs waiting by it
+    /// ([`RwsemAlgo`]).
+    #[serde(default = "LockPolicy::default_rwsem", with = "rwsem_algo_serde")]
+    pub rwsem: RwsemAlgo,
 }
 
 impl LockPolicy {
     fn default_spinlock() -> LockKind {
         LockKind::Queued
+    }
+    fn default_rwsem() -> RwsemAlgo {
+        RwsemAlgo::SpinWritersHandoff
     }
 }
 
@@ -60,7 +70,26 @@ impl Default for LockPolicy {
     fn default() -> Self {
         LockPolicy {
             spinlock: Self::default_spinlock(),
+            rwsem: Self::default_rwsem(),
         }
+    }
+}
+
+mod rwsem_algo_serde {
+    use super::*;
+
+    pub fn serialize<S: serde::Serializer>(a: &RwsemAlgo, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(a.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RwsemAlgo, D::Error> {
+        let s = String::deserialize(d)?;
+        RwsemAlgo::from_name(&s).ok_or_else(|| {
+            de::Error::custom(format!(
+                "unknown value `{s}`, expected one of {}",
+                RwsemAlgo::names()
+            ))
+        })
     }
 }
 
@@ -92,6 +121,35 @@ pub struct AllocPolicy {
     /// Target size of the prezeroed pool, in pages.
     #[serde(default = "AllocPolicy::default_prezero_pool")]
     pub prezero_pool: u32,
+    /// The page allocator behind `alloc_pages`. Profiles stored before the switch existed have
+    /// no such key and read back as `buddy`, which they ran on.
+    #[serde(default)]
+    pub allocator: Allocator,
+}
+
+/// Which page allocator serves `alloc_pages` and `free_pages`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Allocator {
+    /// Linux's: zones of buddy free lists under `zone->lock`, with the `[pcp]` per-CPU lists in
+    /// front (mm/page_alloc.c).
+    #[default]
+    Buddy,
+    /// LLFree (Wrenger et al., USENIX ATC'23): per-CPU reservations of trees of 64-frame
+    /// bitfield words updated with atomics, no lock and no per-CPU lists
+    /// ([`crate::alloc::llfree`]). Replaces both the buddy lists and the pcps, so it needs
+    /// `pcp.lists = "none"`.
+    Llfree,
+}
+
+impl Allocator {
+    /// The value as profiles spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Allocator::Buddy => "buddy",
+            Allocator::Llfree => "llfree",
+        }
+    }
 }
 
 impl AllocPolicy {
@@ -105,6 +163,7 @@ impl Default for AllocPolicy {
         AllocPolicy {
             prezero: false,
             prezero_pool: Self::default_prezero_pool(),
+            allocator: Allocator::Buddy,
         }
     }
 }
@@ -815,6 +874,18 @@ impl Policy {
                 self.mm.vma_lock_faults.name()
             )));
         }
+        if self.alloc.allocator == Allocator::Llfree {
+            if p.lists != PcpLists::None {
+                return Err(PolicyError(
+                    "alloc.allocator = \"llfree\" replaces the per-CPU page lists: set pcp.lists = \"none\" (and pcp.tune = \"fixed\")".into(),
+                ));
+            }
+            if self.alloc.prezero {
+                return Err(PolicyError(
+                    "alloc.prezero needs alloc.allocator = \"buddy\": the zeroer fills its pool from the buddy lists".into(),
+                ));
+            }
+        }
         if self.alloc.prezero && self.alloc.prezero_pool == 0 {
             return Err(PolicyError(
                 "alloc.prezero_pool must be at least 1 page when alloc.prezero = true".into(),
@@ -1165,6 +1236,54 @@ mod tests {
         );
         // The default coverage with no VMA lock is what every pre-6.4 profile stores.
         Policy::from_toml_str("[mm]\nvma_lock = \"none\"\nvma_lock_faults = \"all\"\n").unwrap();
+    }
+
+    #[test]
+    fn rwsem_algorithm_parses_and_unknown_values_name_the_allowed_ones() {
+        assert_eq!(
+            Policy::from_toml_str("").unwrap().locks.rwsem,
+            RwsemAlgo::SpinWritersHandoff
+        );
+        for a in RwsemAlgo::ALL {
+            let p = Policy::from_toml_str(&format!("[locks]\nrwsem = \"{a}\"\n")).unwrap();
+            assert_eq!(p.locks.rwsem, a);
+            assert_eq!(Policy::from_toml_str(&p.to_toml_string()).unwrap(), p);
+        }
+        let e = refused("[locks]\nrwsem = \"mcs\"\n");
+        assert!(e.starts_with("line 2"), "{e}");
+        assert!(e.contains("`mcs`"), "{e}");
+        for a in RwsemAlgo::ALL {
+            assert!(e.contains(&format!("`{a}`")), "{e}");
+        }
+    }
+
+    /// Every shipped profile says which rwsem its kernel had: waiters slept FIFO before 3.10,
+    /// writers spin from 3.16, hand-off from 5.3 (reader spinning 5.3 to 5.10 only).
+    #[test]
+    fn shipped_profiles_name_their_eras_rwsem() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles");
+        let mut seen = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains("rwsem = "), "{name} does not name its rwsem");
+            let p = Policy::from_toml_str(&text).unwrap();
+            let want = if name.starts_with("linux-2.6.") {
+                RwsemAlgo::SleepFifo
+            } else if p.mm.munmap_downgrade {
+                // 4.20 and later kernels of the shipped set are all 6.x.
+                RwsemAlgo::SpinWritersHandoff
+            } else {
+                RwsemAlgo::SpinWriters
+            };
+            assert_eq!(p.locks.rwsem, want, "{name}");
+            seen += 1;
+        }
+        assert!(seen >= 17, "{seen}");
     }
 
     /// The shipped profiles set the issue-12 switches as their kernels did: munmap

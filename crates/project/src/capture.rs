@@ -12,6 +12,22 @@
 //!   repetitions timed without recording, then recorded from their first store to their unmap
 //!   (not included, as pft does not time it).
 //!
+//! Then, for each trylock whose failure path the replay takes (the per-VMA lock when the
+//! profile has one, the pcp lock when it has per-CPU lists), one more recorded window runs with
+//! every trylock of that class made to fail ([`raw::force_trylock_failure`]): what the engine
+//! does then (the fault under `mmap_lock`, the allocation or free under `zone->lock`) is
+//! recorded from the engine itself and becomes that class's fallback segments
+//! ([`crate::trace::Fallback`]). Those windows are not timed.
+//!
+//! Companions ([`CaptureSpec::companions`]): the workload can run with a few more tasks laid
+//! out as it lays them out (pft's single VMA: each task faults its slice of one region), only
+//! task 0 being recorded. A PTE table a companion also faults then has a split lock that two
+//! CPUs take, which the engine marks shared, so task 0's acquisitions of it are recorded as
+//! `ptl (shared)` (per-mm scope) and replay makes the projected CPUs meet there; a slice
+//! boundary inside a 2 MiB table is where that happens, as in the kernel. Each repetition's
+//! recording starts once a companion has made its first fault, so that a companion a loaded
+//! host delayed does not leave the shared tables private for the window.
+//!
 //! Three windows of each kind run, because this host is shared: the untraced time is the
 //! least CPU time of the three (thread CPU time, so preemption does not count), and the
 //! recording kept is the one that lost least time to preemption. The untraced and traced
@@ -26,6 +42,8 @@ use std::time::Instant;
 
 use pagelab_bench::profiles::Profile;
 use pagelab_bench::run::{Sizes, engine_arena};
+use pagelab_mm::policy::{PcpLists, Policy, VmaLock};
+use pagelab_sync::LockClass;
 use pagelab_sync::trace as raw;
 use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
 use pagelab_workloads::pft::{self, PftParams};
@@ -46,6 +64,13 @@ pub struct CaptureSpec {
     pub cycles: usize,
     /// pft: bytes the task faults in the recorded repetition.
     pub pft_bytes: u64,
+    /// Untraced tasks run beside task 0 in the workload's own layout (each faulting as much
+    /// as task 0), so that what task 0 really shares with a neighbour (a PTE table of one
+    /// VMA) is shared in the trace too. None by default: at the shipped slice sizes (64 MiB
+    /// of pft per task) tasks share no PTE table, and on a host with few CPUs a companion only
+    /// adds its contention for the engine's locks to the recorded compute, which the replay
+    /// then models a second time. Set it when slices are small enough to share a table.
+    pub companions: usize,
 }
 
 impl CaptureSpec {
@@ -57,6 +82,7 @@ impl CaptureSpec {
             kernel_cpus,
             cycles: 2,
             pft_bytes: 64 << 20,
+            companions: 0,
         }
     }
 }
@@ -79,6 +105,19 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
 /// counts (this host is shared, and a window in which the task was preempted says more about
 /// the neighbours than about the engine).
 const ROUNDS: usize = 3;
+
+/// The trylock classes whose failure path a capture with `policy` records (see the module
+/// docs), in the order their windows run.
+pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
+    let mut v = Vec::new();
+    if policy.mm.vma_lock != VmaLock::None {
+        v.push(&pagelab_mm::vm::vma_lock::VMA_LOCK);
+    }
+    if policy.pcp.lists != PcpLists::None {
+        v.push(&pagelab_mm::alloc::PCP_LOCK);
+    }
+    v
+}
 
 /// The best recording so far: time lost to preemption (wall less CPU time), CPU time, events.
 type Best = Option<(f64, f64, Vec<raw::Event>)>;
@@ -104,10 +143,23 @@ struct Ctl {
     best: Mutex<Best>,
     overhead: Mutex<Option<f64>>,
     capacity: usize,
+    /// One window each after the timed ones, with that class's trylocks failing.
+    fallback_classes: Vec<&'static LockClass>,
+    /// What those windows recorded.
+    fallbacks: Mutex<Vec<Vec<raw::Event>>>,
+    /// Set by task 0 when a pft repetition is about to start its window, cleared by the
+    /// first companion store after that (only read by companions otherwise).
+    await_companion: AtomicBool,
+    companions: usize,
 }
 
 impl Ctl {
-    fn new(window: Window, cycles: usize, capacity: usize) -> Ctl {
+    fn new(
+        window: Window,
+        cycles: usize,
+        capacity: usize,
+        fallback_classes: Vec<&'static LockClass>,
+    ) -> Ctl {
         Ctl {
             window,
             warmup: 1,
@@ -121,11 +173,46 @@ impl Ctl {
             best: Mutex::new(None),
             overhead: Mutex::new(None),
             capacity,
+            fallback_classes,
+            fallbacks: Mutex::new(Vec::new()),
+            await_companion: AtomicBool::new(false),
+            companions: 0,
         }
     }
 
-    /// Opens window `w` (untraced for `w < ROUNDS`, recorded after).
+    /// Before task 0's first store of a pft repetition: wait (a bounded time, outside the
+    /// window) until a companion has faulted in this repetition, so that the tables it shares
+    /// with task 0 are marked shared from the start. Companions start at the same barrier as
+    /// task 0; this only absorbs a companion the host has not scheduled yet.
+    fn wait_for_companion(&self) {
+        if self.companions == 0 {
+            return;
+        }
+        self.await_companion.store(true, Ordering::Relaxed);
+        let t = Instant::now();
+        while self.await_companion.load(Ordering::Relaxed)
+            && t.elapsed() < std::time::Duration::from_millis(200)
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Windows in all: untraced, recorded, and one per fallback class.
+    fn windows(&self) -> usize {
+        2 * ROUNDS + self.fallback_classes.len()
+    }
+
+    /// Opens window `w` (untraced for `w < ROUNDS`, recorded after; from `2 * ROUNDS` on, with
+    /// one fallback class's trylocks failing).
     fn open(&self, w: usize) {
+        if let Some(&class) = w
+            .checked_sub(2 * ROUNDS)
+            .and_then(|j| self.fallback_classes.get(j))
+        {
+            raw::force_trylock_failure(Some(class));
+            raw::start(self.capacity);
+            return;
+        }
         if w >= ROUNDS {
             let mut o = self.overhead.lock().unwrap();
             if o.is_none() {
@@ -138,6 +225,12 @@ impl Ctl {
 
     /// Closes window `w`.
     fn close(&self, w: usize) {
+        if w >= 2 * ROUNDS {
+            let events = raw::stop();
+            raw::force_trylock_failure(None);
+            self.fallbacks.lock().unwrap().push(events);
+            return;
+        }
         let events = if w >= ROUNDS { raw::stop() } else { Vec::new() };
         let Some((t0, c0)) = self.opened.lock().unwrap().take() else {
             return;
@@ -165,7 +258,7 @@ impl Ctl {
         if w > 0 {
             self.close(w - 1);
         }
-        if w < 2 * ROUNDS {
+        if w < self.windows() {
             self.open(w);
         } else {
             self.stop.store(true, Ordering::Relaxed);
@@ -174,7 +267,7 @@ impl Ctl {
 
     /// pft repetition `rep` (1-based) starts or ends its timed section.
     fn pft_window(&self, rep: usize, start: bool) {
-        if rep <= self.warmup || rep > self.warmup + 2 * ROUNDS {
+        if rep <= self.warmup || rep > self.warmup + self.windows() {
             return;
         }
         let w = rep - self.warmup - 1;
@@ -186,13 +279,17 @@ impl Ctl {
 struct TracedVm<V> {
     inner: V,
     ctl: Arc<Ctl>,
+    /// Task 0, the one recorded; companions only pass their calls through.
+    traced: bool,
 }
 
 impl<V: Vm> Vm for TracedVm<V> {
     type File = V::File;
 
     fn mmap_anon(&self, len: u64) -> Result<u64, WorkloadError> {
-        self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        if self.traced {
+            self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.mmap_anon(len)
     }
 
@@ -201,14 +298,24 @@ impl<V: Vm> Vm for TracedVm<V> {
     }
 
     fn mmap_file(&self, file: &V::File, len: u64, shared: bool) -> Result<u64, WorkloadError> {
-        self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        if self.traced {
+            self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.mmap_file(file, len, shared)
     }
 
     fn store(&self, addr: u64) -> Result<(), WorkloadError> {
         let c = &self.ctl;
+        if !self.traced {
+            self.inner.store(addr)?;
+            if c.await_companion.load(Ordering::Relaxed) {
+                c.await_companion.store(false, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
         if c.window == Window::Once && !c.in_window.swap(true, Ordering::Relaxed) {
             // The first store of a repetition: the start of pft's timed section.
+            c.wait_for_companion();
             c.pft_window(c.maps.load(Ordering::Relaxed), true);
         }
         self.inner.store(addr)?;
@@ -218,6 +325,9 @@ impl<V: Vm> Vm for TracedVm<V> {
 
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
         let c = &self.ctl;
+        if !self.traced {
+            return self.inner.munmap(addr, len);
+        }
         if c.window == Window::Once && c.in_window.swap(false, Ordering::Relaxed) {
             c.pft_window(c.maps.load(Ordering::Relaxed), false);
         }
@@ -241,31 +351,46 @@ impl<V: Vm> Vm for TracedVm<V> {
     }
 }
 
-/// Captures `spec`'s trace. Takes a few seconds (the workload runs seven times over).
+/// Captures `spec`'s trace. Takes a few seconds (the workload runs seven to nine times over).
 pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
     if spec.cycles == 0 {
         return Err("a capture needs at least one cycle".into());
     }
+    let tasks = 1 + spec.companions;
+    // pft splits its bytes between the tasks: each faults what task 0 alone would.
+    let pft_bytes = spec.pft_bytes * tasks as u64;
     let sizes = Sizes {
         memsize: MEMSIZE,
-        pft_bytes: spec.pft_bytes,
+        pft_bytes,
         ..Sizes::default()
     };
-    let arena = engine_arena(spec.workload, 1, sizes);
-    let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(1))
+    let arena = engine_arena(spec.workload, tasks, sizes);
+    let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(tasks))
         .map_err(|e| format!("capture: {e}"))?;
-    let (_run, mut vms) =
-        engine::tasks(&kernel, 1, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
+    let (_run, vms) =
+        engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
     let capacity = match window {
         Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * 24,
         Window::Once => (spec.pft_bytes as usize / 4096) * 24,
     };
-    let ctl = Arc::new(Ctl::new(window, spec.cycles, capacity));
-    let vm = TracedVm {
-        inner: vms.pop().expect("one task"),
-        ctl: ctl.clone(),
-    };
+    let mut ctl = Ctl::new(
+        window,
+        spec.cycles,
+        capacity,
+        fallback_classes(&spec.profile.policy),
+    );
+    ctl.companions = spec.companions;
+    let ctl = Arc::new(ctl);
+    let mut vms: Vec<_> = vms
+        .into_iter()
+        .enumerate()
+        .map(|(i, inner)| TracedVm {
+            inner,
+            ctl: ctl.clone(),
+            traced: i == 0,
+        })
+        .collect();
     let never = AtomicBool::new(false);
     match window {
         Window::Cycle => {
@@ -276,23 +401,44 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
             };
             let counter = AtomicU64::new(0);
             let (counter, stop) = (&counter, &ctl.stop);
+            let companions = vms.split_off(1);
+            let vm = vms.pop().expect("task 0");
             std::thread::scope(|s| {
-                s.spawn(move || {
-                    pagelab_workloads::pin::pin_to_core(0);
-                    page_fault::task_loop(&vm, variant, MEMSIZE, counter, stop)
-                })
-                .join()
-                .map_err(|_| "capture: the workload panicked".to_string())?
-                .map_err(|e| format!("capture: {e}"))
+                // Companions loop until task 0's windows are done (its stop ends them too).
+                let others: Vec<_> = companions
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        s.spawn(move || {
+                            pagelab_workloads::pin::pin_to_core(i + 1);
+                            page_fault::task_loop(&c, variant, MEMSIZE, counter, stop)
+                        })
+                    })
+                    .collect();
+                let r = s
+                    .spawn(move || {
+                        pagelab_workloads::pin::pin_to_core(0);
+                        page_fault::task_loop(&vm, variant, MEMSIZE, counter, stop)
+                    })
+                    .join();
+                // Whatever task 0 met, stop the companions before the scope joins them.
+                stop.store(true, Ordering::Relaxed);
+                for o in others {
+                    o.join()
+                        .map_err(|_| "capture: a companion task panicked".to_string())?
+                        .map_err(|e| format!("capture: companion: {e}"))?;
+                }
+                r.map_err(|_| "capture: the workload panicked".to_string())?
+                    .map_err(|e| format!("capture: {e}"))
             })?;
         }
         Window::Once => {
             let params = PftParams {
-                bytes: spec.pft_bytes,
-                repetitions: 1 + 2 * ROUNDS,
+                bytes: pft_bytes,
+                repetitions: 1 + ctl.windows(),
                 vma_per_task: !shared_vma,
             };
-            pft::run(vec![vm], true, params, &never, &mut |_, _, _| {})
+            pft::run(vms, true, params, &never, &mut |_, _, _| {})
                 .map_err(|e| format!("capture: {e}"))?;
         }
     }
@@ -327,5 +473,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         untraced_ns,
         compute_scale: 1.0,
     };
-    Ok(Trace::from_raw(meta, &events))
+    let fallbacks = std::mem::take(&mut *ctl.fallbacks.lock().unwrap());
+    let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
+    trace.set_rwsem(spec.profile.policy.locks.rwsem);
+    Ok(trace)
 }

@@ -91,6 +91,10 @@ impl Row {
             ));
             out.push((format!("lock:{}:contended", c.name), c.contended as f64));
             out.push((format!("lock:{}:wait_ns", c.name), c.wait_ns));
+            // Failed trylocks that took the engine's fallback (absent: none).
+            if c.fallbacks > 0 {
+                out.push((format!("lock:{}:fallbacks", c.name), c.fallbacks as f64));
+            }
         }
         out
     }
@@ -208,6 +212,7 @@ pub fn replay_row(
                             x.acquisitions += c.acquisitions;
                             x.contended += c.contended;
                             x.wait_ns += c.wait_ns;
+                            x.fallbacks += c.fallbacks;
                         }
                         None => classes.push(c),
                     }
@@ -547,6 +552,7 @@ mod tests {
                 Event::Compute { ns },
                 Event::Ops { n: 1 },
             ],
+            fallbacks: Vec::new(),
         }
     }
 

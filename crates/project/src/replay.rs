@@ -18,9 +18,10 @@
 //!   waiters. An rwsem's readers share it, but each reader's entry and exit is an atomic on its
 //!   one count line; writers exclude, and new readers wait behind a waiting writer. Waiters of
 //!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off.
-//! - **Memory bandwidth.** Page clearing and copying join their node's memory as processor
-//!   sharing: each writer gets the node's bandwidth divided among the writers, at most what
-//!   one core can do alone.
+//! - **Memory under load.** Page clearing and copying run at a rate that depends on how many
+//!   CPUs of the node write at once: each writer's line fills wait longer as the node's
+//!   utilisation rises along its loaded-latency curve, so each clears more slowly; at the
+//!   node's peak they share it ([`crate::memory`]).
 //! - **TLB shootdowns.** A flush of an mm with other CPUs running it (threads) costs its
 //!   sender the IPI round trip and every other CPU of the mm the handler.
 //!
@@ -37,11 +38,12 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use pagelab_sync::Scope;
-use pagelab_sync::trace::LockModel;
+use pagelab_sync::trace::{LockModel, Sym};
+use pagelab_sync::{RwsemAlgo, Scope};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::coherence::Line;
 use crate::machine::Machine;
 use crate::trace::{Event, Trace, Window};
 
@@ -67,6 +69,9 @@ pub struct ClassStats {
     /// Acquisitions that had to wait (for the lock or for its line).
     pub contended: u64,
     pub wait_ns: f64,
+    /// Trylocks that found the lock taken and ran the engine's fallback path instead (the
+    /// per-VMA lock's fault under mmap_lock; see [`crate::trace::Fallback`]).
+    pub fallbacks: u64,
 }
 
 /// What a replay measured.
@@ -114,22 +119,81 @@ enum Op {
     Trap,
     Atomic(u32),
     Acquire(u32, bool),
+    /// A trylock with the index of its fallback in the program's [`Alt`] table ([`NONE`]:
+    /// none recorded, so a failed trylock waits as a lock would).
+    Try(u32, bool, u32),
     Release(u32, bool),
     Write(u32),
     Flush,
     Ops(u32),
+    /// A plain read (`false`) or write of a line, or of a list entry named relative to it.
+    Line(u32, bool, Sym),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LockKind {
     Ticket,
     Queued,
-    RwSpin,
-    RwSleep,
+    /// An rwsem, waiting as its era's algorithm did.
+    Rw(RwWait),
     /// Refcounts and plain lines: every acquire and release is one atomic.
     Line,
 }
 
+/// How an rwsem's waiters wait (from the trace's [`RwsemAlgo`]; see its variants for the
+/// kernel commits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RwWait {
+    /// Queued waiters sleep (no CPU; a wake-up at hand-off), else they spin in the queue.
+    sleeps: bool,
+    /// A woken writer must take the lock itself, and an arriving writer may take it first.
+    steal: bool,
+    /// Writers (readers) that find a writer holding the lock spin on it (optimistic
+    /// spinning), ahead of the sleepers.
+    writers_spin: bool,
+    readers_spin: bool,
+    /// A head waiter that has waited [`RWSEM_WAIT_TIMEOUT_PS`] gets the lock next: no
+    /// stealing and no spinner ahead of it.
+    handoff: bool,
+}
+
+impl RwWait {
+    fn of(algo: Option<RwsemAlgo>, sleeps: bool) -> RwWait {
+        match algo {
+            Some(a) => RwWait {
+                sleeps: true,
+                steal: a.steals(),
+                writers_spin: a.writers_spin(),
+                readers_spin: a.readers_spin(),
+                handoff: a.hands_off(),
+            },
+            // Traces from before the algorithm was recorded: FIFO, sleeping as the class says.
+            None => RwWait {
+                sleeps,
+                steal: false,
+                writers_spin: false,
+                readers_spin: false,
+                handoff: false,
+            },
+        }
+    }
+}
+
+/// `RWSEM_WAIT_TIMEOUT` (4 ms: `DIV_ROUND_UP(HZ, 250)` jiffies): how long the first waiter
+/// lets others take the lock before it sets the hand-off bit (4f23dbc1e657, 5.3).
+const RWSEM_WAIT_TIMEOUT_PS: u64 = 4_000_000_000;
+
+/// A trylock's fallback in a program: `len` ops from `start` in the program's fallback ops,
+/// run instead of the `skip` ops after the trylock (its success path, up to and with the
+/// release of the lock it took).
+#[derive(Clone, Copy, Debug)]
+struct Alt {
+    start: u32,
+    len: u32,
+    skip: u32,
+}
+
+#[derive(Clone, Copy)]
 struct Waiter {
     cpu: u32,
     shared: bool,
@@ -139,18 +203,27 @@ struct Waiter {
 struct Resource {
     kind: LockKind,
     class: usize,
-    owner: u32,
+    /// Its cache line's coherence state (and, for a list head, its first entry's writer).
+    line: Line,
     busy_until: u64,
     holder: Option<u32>,
     readers: u32,
     waiters: VecDeque<Waiter>,
+    /// rwsem: optimistic spinners (the MCS `osq`, FIFO), busy while they wait.
+    spinners: VecDeque<Waiter>,
+    /// rwsem: a writer woken to take the lock itself (it is free meanwhile, and may be
+    /// stolen).
+    waking: Option<Waiter>,
 }
 
-const NONE: u32 = u32::MAX;
+/// No CPU (a line nobody has written yet).
+pub(crate) const NONE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum St {
     Ready,
+    /// Woken from an rwsem's wait list to take the lock itself (resource index).
+    Woken(u32),
     WaitLock,
     WaitBus,
     Done,
@@ -168,14 +241,16 @@ struct Cpu {
     stolen: u64,
     sleep_since: Option<u64>,
     slept: u64,
+    /// Running a trylock's fallback: the next op and the end, in the program's fallback ops.
+    alt: Option<(u32, u32)>,
     started: u64,
     finished: u64,
 }
 
 struct Bus {
-    /// Bytes per picosecond.
-    node_bw: f64,
-    core_bw: f64,
+    /// Each writer's rate with `n` writers on the node, bytes per picosecond (shared by all
+    /// nodes: [`Replay::writer_rates`]).
+    rates: std::rc::Rc<[f64]>,
     jobs: Vec<(u32, f64)>,
     last: u64,
     next_at: u64,
@@ -183,10 +258,8 @@ struct Bus {
 
 impl Bus {
     fn rate(&self) -> f64 {
-        if self.jobs.is_empty() {
-            return 0.0;
-        }
-        self.core_bw.min(self.node_bw / self.jobs.len() as f64)
+        // The table covers every CPU of the replay, so `jobs.len()` is always in it.
+        self.rates[self.jobs.len().min(self.rates.len() - 1)]
     }
 
     fn advance(&mut self, t: u64) {
@@ -214,6 +287,9 @@ pub struct Replay<'a> {
     progs: Vec<Vec<Op>>,
     /// Which program and node each task gets.
     placement: Vec<(usize, usize)>,
+    /// Per program, the fallbacks of its trylocks and their ops.
+    alts: Vec<Vec<Alt>>,
+    alt_ops: Vec<Vec<Op>>,
     /// Per program, the points where the task holds nothing (after each operation): where a
     /// cyclic replay may start.
     starts: Vec<Vec<usize>>,
@@ -262,6 +338,22 @@ pub const HORIZON_PS: u64 = 1 << 62;
 /// (counts are kept whole, only their resolution halves), so a run that lasts far longer than
 /// its cycle suggested cannot grow the bins without bound.
 const MAX_BINS: usize = 1 << 22;
+
+/// The op of one trace event other than compute, with `map` giving the resource of an
+/// instance (`None`: private, dropped). A trylock becomes a plain acquire here.
+fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) -> Option<Op> {
+    match *e {
+        Event::Compute { .. } => None,
+        Event::Acquire { inst, shared, .. } => map(inst).map(|r| Op::Acquire(r, shared)),
+        Event::Release { inst, shared } => map(inst).map(|r| Op::Release(r, shared)),
+        Event::Atomic { inst } => map(inst).map(Op::Atomic),
+        Event::Write { bytes, .. } => Some(Op::Write(bytes)),
+        Event::Trap => Some(Op::Trap),
+        Event::TlbFlush { .. } => flush.then_some(Op::Flush),
+        Event::Ops { n } => Some(Op::Ops(n)),
+        Event::Line { inst, write, sym } => map(inst).map(|r| Op::Line(r, write, sym)),
+    }
+}
 
 impl<'a> Replay<'a> {
     /// Compiles `trace` for `spec.tasks` tasks on `machine`.
@@ -340,7 +432,30 @@ impl<'a> Replay<'a> {
         for i in open.into_values().flatten() {
             keep[i] = false;
         }
+        // Which recorded fallback each instance's trylocks take, and where each fallback's
+        // segments start in one numbering of all segments.
+        let fallback_of: Vec<Option<usize>> = trace
+            .instances
+            .iter()
+            .map(|i| {
+                trace
+                    .fallbacks
+                    .iter()
+                    .position(|f| f.class == i.class && !f.segments.is_empty())
+            })
+            .collect();
+        let seg_base: Vec<usize> = trace
+            .fallbacks
+            .iter()
+            .scan(0, |acc, f| {
+                let b = *acc;
+                *acc += f.segments.len();
+                Some(b)
+            })
+            .collect();
         let mut progs = Vec::new();
+        let mut all_alts = Vec::new();
+        let mut all_alt_ops = Vec::new();
         let mut starts = Vec::new();
         let mut prog_of_node = HashMap::new();
         for &node in &used_nodes {
@@ -356,33 +471,37 @@ impl<'a> Replay<'a> {
                     _ => return None,
                 };
                 Some(*res_ids.entry((inst, key)).or_insert_with(|| {
-                    let kind = match (i.model, i.sleeps) {
-                        (LockModel::Ticket, _) => LockKind::Ticket,
-                        (LockModel::Queued, _) => LockKind::Queued,
-                        (LockModel::RwSem, false) => LockKind::RwSpin,
-                        (LockModel::RwSem, true) => LockKind::RwSleep,
-                        (LockModel::Refcount | LockModel::Line, _) => LockKind::Line,
+                    let kind = match i.model {
+                        LockModel::Ticket => LockKind::Ticket,
+                        LockModel::Queued => LockKind::Queued,
+                        LockModel::RwSem => LockKind::Rw(RwWait::of(i.rwsem, i.sleeps)),
+                        LockModel::Refcount | LockModel::Line => LockKind::Line,
                     };
                     resources_proto.push((kind, class_of(&i.class)));
                     (resources_proto.len() - 1) as u32
                 }))
             };
             let flush = threads && spec.tasks > 1;
+            // The k-th trylock of a class takes its fallback's segment k (modulo their number).
+            let mut tried = vec![0usize; trace.fallbacks.len()];
             for (e, _) in trace.events.iter().zip(&keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
                         pending += ns * scale;
                         continue;
                     }
-                    Event::Acquire { inst, shared, .. } => {
-                        map(inst).map(|r| Op::Acquire(r, shared))
+                    Event::Acquire {
+                        inst,
+                        shared,
+                        trylock: true,
+                    } if fallback_of[inst as usize].is_some() => {
+                        let f = fallback_of[inst as usize].unwrap_or(0);
+                        let k = tried[f] % trace.fallbacks[f].segments.len();
+                        tried[f] += 1;
+                        // The segment's number for now; its compiled fallback's index below.
+                        map(inst).map(|r| Op::Try(r, shared, (seg_base[f] + k) as u32))
                     }
-                    Event::Release { inst, shared } => map(inst).map(|r| Op::Release(r, shared)),
-                    Event::Atomic { inst } => map(inst).map(Op::Atomic),
-                    Event::Write { bytes, .. } => Some(Op::Write(bytes)),
-                    Event::Trap => Some(Op::Trap),
-                    Event::TlbFlush { .. } => flush.then_some(Op::Flush),
-                    Event::Ops { n } => Some(Op::Ops(n)),
+                    ref e => event_op(e, &mut map, flush),
                 };
                 if let Some(op) = op {
                     if pending > 0.0 {
@@ -395,11 +514,64 @@ impl<'a> Replay<'a> {
             if pending > 0.0 {
                 prog.push(Op::Compute(ps(pending)));
             }
+            // Each trylock's fallback, compiled once per segment: the segment's ops run
+            // instead of the success path up to and with the release of the lock it took.
+            let segment = |g: usize| {
+                let f = seg_base.partition_point(|&b| b <= g) - 1;
+                &trace.fallbacks[f].segments[g - seg_base[f]]
+            };
+            let (mut alts, mut alt_ops) = (Vec::new(), Vec::new());
+            let mut compiled: HashMap<u32, (u32, u32)> = HashMap::new();
+            for j in 0..prog.len() {
+                let Op::Try(r, shared, g) = prog[j] else {
+                    continue;
+                };
+                let skip = prog[j + 1..]
+                    .iter()
+                    .position(|o| matches!(*o, Op::Release(x, _) if x == r));
+                let (start, len) = *compiled.entry(g).or_insert_with(|| {
+                    let start = alt_ops.len();
+                    let mut pending = 0.0f64;
+                    for e in segment(g as usize) {
+                        let op = match *e {
+                            Event::Compute { ns } => {
+                                pending += ns * scale;
+                                continue;
+                            }
+                            ref e => event_op(e, &mut map, flush),
+                        };
+                        if let Some(op) = op {
+                            if pending > 0.0 {
+                                alt_ops.push(Op::Compute(ps(pending)));
+                                pending = 0.0;
+                            }
+                            alt_ops.push(op);
+                        }
+                    }
+                    if pending > 0.0 {
+                        alt_ops.push(Op::Compute(ps(pending)));
+                    }
+                    (start as u32, (alt_ops.len() - start) as u32)
+                });
+                prog[j] = match skip {
+                    Some(k) if len > 0 => {
+                        alts.push(Alt {
+                            start,
+                            len,
+                            skip: k as u32 + 1,
+                        });
+                        Op::Try(r, shared, (alts.len() - 1) as u32)
+                    }
+                    _ => Op::Try(r, shared, NONE),
+                };
+            }
+            all_alts.push(alts);
+            all_alt_ops.push(alt_ops);
             let mut depth = 0i64;
             let mut st = Vec::new();
             for (j, op) in prog.iter().enumerate() {
                 match op {
-                    Op::Acquire(..) => depth += 1,
+                    Op::Acquire(..) | Op::Try(..) => depth += 1,
                     Op::Release(..) => depth -= 1,
                     Op::Ops(_) if depth == 0 => st.push((j + 1) % prog.len()),
                     _ => {}
@@ -464,6 +636,8 @@ impl<'a> Replay<'a> {
             trace,
             spec,
             progs,
+            alts: all_alts,
+            alt_ops: all_alt_ops,
             placement,
             starts,
             resources_proto,
@@ -476,6 +650,16 @@ impl<'a> Replay<'a> {
             transfer,
             factors,
         })
+    }
+
+    /// Each writer's memory bandwidth with `n` writers on one node, for `n` from 0 to every
+    /// task of the replay, bytes per picosecond: the node's loaded-latency model
+    /// ([`crate::memory`]).
+    fn writer_rates(&self) -> std::rc::Rc<[f64]> {
+        crate::memory::writer_rates_gbs(self.machine, self.spec.tasks)
+            .into_iter()
+            .map(|g| g * 1e9 / 1e12)
+            .collect()
     }
 
     /// Shared resources the tasks meet (locks and lines that are not private).
@@ -516,10 +700,10 @@ impl<'r, 'a> Sim<'r, 'a> {
         let cyclic = r.trace.meta.window == Window::Cycle;
         let nodes = r.machine.nr_nodes();
         let gbs_to_bpps = |g: f64| g * 1e9 / 1e12;
+        let rates = r.writer_rates();
         let buses = (0..nodes)
             .map(|_| Bus {
-                node_bw: gbs_to_bpps(r.machine.memory.node_bandwidth_gbs),
-                core_bw: gbs_to_bpps(r.machine.memory.core_bandwidth_gbs),
+                rates: rates.clone(),
                 jobs: Vec::new(),
                 last: 0,
                 next_at: u64::MAX,
@@ -575,6 +759,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 stolen: 0,
                 sleep_since: None,
                 slept: 0,
+                alt: None,
                 started: start,
                 finished: 0,
             });
@@ -592,11 +777,13 @@ impl<'r, 'a> Sim<'r, 'a> {
             .map(|&(kind, class)| Resource {
                 kind,
                 class,
-                owner: NONE,
+                line: Line::new(r.spec.tasks),
                 busy_until: 0,
                 holder: None,
                 readers: 0,
                 waiters: VecDeque::new(),
+                spinners: VecDeque::new(),
+                waking: None,
             })
             .collect();
         let stats = r
@@ -649,23 +836,17 @@ impl<'r, 'a> Sim<'r, 'a> {
         self.heap.push(Reverse((t, cpu as u32)));
     }
 
-    fn transfer(&self, from: u32, to: usize) -> u64 {
-        if from == NONE {
-            0
-        } else {
-            self.r.transfer[from as usize][to]
-        }
-    }
-
     /// An atomic on resource `ri`'s line by `cpu` at `t`; returns when the CPU has it.
-    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait).
+    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait). The
+    /// atomic waits for the line to be free, gets it as for any write (a transfer from its last
+    /// writer, or the invalidation of its sharers: [`crate::coherence`]) and keeps it busy for
+    /// the atomic itself.
     fn line_access(&mut self, ri: usize, cpu: usize, t: u64, acquire: bool) -> u64 {
-        let owner = self.res[ri].owner;
-        let x = self.transfer(owner, cpu);
+        let r = self.r;
         let res = &mut self.res[ri];
         let start = t.max(res.busy_until);
-        res.busy_until = start.saturating_add(x).saturating_add(self.r.atomic_ps);
-        res.owner = cpu as u32;
+        let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+        res.busy_until = start.saturating_add(x).saturating_add(r.atomic_ps);
         let s = &mut self.stats[res.class];
         if acquire {
             s.acquisitions += 1;
@@ -675,22 +856,59 @@ impl<'r, 'a> Sim<'r, 'a> {
         start.saturating_add(x)
     }
 
-    /// Hands resource `ri` to waiter `w` released by `from` at `t`.
+    /// A plain read or write by `cpu` at `t` of resource `ri`'s line, or of the list entry
+    /// `sym` names relative to it; returns when the CPU goes on. A read or write of the line
+    /// itself waits while an atomic keeps it busy; a write keeps it busy while it moves. List
+    /// entries are touched only under the list's lock, so they wait for nothing but their
+    /// transfer ([`crate::coherence`]).
+    fn line_op(&mut self, ri: usize, cpu: usize, t: u64, write: bool, sym: Sym) -> u64 {
+        let r = self.r;
+        let res = &mut self.res[ri];
+        match sym {
+            Sym::Here => {
+                let start = t.max(res.busy_until);
+                let at = if write {
+                    let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+                    res.busy_until = start.saturating_add(x);
+                    res.busy_until
+                } else {
+                    start.saturating_add(res.line.read(cpu, &r.transfer))
+                };
+                self.stats[res.class].wait_ns += (start - t) as f64 / 1000.0;
+                at
+            }
+            Sym::First | Sym::Entry => {
+                t.saturating_add(res.line.entry(cpu, write, sym == Sym::First, &r.transfer))
+            }
+        }
+    }
+
+    /// Hands resource `ri` to waiter `w` released by `from` at `t`: the line transfer, the
+    /// ticket lock's place among its spinners, and a wake-up if the waiter sleeps.
     fn grant(&mut self, ri: usize, w: Waiter, from: usize, t: u64, queue_len: usize) {
         let kind = self.res[ri].kind;
         let x = self.r.transfer[from][w.cpu as usize];
-        let handoff = match kind {
+        let mut handoff = match kind {
             LockKind::Ticket => {
                 // The next owner's re-read is served at a random place among the spinners.
                 let place = self.rng.gen_range(1..=queue_len.max(1)) as u64;
                 x.max(1).saturating_mul(place)
             }
-            LockKind::Queued | LockKind::RwSpin | LockKind::Line => x,
-            LockKind::RwSleep => x.saturating_add(self.r.wakeup_ps),
+            LockKind::Queued | LockKind::Rw(_) | LockKind::Line => x,
         };
+        if self.cpus[w.cpu as usize].sleep_since.is_some() {
+            handoff = handoff.saturating_add(self.r.wakeup_ps);
+        }
         let at = t.saturating_add(handoff);
+        self.take_at(ri, w, at);
+    }
+
+    /// Waiter `w` owns resource `ri` from `at` on, and goes on then.
+    fn take_at(&mut self, ri: usize, w: Waiter, at: u64) {
         let res = &mut self.res[ri];
-        res.owner = w.cpu;
+        // The new owner's hand-off wrote the lock word: it holds the only copy.
+        res.line.owner = w.cpu;
+        res.line.sharers.clear();
         res.busy_until = res.busy_until.max(at.saturating_add(self.r.atomic_ps));
         if w.shared {
             res.readers += 1;
@@ -700,22 +918,31 @@ impl<'r, 'a> Sim<'r, 'a> {
         let s = &mut self.stats[res.class];
         s.acquisitions += 1;
         s.contended += 1;
-        s.wait_ns += (at - w.since) as f64 / 1000.0;
+        s.wait_ns += at.saturating_sub(w.since) as f64 / 1000.0;
         let c = &mut self.cpus[w.cpu as usize];
         if let Some(since) = c.sleep_since.take() {
-            c.slept = c.slept.saturating_add(at - since);
+            c.slept = c.slept.saturating_add(at.saturating_sub(since));
         }
         c.st = St::Ready;
         self.schedule(w.cpu as usize, at);
     }
 
-    fn wait(&mut self, ri: usize, cpu: usize, shared: bool, t: u64) {
-        self.res[ri].waiters.push_back(Waiter {
+    /// Queues `cpu` on resource `ri`: spinning (busy) or sleeping, as the lock's waiters do.
+    fn wait(&mut self, ri: usize, cpu: usize, shared: bool, t: u64, spin: bool) {
+        let w = Waiter {
             cpu: cpu as u32,
             shared,
             since: t,
-        });
-        let sleeps = self.res[ri].kind == LockKind::RwSleep;
+        };
+        let sleeps = match self.res[ri].kind {
+            LockKind::Rw(p) => p.sleeps && !spin,
+            _ => false,
+        };
+        if spin {
+            self.res[ri].spinners.push_back(w);
+        } else {
+            self.res[ri].waiters.push_back(w);
+        }
         let c = &mut self.cpus[cpu];
         c.st = St::WaitLock;
         if sleeps {
@@ -723,28 +950,174 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
     }
 
-    /// Acquire; `Some(t)` when the CPU goes on at `t`, `None` when it waits.
-    fn acquire(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> Option<u64> {
+    /// rwsem: the first waiter has waited out `RWSEM_WAIT_TIMEOUT` and (with hand-off) must
+    /// get the lock next.
+    fn handoff_due(&self, ri: usize, t: u64) -> bool {
         let r = &self.res[ri];
-        let free = match r.kind {
+        let LockKind::Rw(p) = r.kind else {
+            return false;
+        };
+        p.handoff
+            && r.waking
+                .or_else(|| r.waiters.front().copied())
+                .is_some_and(|w| t.saturating_sub(w.since) >= RWSEM_WAIT_TIMEOUT_PS)
+    }
+
+    /// Whether `cpu` can take resource `ri` at `t` without waiting (for a trylock too).
+    fn can_take(&self, ri: usize, shared: bool, t: u64) -> bool {
+        let r = &self.res[ri];
+        match r.kind {
             LockKind::Line => true,
             LockKind::Ticket | LockKind::Queued => r.holder.is_none() && r.waiters.is_empty(),
-            LockKind::RwSpin | LockKind::RwSleep => {
-                r.holder.is_none() && r.waiters.is_empty() && (shared || r.readers == 0)
+            LockKind::Rw(p) => {
+                if r.holder.is_some() || (!shared && r.readers > 0) {
+                    return false;
+                }
+                let queued = !r.waiters.is_empty() || r.waking.is_some();
+                if shared {
+                    // The reader fast path fails while anyone is queued (`RWSEM_FLAG_WAITERS`).
+                    !queued
+                } else {
+                    // A writer takes a free lock unless others spin ahead of it, or sleepers
+                    // wait and the era hands the lock to them (no stealing, or hand-off due).
+                    r.spinners.is_empty() && (!queued || (p.steal && !self.handoff_due(ri, t)))
+                }
             }
-        };
-        if !free {
-            self.wait(ri, cpu, shared, t);
-            return None;
         }
+    }
+
+    /// Takes resource `ri` at `t`, which [`Sim::can_take`] allowed: one atomic on its line.
+    fn take(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> u64 {
         let at = self.line_access(ri, cpu, t, true);
         let r = &mut self.res[ri];
         match r.kind {
             LockKind::Line => {}
-            _ if shared && matches!(r.kind, LockKind::RwSpin | LockKind::RwSleep) => r.readers += 1,
+            LockKind::Rw(_) if shared => r.readers += 1,
             _ => r.holder = Some(cpu as u32),
         }
-        Some(at)
+        at
+    }
+
+    /// Acquire; `Some(t)` when the CPU goes on at `t`, `None` when it waits.
+    fn acquire(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> Option<u64> {
+        if self.can_take(ri, shared, t) {
+            return Some(self.take(ri, shared, cpu, t));
+        }
+        // rwsem optimistic spinning: on a lock a running writer holds, as the era allowed,
+        // unless a starved waiter is owed the lock.
+        let spin = match self.res[ri].kind {
+            LockKind::Rw(p) => {
+                (if shared {
+                    p.readers_spin
+                } else {
+                    p.writers_spin
+                }) && self.res[ri].holder.is_some()
+                    && !self.handoff_due(ri, t)
+            }
+            _ => false,
+        };
+        self.wait(ri, cpu, shared, t, spin);
+        None
+    }
+
+    /// A trylock: takes the lock if it can at once; else runs the trylock's fallback `alt`
+    /// (counted), or waits when no fallback was recorded. As [`Sim::acquire`].
+    fn try_acquire(
+        &mut self,
+        ri: usize,
+        shared: bool,
+        alt: u32,
+        cpu: usize,
+        t: u64,
+    ) -> Option<u64> {
+        if alt == NONE || self.can_take(ri, shared, t) {
+            return self.acquire(ri, shared, cpu, t);
+        }
+        let a = self.r.alts[self.cpus[cpu].prog][alt as usize];
+        self.stats[self.res[ri].class].fallbacks += 1;
+        let c = &mut self.cpus[cpu];
+        c.alt = Some((a.start, a.start + a.len));
+        c.pc += a.skip as usize;
+        c.left = c.left.saturating_sub(u64::from(a.skip));
+        Some(t)
+    }
+
+    /// rwsem: a writer woken at `t` to take resource `ri` itself. Takes it if it is free, or
+    /// goes back to sleep at the head of the queue (someone stole it).
+    fn woken(&mut self, ri: usize, cpu: usize, t: u64) {
+        let Some(w) = self.res[ri].waking.take() else {
+            return;
+        };
+        debug_assert_eq!(w.cpu as usize, cpu);
+        let r = &self.res[ri];
+        if r.holder.is_none() && r.readers == 0 {
+            let at = self.line_access(ri, cpu, t, false);
+            self.take_at(ri, w, at);
+        } else {
+            self.res[ri].waiters.push_front(w);
+            self.cpus[cpu].st = St::WaitLock;
+        }
+    }
+
+    /// rwsem: resource `ri` became free at `t` (released by `from`): who gets it next.
+    fn rw_handover(&mut self, ri: usize, p: RwWait, from: usize, t: u64) {
+        let n = self.res[ri].waiters.len() + self.res[ri].spinners.len();
+        let due = self.handoff_due(ri, t);
+        if self.res[ri].waking.is_some() {
+            // A woken writer is on its way; a spinner may still take the lock first, unless
+            // hand-off is due.
+            if !due && let Some(s) = self.res[ri].spinners.pop_front() {
+                self.grant_spinners(ri, s, from, t, n);
+            }
+            return;
+        }
+        if !due && let Some(s) = self.res[ri].spinners.pop_front() {
+            // Spinners are on the line already: the first takes the lock at a transfer, ahead
+            // of the sleepers.
+            self.grant_spinners(ri, s, from, t, n);
+            return;
+        }
+        let r = &mut self.res[ri];
+        if r.waiters.front().is_some_and(|w| w.shared) {
+            // Readers first in line: every waiting reader is admitted at once, writers keep
+            // their places (`rwsem_mark_wake` since 5.3, and the engine's rwsem).
+            let (readers, writers): (VecDeque<Waiter>, VecDeque<Waiter>) =
+                std::mem::take(&mut r.waiters)
+                    .into_iter()
+                    .partition(|w| w.shared);
+            r.waiters = writers;
+            for w in readers {
+                self.grant(ri, w, from, t, n);
+            }
+        } else if let Some(w) = r.waiters.pop_front() {
+            if p.steal && !due && self.cpus[w.cpu as usize].sleep_since.is_some() {
+                // Woken to take the lock itself: it stays free meanwhile.
+                let x = self.r.transfer[from][w.cpu as usize];
+                let at = t.saturating_add(x).saturating_add(self.r.wakeup_ps);
+                self.res[ri].waking = Some(w);
+                self.cpus[w.cpu as usize].st = St::Woken(ri as u32);
+                self.schedule(w.cpu as usize, at);
+            } else {
+                self.grant(ri, w, from, t, n);
+            }
+        }
+    }
+
+    /// The first spinner `s` takes the lock; if it is a reader, the other spinning readers
+    /// enter with it.
+    fn grant_spinners(&mut self, ri: usize, s: Waiter, from: usize, t: u64, n: usize) {
+        self.grant(ri, s, from, t, n);
+        if s.shared {
+            let r = &mut self.res[ri];
+            let (readers, writers): (VecDeque<Waiter>, VecDeque<Waiter>) =
+                std::mem::take(&mut r.spinners)
+                    .into_iter()
+                    .partition(|w| w.shared);
+            r.spinners = writers;
+            for w in readers {
+                self.grant(ri, w, from, t, n);
+            }
+        }
     }
 
     fn release(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> u64 {
@@ -759,7 +1132,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 t
             }
-            LockKind::RwSpin | LockKind::RwSleep => {
+            LockKind::Rw(p) => {
                 // The count word is written on the way out too.
                 let at = self.line_access(ri, cpu, t, false);
                 let r = &mut self.res[ri];
@@ -769,22 +1142,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                     r.holder = None;
                 }
                 if r.readers == 0 && r.holder.is_none() {
-                    let n = r.waiters.len();
-                    if r.waiters.front().is_some_and(|w| w.shared) {
-                        // Readers first in line: every waiting reader is admitted at once,
-                        // writers keep their places (`rwsem_mark_wake` since 5.3, and the
-                        // engine's rwsem).
-                        let (readers, writers): (VecDeque<Waiter>, VecDeque<Waiter>) =
-                            std::mem::take(&mut r.waiters)
-                                .into_iter()
-                                .partition(|w| w.shared);
-                        self.res[ri].waiters = writers;
-                        for w in readers {
-                            self.grant(ri, w, cpu, at, n);
-                        }
-                    } else if let Some(w) = r.waiters.pop_front() {
-                        self.grant(ri, w, cpu, at, n);
-                    }
+                    self.rw_handover(ri, p, cpu, at);
                 }
                 at
             }
@@ -842,6 +1200,11 @@ impl<'r, 'a> Sim<'r, 'a> {
 
     /// Runs CPU `c` from time `t` until it waits or schedules itself.
     fn step(&mut self, c: usize, t: u64) {
+        if let St::Woken(ri) = self.cpus[c].st {
+            // Takes the lock (and is scheduled on), or sleeps again.
+            self.woken(ri as usize, c, t);
+            return;
+        }
         if self.cpus[c].st != St::Ready {
             return;
         }
@@ -853,7 +1216,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         let cyclic = self.r.trace.meta.window == Window::Cycle;
         loop {
             let cpu = &mut self.cpus[c];
-            if cpu.left == 0 {
+            if cpu.left == 0 && cpu.alt.is_none() {
                 let first = cpu.finished == 0;
                 cpu.finished = t;
                 if !cyclic {
@@ -871,13 +1234,20 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 continue;
             }
-            let prog = &self.r.progs[cpu.prog];
-            if cpu.pc >= prog.len() {
-                cpu.pc = 0;
-            }
-            let op = prog[cpu.pc];
-            cpu.pc += 1;
-            cpu.left -= 1;
+            let op = if let Some((at, end)) = cpu.alt {
+                // A failed trylock's fallback, before the program goes on.
+                cpu.alt = (at + 1 < end).then_some((at + 1, end));
+                self.r.alt_ops[cpu.prog][at as usize]
+            } else {
+                let prog = &self.r.progs[cpu.prog];
+                if cpu.pc >= prog.len() {
+                    cpu.pc = 0;
+                }
+                let op = prog[cpu.pc];
+                cpu.pc += 1;
+                cpu.left -= 1;
+                op
+            };
             self.events += 1;
             let factor = cpu.factor;
             match op {
@@ -897,6 +1267,13 @@ impl<'r, 'a> Sim<'r, 'a> {
                         return;
                     }
                 }
+                Op::Line(ri, write, sym) => {
+                    let at = self.line_op(ri as usize, c, t, write, sym);
+                    if at > t {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
                 Op::Acquire(ri, shared) => match self.acquire(ri as usize, shared, c, t) {
                     Some(at) if at > t => {
                         self.schedule(c, at);
@@ -905,6 +1282,16 @@ impl<'r, 'a> Sim<'r, 'a> {
                     Some(_) => {}
                     None => return,
                 },
+                Op::Try(ri, shared, alt) => {
+                    match self.try_acquire(ri as usize, shared, alt, c, t) {
+                        Some(at) if at > t => {
+                            self.schedule(c, at);
+                            return;
+                        }
+                        Some(_) => {}
+                        None => return,
+                    }
+                }
                 Op::Release(ri, shared) => {
                     let at = self.release(ri as usize, shared, c, t);
                     if at > t {
@@ -1042,5 +1429,202 @@ impl<'r, 'a> Sim<'r, 'a> {
             }
         }
         out
+    }
+}
+
+/// The rwsem algorithms against closed forms, driving the simulation's lock handling
+/// directly (every time below in picoseconds): 50 ns between cores, 5 ns per atomic, 2 us per
+/// wake-up.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Instance, Pinning, TraceMeta};
+
+    const NS: u64 = 1000;
+    const X: u64 = 50 * NS;
+    const WAKE: u64 = 2000 * NS;
+
+    fn machine() -> Machine {
+        Machine::parse(
+            r#"
+name = "test"
+description = "test machine"
+[cpu]
+model = "test"
+ghz = 2.0
+[topology]
+sockets = 1
+cores_per_socket = 4
+threads_per_core = 1
+[numa]
+distance = [[10]]
+[latency]
+smt_ns = 1.0
+core_ns = 50.0
+atomic_ns = 5.0
+[latency.remote_ns]
+[memory]
+node_bandwidth_gbs = 100.0
+core_bandwidth_gbs = 100.0
+[kernel]
+trap_ns = 300.0
+wakeup_ns = 2000.0
+ipi_ns = 1000.0
+ipi_handler_ns = 500.0
+"#,
+            "test",
+        )
+        .unwrap()
+    }
+
+    fn trace(algo: RwsemAlgo) -> Trace {
+        Trace {
+            meta: TraceMeta {
+                workload: "synthetic".into(),
+                profile: "test".into(),
+                profile_toml: String::new(),
+                op_unit: "ops".into(),
+                window: Window::Once,
+                pinning: Pinning::Cores,
+                shared_vma: false,
+                kernel_cpus: 1,
+                host_cpu: "test".into(),
+                host_ghz: 2.0,
+                ops: 1,
+                raw_events: 0,
+                overhead_ns_per_event: 0.0,
+                traced_ns: 1.0,
+                untraced_ns: 1.0,
+                compute_scale: 1.0,
+            },
+            instances: vec![Instance {
+                class: "mmap_lock".into(),
+                scope: Scope::Mm,
+                model: LockModel::RwSem,
+                sleeps: true,
+                rwsem: Some(algo),
+            }],
+            events: vec![
+                Event::Acquire {
+                    inst: 0,
+                    shared: false,
+                    trylock: false,
+                },
+                Event::Compute { ns: 1000.0 },
+                Event::Release {
+                    inst: 0,
+                    shared: false,
+                },
+                Event::Ops { n: 1 },
+            ],
+            fallbacks: Vec::new(),
+        }
+    }
+
+    fn with_sim(algo: RwsemAlgo, f: impl FnOnce(&mut Sim<'_, '_>)) {
+        let (m, t) = (machine(), trace(algo));
+        let spec = ReplaySpec {
+            tasks: 3,
+            threads: true,
+            seed: 1,
+            samples: 1,
+            ops_per_cpu: None,
+        };
+        let r = Replay::new(&m, &t, spec).unwrap();
+        let mut sim = Sim::new(&r, 1);
+        f(&mut sim);
+    }
+
+    /// A writer waiting behind a writer: sleeping it pays the transfer and a wake-up at
+    /// hand-off and uses no CPU meanwhile (before 3.16); spinning it pays the transfer only and
+    /// is busy all along (3.16+).
+    #[test]
+    fn a_spinning_waiter_hands_over_at_a_transfer_a_sleeping_one_pays_a_wakeup() {
+        for (algo, handoff, sleeps) in [
+            (RwsemAlgo::SleepFifo, X + WAKE, true),
+            (RwsemAlgo::SpinWriters, X, false),
+            (RwsemAlgo::SpinWritersHandoff, X, false),
+        ] {
+            with_sim(algo, |sim| {
+                assert_eq!(sim.acquire(0, false, 0, 0), Some(0));
+                assert_eq!(sim.acquire(0, false, 1, 100 * NS), None);
+                assert_eq!(sim.cpus[1].sleep_since.is_some(), sleeps, "{algo}");
+                // The release writes the count word the releaser already owns.
+                assert_eq!(sim.release(0, false, 0, 1000 * NS), 1000 * NS);
+                let granted = 1000 * NS + handoff;
+                assert_eq!(sim.res[0].holder, Some(1), "{algo}");
+                assert_eq!(sim.cpus[1].st, St::Ready);
+                let waited = (sim.stats[0].wait_ns * 1000.0).round() as u64;
+                assert_eq!(waited, granted - 100 * NS, "{algo}");
+                let slept = if sleeps { granted - 100 * NS } else { 0 };
+                assert_eq!(sim.cpus[1].slept, slept, "{algo}");
+            });
+        }
+    }
+
+    /// Write-lock stealing (3.10+): the lock stays free while the woken writer wakes, a writer
+    /// arriving meanwhile takes it, and the woken one sleeps again at the head of the queue.
+    /// Before 3.10 the releaser granted it to the sleeper, and the newcomer queues.
+    #[test]
+    fn a_woken_writer_loses_the_lock_to_a_newcomer_only_where_the_era_stole() {
+        with_sim(RwsemAlgo::SleepSteal, |sim| {
+            sim.acquire(0, false, 0, 0);
+            assert_eq!(sim.acquire(0, false, 1, 100 * NS), None);
+            sim.release(0, false, 0, 1000 * NS);
+            assert_eq!(sim.cpus[1].st, St::Woken(0));
+            assert_eq!(sim.res[0].holder, None);
+            assert_eq!(sim.acquire(0, false, 2, 1500 * NS), Some(1500 * NS + X));
+            sim.woken(0, 1, 1000 * NS + X + WAKE);
+            assert_eq!(sim.res[0].holder, Some(2));
+            assert_eq!(sim.cpus[1].st, St::WaitLock);
+            assert_eq!(sim.res[0].waiters.front().map(|w| w.cpu), Some(1));
+            // Its next chance is the thief's release; it is still asleep.
+            assert!(sim.cpus[1].sleep_since.is_some());
+        });
+        with_sim(RwsemAlgo::SleepFifo, |sim| {
+            sim.acquire(0, false, 0, 0);
+            sim.acquire(0, false, 1, 100 * NS);
+            sim.release(0, false, 0, 1000 * NS);
+            assert_eq!(sim.res[0].holder, Some(1));
+            assert_eq!(sim.acquire(0, false, 2, 1500 * NS), None);
+        });
+    }
+
+    /// Two writers taking turns by spinning starve a sleeping reader for ever without the
+    /// hand-off bit (3.16 to 5.2); with it (5.3+) the reader gets the lock at the first release
+    /// after it has waited `RWSEM_WAIT_TIMEOUT` (4 ms), plus the transfer and its wake-up.
+    #[test]
+    fn hand_off_ends_the_starvation_of_a_sleeper_by_spinning_writers() {
+        const US: u64 = 1000 * NS;
+        for algo in [RwsemAlgo::SpinWriters, RwsemAlgo::SpinWritersHandoff] {
+            with_sim(algo, |sim| {
+                sim.acquire(0, false, 0, 0);
+                assert_eq!(sim.acquire(0, true, 1, NS), None, "readers sleep");
+                assert_eq!(sim.acquire(0, false, 2, 2 * NS), None);
+                assert_eq!(sim.res[0].spinners.len(), 1, "{algo}");
+                let (mut h, mut s) = (0, 2);
+                let mut granted = None;
+                for k in 1..=10_000u64 {
+                    let t = k * US;
+                    sim.release(0, false, h, t);
+                    if sim.res[0].readers > 0 {
+                        granted = Some(t);
+                        break;
+                    }
+                    assert_eq!(sim.res[0].holder, Some(s as u32), "{algo} at {k}");
+                    assert_eq!(sim.acquire(0, false, h, t + 60 * NS), None);
+                    (h, s) = (s, h);
+                }
+                match (algo.hands_off(), granted) {
+                    (false, None) => assert_eq!(sim.cpus[1].st, St::WaitLock),
+                    (true, Some(t)) => {
+                        // The first release at or after 4 ms of waiting (it queued at 1 ns).
+                        assert_eq!(t, 4001 * US, "{algo}");
+                        assert_eq!(sim.cpus[1].slept, t + X + WAKE - NS, "{algo}");
+                    }
+                    other => panic!("{algo}: {other:?}"),
+                }
+            });
+        }
     }
 }

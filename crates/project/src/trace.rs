@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE1"
+//! magic      8 bytes  "PLTRACE3"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -21,18 +21,35 @@
 //!              5 trap
 //!              6 tlb flush instance
 //!              7 ops       count
+//!              8 line      instance, flags (bit 0 write; bits 1-2 which line: 0 the
+//!                          instance's own, 1 the first entry of the list headed there,
+//!                          2 another entry of it)
+//! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
+//!            varint count of segments, and per segment a varint count of events, then those
+//!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! A fault of page_fault1 costs about 30 bytes (10 events), so a two-iteration capture
-//! (65 536 faults) is about 2 MB.
+//! Format 3 (magic `PLTRACE3`) holds both the line events and the fallback segments; a file of
+//! an older format (1: neither; 2: one of them) is refused with a one-line error (capture it
+//! again), since replaying it would silently leave out shared lines or fallbacks.
+//!
+//! # Fallbacks
+//!
+//! A trylock's success path is in the events like any other lock's. What the engine does when
+//! that trylock *fails* is recorded by the capture in extra windows in which the engine is made
+//! to fail every trylock of that class ([`pagelab_sync::trace::force_trylock_failure`]): from the
+//! failure to the release of the lock the fallback took (the per-VMA lock's fault falls back to
+//! `mmap_lock`; a pcp's allocation or free to `zone->lock`). Those stretches are the class's
+//! [`Fallback`] segments, in order: the k-th trylock of the class in the events pairs with
+//! segment k (modulo their number), since both windows ran the same operations.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use pagelab_sync::trace::{self as raw, Access, LockModel};
-use pagelab_sync::{LockClass, Scope};
+use pagelab_sync::trace::{self as raw, Access, LockModel, Sym};
+use pagelab_sync::{LockClass, RwsemAlgo, Scope};
 use serde::{Deserialize, Serialize};
 
 /// What went wrong reading or writing a trace.
@@ -47,6 +64,10 @@ pub enum TraceError {
     Magic(String),
     #[error("{0}: the trace is corrupt ({1})")]
     Corrupt(String, String),
+    #[error(
+        "{0}: trace format {1} is no longer read (this pagelab reads format {FORMAT}); capture it again"
+    )]
+    Version(String, char),
 }
 
 /// How the workload's operations repeat.
@@ -127,6 +148,20 @@ pub struct Instance {
     pub model: LockModel,
     /// Waiters sleep (rwsem) rather than spin.
     pub sleeps: bool,
+    /// For an rwsem (`model` = `rwsem`): the era's waiting algorithm, from the profile's
+    /// `locks.rwsem`. Absent in traces made before it was recorded: the replay then takes
+    /// `sleep-fifo` for a sleeping class and FIFO spinning for another.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "rwsem_serde")]
+    pub rwsem: Option<RwsemAlgo>,
+}
+
+/// What the engine did when a trylock of one class failed: one segment per recorded failure,
+/// from the failure to the release of the lock taken instead (module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fallback {
+    /// The trylock's class name (`vma lock`, `pcp->lock`).
+    pub class: String,
+    pub segments: Vec<Vec<Event>>,
 }
 
 /// One event of a trace.
@@ -164,6 +199,13 @@ pub enum Event {
     Ops {
         n: u32,
     },
+    /// A plain read or write of a shared line: the instance's own, or one `sym` names
+    /// relative to the list head at the instance (resolved at replay).
+    Line {
+        inst: u32,
+        write: bool,
+        sym: Sym,
+    },
 }
 
 /// A whole trace.
@@ -172,6 +214,8 @@ pub struct Trace {
     pub meta: TraceMeta,
     pub instances: Vec<Instance>,
     pub events: Vec<Event>,
+    /// Per trylock class, the engine's path when the trylock fails (module docs).
+    pub fallbacks: Vec<Fallback>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -180,63 +224,180 @@ struct Header {
     instances: Vec<Instance>,
 }
 
-const MAGIC: &[u8; 8] = b"PLTRACE1";
+/// The format this version writes and reads (the magic's last character).
+const FORMAT: char = '3';
+const MAGIC: &[u8; 8] = b"PLTRACE3";
 
-impl Trace {
-    /// Builds a trace from what `pagelab_sync::trace` recorded. `meta.raw_events` and
-    /// `meta.ops` are filled in here; the gaps lose `meta.overhead_ns_per_event` each.
-    pub fn from_raw(mut meta: TraceMeta, events: &[raw::Event]) -> Trace {
-        let tpn = raw::ticks_per_ns();
-        let overhead = meta.overhead_ns_per_event;
-        let mut ids: HashMap<(usize, *const LockClass), u32> = HashMap::new();
-        let mut instances = Vec::new();
-        let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
-        let mut intern = |e: &raw::Event| -> u32 {
-            *ids.entry((e.instance, e.class as *const LockClass))
-                .or_insert_with(|| {
-                    instances.push(Instance {
-                        class: e.class.name.to_string(),
-                        scope: e.class.scope,
-                        model: e.model,
-                        sleeps: e.class.sleeps,
-                    });
-                    (instances.len() - 1) as u32
-                })
-        };
+/// Turns raw events into trace events, interning lock addresses as instances.
+struct Builder {
+    tpn: f64,
+    overhead: f64,
+    ids: HashMap<(usize, *const LockClass), u32>,
+    instances: Vec<Instance>,
+}
+
+impl Builder {
+    fn intern(&mut self, e: &raw::Event) -> u32 {
+        let instances = &mut self.instances;
+        let id = *self
+            .ids
+            .entry((e.instance, e.class as *const LockClass))
+            .or_insert_with(|| {
+                instances.push(Instance {
+                    class: e.class.name.to_string(),
+                    scope: e.class.scope,
+                    model: e.model,
+                    sleeps: e.class.sleeps,
+                    rwsem: None,
+                });
+                (instances.len() - 1) as u32
+            });
+        // A lock word may first appear as a plain line (an rwsem count read before its
+        // compare-and-exchange); the lock's own events say what algorithm it is.
+        let i = &mut instances[id as usize];
+        if i.model == LockModel::Line && e.model != LockModel::Line {
+            i.model = e.model;
+        }
+        id
+    }
+
+    /// Appends `events` to `out`, the gap before each (from `prev`, the time stamp the
+    /// stretch starts at) as compute less the recording overhead. Returns the operations
+    /// counted. A trylock failure marker becomes no event (its gaps stay compute).
+    fn convert(
+        &mut self,
+        events: &[raw::Event],
+        mut prev: Option<u64>,
+        out: &mut Vec<Event>,
+    ) -> u64 {
         let mut ops = 0u64;
-        let mut prev: Option<u64> = None;
+        let mut section = Section::default();
         for e in events {
             if let Some(p) = prev {
-                let gap = e.t.saturating_sub(p) as f64 / tpn - overhead;
-                push_compute(&mut out, gap.max(0.0));
+                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead;
+                push_compute(out, gap.max(0.0));
             }
-            let ev = match e.kind {
-                raw::Kind::Acquire { access, trylock } => Event::Acquire {
-                    inst: intern(e),
-                    shared: access == Access::Shared,
-                    trylock,
-                },
-                raw::Kind::Release { access } => Event::Release {
-                    inst: intern(e),
-                    shared: access == Access::Shared,
-                },
-                raw::Kind::Atomic => Event::Atomic { inst: intern(e) },
-                raw::Kind::Write { bytes, end } => Event::Write {
-                    bytes,
-                    host_ns: end.saturating_sub(e.t) as f64 / tpn,
-                },
-                raw::Kind::Trap => Event::Trap,
-                raw::Kind::TlbFlush => Event::TlbFlush { inst: intern(e) },
-                raw::Kind::Ops(n) => {
-                    ops += u64::from(n);
-                    Event::Ops { n }
-                }
-            };
-            out.push(ev);
             prev = Some(match e.kind {
                 raw::Kind::Write { end, .. } => end,
                 _ => e.t,
             });
+            let ev = match e.kind {
+                raw::Kind::Acquire { access, trylock } => Some(Event::Acquire {
+                    inst: self.intern(e),
+                    shared: access == Access::Shared,
+                    trylock,
+                }),
+                raw::Kind::Release { access } => Some(Event::Release {
+                    inst: self.intern(e),
+                    shared: access == Access::Shared,
+                }),
+                raw::Kind::TrylockFail { .. } => None,
+                raw::Kind::Atomic => Some(Event::Atomic {
+                    inst: self.intern(e),
+                }),
+                raw::Kind::Write { bytes, end } => Some(Event::Write {
+                    bytes,
+                    host_ns: end.saturating_sub(e.t) as f64 / self.tpn,
+                }),
+                raw::Kind::Trap => Some(Event::Trap),
+                raw::Kind::TlbFlush => Some(Event::TlbFlush {
+                    inst: self.intern(e),
+                }),
+                raw::Kind::Ops(n) => {
+                    ops += u64::from(n);
+                    Some(Event::Ops { n })
+                }
+                raw::Kind::Line { write, sym } => Some(Event::Line {
+                    inst: self.intern(e),
+                    write,
+                    sym,
+                }),
+            };
+            let Some(ev) = ev else { continue };
+            if section.repeats(&ev) {
+                continue;
+            }
+            out.push(ev);
+        }
+        ops
+    }
+}
+
+/// The fallback stretches of a recording made with a class's trylocks forced to fail: from
+/// each failure marker to the release that leaves the locks taken since at none (the end of
+/// the fallback lock's hold). A stretch that reaches an operation's end, another failure or
+/// a release of something held before it, without taking a lock, is cut there.
+fn fallback_segments(events: &[raw::Event]) -> Vec<(&'static str, &[raw::Event])> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < events.len() {
+        let e = &events[i];
+        if !matches!(e.kind, raw::Kind::TrylockFail { .. }) {
+            i += 1;
+            continue;
+        }
+        let (mut depth, mut took, mut end) = (0i64, false, i + 1);
+        while end < events.len() {
+            match events[end].kind {
+                raw::Kind::Acquire { .. } => {
+                    depth += 1;
+                    took = true;
+                }
+                raw::Kind::Release { .. } if depth == 0 => break,
+                raw::Kind::Release { .. } => depth -= 1,
+                raw::Kind::TrylockFail { .. } | raw::Kind::Ops(_) if depth == 0 => break,
+                _ => {}
+            }
+            end += 1;
+            if took && depth == 0 {
+                break;
+            }
+        }
+        if took && depth == 0 {
+            // Marker first: its time stamp starts the first gap.
+            out.push((e.class.name, &events[i..end]));
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
+impl Trace {
+    /// Builds a trace from what `pagelab_sync::trace` recorded. `meta.raw_events` and
+    /// `meta.ops` are filled in here; the gaps lose `meta.overhead_ns_per_event` each.
+    pub fn from_raw(meta: TraceMeta, events: &[raw::Event]) -> Trace {
+        Trace::from_raw_with_fallbacks(meta, events, &[])
+    }
+
+    /// [`Trace::from_raw`] with the recordings of fallback windows (each made with one
+    /// class's trylocks forced to fail): their failure stretches become the trace's
+    /// [`Fallback`]s, their compute scaled as the main events' is.
+    pub fn from_raw_with_fallbacks(
+        mut meta: TraceMeta,
+        events: &[raw::Event],
+        fallback_windows: &[Vec<raw::Event>],
+    ) -> Trace {
+        let mut b = Builder {
+            tpn: raw::ticks_per_ns(),
+            overhead: meta.overhead_ns_per_event,
+            ids: HashMap::new(),
+            instances: Vec::new(),
+        };
+        let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
+        let ops = b.convert(events, None, &mut out);
+        let mut fallbacks: Vec<Fallback> = Vec::new();
+        for w in fallback_windows {
+            for (class, seg) in fallback_segments(w) {
+                let mut evs = Vec::with_capacity(seg.len() * 2);
+                b.convert(&seg[1..], Some(seg[0].t), &mut evs);
+                match fallbacks.iter_mut().find(|f| f.class == class) {
+                    Some(f) => f.segments.push(evs),
+                    None => fallbacks.push(Fallback {
+                        class: class.to_string(),
+                        segments: vec![evs],
+                    }),
+                }
+            }
         }
         meta.raw_events = events.len() as u64;
         meta.ops = ops;
@@ -255,7 +416,8 @@ impl Trace {
         if meta.untraced_ns > writes && compute > 0.0 {
             let f = (meta.untraced_ns - writes) / compute;
             meta.compute_scale = f;
-            for e in &mut out {
+            let segments = fallbacks.iter_mut().flat_map(|f| f.segments.iter_mut());
+            for e in out.iter_mut().chain(segments.flatten()) {
                 if let Event::Compute { ns } = e {
                     *ns *= f;
                 }
@@ -263,8 +425,18 @@ impl Trace {
         }
         Trace {
             meta,
-            instances,
+            instances: b.instances,
             events: out,
+            fallbacks,
+        }
+    }
+
+    /// Gives every rwsem instance the era's algorithm (the profile's `locks.rwsem`).
+    pub fn set_rwsem(&mut self, algo: RwsemAlgo) {
+        for i in &mut self.instances {
+            if i.model == LockModel::RwSem {
+                i.rwsem = Some(algo);
+            }
         }
     }
 
@@ -308,25 +480,37 @@ impl Trace {
             m.overhead_ns_per_event,
             m.compute_scale
         );
-        let mut per: Vec<(String, [u64; 3])> = Vec::new();
-        let mut bump = |inst: u32, k: usize| {
+        // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
+        // symbolic (an entry of a list, resolved at replay).
+        let mut per: Vec<(String, [u64; 6])> = Vec::new();
+        let mut bump = |inst: u32, k: &[usize]| {
             let i = &self.instances[inst as usize];
             let name = format!("{} ({})", i.class, i.scope.as_str());
-            match per.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, c)) => c[k] += 1,
+            let c = match per.iter_mut().position(|(n, _)| *n == name) {
+                Some(p) => &mut per[p].1,
                 None => {
-                    let mut c = [0; 3];
-                    c[k] = 1;
-                    per.push((name, c));
+                    per.push((name, [0; 6]));
+                    &mut per.last_mut().expect("pushed").1
                 }
+            };
+            for &k in k {
+                c[k] += 1;
             }
         };
         let (mut writes, mut traps, mut flushes) = (0u64, 0u64, 0u64);
         for e in &self.events {
             match *e {
-                Event::Acquire { inst, .. } => bump(inst, 0),
-                Event::Atomic { inst } => bump(inst, 1),
-                Event::TlbFlush { inst } => bump(inst, 2),
+                Event::Acquire { inst, .. } => bump(inst, &[0]),
+                Event::Atomic { inst } => bump(inst, &[1]),
+                Event::TlbFlush { inst } => bump(inst, &[2]),
+                Event::Line {
+                    inst, write, sym, ..
+                } => match (write, sym) {
+                    (false, Sym::Here) => bump(inst, &[3]),
+                    (false, _) => bump(inst, &[3, 5]),
+                    (true, Sym::Here) => bump(inst, &[4]),
+                    (true, _) => bump(inst, &[4, 5]),
+                },
                 Event::Write { bytes, .. } => writes += u64::from(bytes),
                 Event::Trap => traps += 1,
                 _ => {}
@@ -342,20 +526,34 @@ impl Trace {
             writes as f64 / ops,
             flushes as f64 / ops
         );
+        for f in &self.fallbacks {
+            let n = f.segments.len().max(1) as f64;
+            let events: usize = f.segments.iter().map(Vec::len).sum();
+            let _ = writeln!(
+                s,
+                "fallback of a failed {} trylock: {} recorded, {:.1} events each",
+                f.class,
+                f.segments.len(),
+                events as f64 / n
+            );
+        }
         per.sort();
         let _ = writeln!(
             s,
-            "{:<32} {:>14} {:>14}",
-            "class (scope)", "acquires/op", "atomics/op"
+            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "class (scope)", "acquires/op", "atomics/op", "reads/op", "writes/op", "entries/op"
         );
         for (n, c) in per {
-            if c[0] + c[1] > 0 {
+            if c[0] + c[1] + c[3] + c[4] > 0 {
                 let _ = writeln!(
                     s,
-                    "{:<32} {:>14.4} {:>14.4}",
+                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
                     n,
                     c[0] as f64 / ops,
-                    c[1] as f64 / ops
+                    c[1] as f64 / ops,
+                    c[3] as f64 / ops,
+                    c[4] as f64 / ops,
+                    c[5] as f64 / ops
                 );
             }
         }
@@ -375,42 +573,17 @@ impl Trace {
         b.extend_from_slice(&header);
         b.extend_from_slice(&(self.events.len() as u64).to_le_bytes());
         for e in &self.events {
-            match *e {
-                Event::Compute { ns } => {
-                    b.push(0);
-                    varint(&mut b, deci(ns));
-                }
-                Event::Acquire {
-                    inst,
-                    shared,
-                    trylock,
-                } => {
-                    b.push(1);
-                    varint(&mut b, u64::from(inst));
-                    b.push(u8::from(shared) | (u8::from(trylock) << 1));
-                }
-                Event::Release { inst, shared } => {
-                    b.push(2);
-                    varint(&mut b, u64::from(inst));
-                    b.push(u8::from(shared));
-                }
-                Event::Atomic { inst } => {
-                    b.push(3);
-                    varint(&mut b, u64::from(inst));
-                }
-                Event::Write { bytes, host_ns } => {
-                    b.push(4);
-                    varint(&mut b, u64::from(bytes));
-                    varint(&mut b, deci(host_ns));
-                }
-                Event::Trap => b.push(5),
-                Event::TlbFlush { inst } => {
-                    b.push(6);
-                    varint(&mut b, u64::from(inst));
-                }
-                Event::Ops { n } => {
-                    b.push(7);
-                    varint(&mut b, u64::from(n));
+            encode_event(&mut b, e);
+        }
+        varint(&mut b, self.fallbacks.len() as u64);
+        for f in &self.fallbacks {
+            varint(&mut b, f.class.len() as u64);
+            b.extend_from_slice(f.class.as_bytes());
+            varint(&mut b, f.segments.len() as u64);
+            for seg in &f.segments {
+                varint(&mut b, seg.len() as u64);
+                for e in seg {
+                    encode_event(&mut b, e);
                 }
             }
         }
@@ -422,6 +595,13 @@ impl Trace {
     /// Parses a file's bytes (`what` names it in errors).
     pub fn decode(bytes: &[u8], what: &str) -> Result<Trace, TraceError> {
         let bad = |m: &str| TraceError::Corrupt(what.to_string(), m.to_string());
+        if bytes.len() >= MAGIC.len()
+            && bytes[..7] == MAGIC[..7]
+            && bytes[7] != MAGIC[7]
+            && bytes[7].is_ascii_digit()
+        {
+            return Err(TraceError::Version(what.to_string(), bytes[7] as char));
+        }
         if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
             return Err(TraceError::Magic(what.to_string()));
         }
@@ -442,57 +622,36 @@ impl Trace {
                 .map_err(|e| bad(&format!("header: {e}")))?;
         let n = u64::from_le_bytes(r.take(8).ok_or_else(|| bad("count"))?.try_into().unwrap());
         let nr_inst = header.instances.len() as u64;
-        let inst = |r: &mut Reader<'_>| -> Result<u32, TraceError> {
-            let i = r.varint().ok_or_else(|| bad("instance"))?;
-            if i >= nr_inst {
-                return Err(bad(&format!("instance {i} of {nr_inst}")));
-            }
-            Ok(i as u32)
-        };
         // Every event takes at least one byte: a count beyond what is left is a lie.
         let mut events = Vec::with_capacity(n.min((body.len() - r.at) as u64) as usize);
         for _ in 0..n {
-            let tag = r.byte().ok_or_else(|| bad("event"))?;
-            let e = match tag {
-                0 => Event::Compute {
-                    ns: r.varint().ok_or_else(|| bad("compute"))? as f64 / 10.0,
-                },
-                1 => {
-                    let i = inst(&mut r)?;
-                    let f = r.byte().ok_or_else(|| bad("flags"))?;
-                    Event::Acquire {
-                        inst: i,
-                        shared: f & 1 != 0,
-                        trylock: f & 2 != 0,
-                    }
+            events.push(decode_event(&mut r, nr_inst, &bad)?);
+        }
+        let mut fallbacks = Vec::new();
+        {
+            let count = |r: &mut Reader<'_>, what: &str| -> Result<usize, TraceError> {
+                let n = r.varint().ok_or_else(|| bad(what))?;
+                // Everything counted takes at least a byte.
+                if n > (body.len() - r.at) as u64 {
+                    return Err(bad(what));
                 }
-                2 => {
-                    let i = inst(&mut r)?;
-                    let f = r.byte().ok_or_else(|| bad("flags"))?;
-                    Event::Release {
-                        inst: i,
-                        shared: f & 1 != 0,
-                    }
-                }
-                3 => Event::Atomic {
-                    inst: inst(&mut r)?,
-                },
-                4 => Event::Write {
-                    bytes: u32::try_from(r.varint().ok_or_else(|| bad("write"))?)
-                        .map_err(|_| bad("write size"))?,
-                    host_ns: r.varint().ok_or_else(|| bad("write"))? as f64 / 10.0,
-                },
-                5 => Event::Trap,
-                6 => Event::TlbFlush {
-                    inst: inst(&mut r)?,
-                },
-                7 => Event::Ops {
-                    n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?)
-                        .map_err(|_| bad("ops"))?,
-                },
-                t => return Err(bad(&format!("unknown event tag {t}"))),
+                Ok(n as usize)
             };
-            events.push(e);
+            for _ in 0..count(&mut r, "fallbacks")? {
+                let len = count(&mut r, "fallback class")?;
+                let name = r.take(len).ok_or_else(|| bad("fallback class"))?;
+                let class = String::from_utf8(name.to_vec()).map_err(|_| bad("fallback class"))?;
+                let mut segments = Vec::new();
+                for _ in 0..count(&mut r, "fallback segments")? {
+                    let n = count(&mut r, "fallback segment")?;
+                    let mut seg = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        seg.push(decode_event(&mut r, nr_inst, &bad)?);
+                    }
+                    segments.push(seg);
+                }
+                fallbacks.push(Fallback { class, segments });
+            }
         }
         if r.at != body.len() {
             return Err(bad("trailing bytes"));
@@ -501,6 +660,7 @@ impl Trace {
             meta: header.meta,
             instances: header.instances,
             events,
+            fallbacks,
         })
     }
 
@@ -526,6 +686,185 @@ impl Trace {
             .read_to_end(&mut b)
             .map_err(io)?;
         Trace::decode(&b, &path.display().to_string())
+    }
+}
+
+/// Appends one event's encoding (module docs) to `b`.
+fn encode_event(b: &mut Vec<u8>, e: &Event) {
+    match *e {
+        Event::Compute { ns } => {
+            b.push(0);
+            varint(b, deci(ns));
+        }
+        Event::Acquire {
+            inst,
+            shared,
+            trylock,
+        } => {
+            b.push(1);
+            varint(b, u64::from(inst));
+            b.push(u8::from(shared) | (u8::from(trylock) << 1));
+        }
+        Event::Release { inst, shared } => {
+            b.push(2);
+            varint(b, u64::from(inst));
+            b.push(u8::from(shared));
+        }
+        Event::Atomic { inst } => {
+            b.push(3);
+            varint(b, u64::from(inst));
+        }
+        Event::Write { bytes, host_ns } => {
+            b.push(4);
+            varint(b, u64::from(bytes));
+            varint(b, deci(host_ns));
+        }
+        Event::Trap => b.push(5),
+        Event::TlbFlush { inst } => {
+            b.push(6);
+            varint(b, u64::from(inst));
+        }
+        Event::Ops { n } => {
+            b.push(7);
+            varint(b, u64::from(n));
+        }
+        Event::Line { inst, write, sym } => {
+            b.push(8);
+            varint(b, u64::from(inst));
+            let which = match sym {
+                Sym::Here => 0u8,
+                Sym::First => 1,
+                Sym::Entry => 2,
+            };
+            b.push(u8::from(write) | (which << 1));
+        }
+    }
+}
+
+/// Parses one event (module docs); `nr_inst` bounds instance numbers.
+fn decode_event(
+    r: &mut Reader<'_>,
+    nr_inst: u64,
+    bad: &dyn Fn(&str) -> TraceError,
+) -> Result<Event, TraceError> {
+    let inst = |r: &mut Reader<'_>| -> Result<u32, TraceError> {
+        let i = r.varint().ok_or_else(|| bad("instance"))?;
+        if i >= nr_inst {
+            return Err(bad(&format!("instance {i} of {nr_inst}")));
+        }
+        Ok(i as u32)
+    };
+    let tag = r.byte().ok_or_else(|| bad("event"))?;
+    let e = match tag {
+        0 => Event::Compute {
+            ns: r.varint().ok_or_else(|| bad("compute"))? as f64 / 10.0,
+        },
+        1 => {
+            let i = inst(r)?;
+            let f = r.byte().ok_or_else(|| bad("flags"))?;
+            Event::Acquire {
+                inst: i,
+                shared: f & 1 != 0,
+                trylock: f & 2 != 0,
+            }
+        }
+        2 => {
+            let i = inst(r)?;
+            let f = r.byte().ok_or_else(|| bad("flags"))?;
+            Event::Release {
+                inst: i,
+                shared: f & 1 != 0,
+            }
+        }
+        3 => Event::Atomic { inst: inst(r)? },
+        4 => Event::Write {
+            bytes: u32::try_from(r.varint().ok_or_else(|| bad("write"))?)
+                .map_err(|_| bad("write size"))?,
+            host_ns: r.varint().ok_or_else(|| bad("write"))? as f64 / 10.0,
+        },
+        5 => Event::Trap,
+        6 => Event::TlbFlush { inst: inst(r)? },
+        7 => Event::Ops {
+            n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?).map_err(|_| bad("ops"))?,
+        },
+        8 => {
+            let i = inst(r)?;
+            let f = r.byte().ok_or_else(|| bad("line flags"))?;
+            let sym = match f >> 1 {
+                0 => Sym::Here,
+                1 => Sym::First,
+                2 => Sym::Entry,
+                w => return Err(bad(&format!("unknown line reference {w}"))),
+            };
+            Event::Line {
+                inst: i,
+                write: f & 1 != 0,
+                sym,
+            }
+        }
+        t => return Err(bad(&format!("unknown event tag {t}"))),
+    };
+    Ok(e)
+}
+
+/// Which lines the task has written in its current exclusive critical section: a line it
+/// writes (or reads) again there, before any lock is taken or released, is its own until the
+/// section ends, so the repeat costs nothing at replay and is not kept. This keeps a bulk
+/// operation under one lock (a pcp refill's pops, an LRU flush's adds, each touching the same
+/// head, counter and first entry) at one event per line. Shared holds are left alone: other
+/// holders may write the same line meanwhile (the LRU size under concurrent removal).
+#[derive(Default)]
+struct Section {
+    /// Locks held, innermost last: whether each is held shared.
+    held: Vec<(u32, bool)>,
+    /// (instance, 0 the line itself / 1 the list's first entry) written since the last lock
+    /// event.
+    written: Vec<(u32, u8)>,
+}
+
+impl Section {
+    /// Records `e`; whether it repeats an access already paid for in this section.
+    fn repeats(&mut self, e: &Event) -> bool {
+        match *e {
+            Event::Acquire { inst, shared, .. } => {
+                self.held.push((inst, shared));
+                self.written.clear();
+                false
+            }
+            Event::Release { inst, .. } => {
+                if let Some(i) = self.held.iter().rposition(|h| h.0 == inst) {
+                    self.held.remove(i);
+                }
+                self.written.clear();
+                false
+            }
+            Event::Atomic { inst } => self.access(inst, 0, true),
+            Event::Line { inst, write, sym } => match sym {
+                Sym::Here => self.access(inst, 0, write),
+                // The first entry once written is this task's; another entry resolves to the
+                // first entry's writer, so it is this task's too from then on.
+                Sym::First => self.access(inst, 1, write),
+                Sym::Entry => self.exclusive() && self.written.contains(&(inst, 1)),
+            },
+            _ => false,
+        }
+    }
+
+    fn exclusive(&self) -> bool {
+        self.held.last().is_some_and(|h| !h.1)
+    }
+
+    fn access(&mut self, inst: u32, which: u8, write: bool) -> bool {
+        if !self.exclusive() {
+            return false;
+        }
+        if self.written.contains(&(inst, which)) {
+            return true;
+        }
+        if write {
+            self.written.push((inst, which));
+        }
+        false
     }
 }
 
@@ -601,6 +940,31 @@ mod scope_serde {
     }
 }
 
+mod rwsem_serde {
+    use pagelab_sync::RwsemAlgo;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(a: &Option<RwsemAlgo>, ser: S) -> Result<S::Ok, S::Error> {
+        match a {
+            Some(a) => ser.serialize_str(a.as_str()),
+            None => ser.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RwsemAlgo>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        s.map(|s| {
+            RwsemAlgo::from_name(&s).ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "unknown rwsem algorithm `{s}`, expected one of {}",
+                    RwsemAlgo::names()
+                ))
+            })
+        })
+        .transpose()
+    }
+}
+
 mod model_serde {
     use pagelab_sync::trace::LockModel;
     use serde::{Deserialize, Deserializer, Serializer};
@@ -664,6 +1028,7 @@ mod tests {
                 scope: Scope::Node,
                 model: LockModel::Queued,
                 sleeps: false,
+                rwsem: None,
             }],
             events: vec![
                 Event::Compute { ns: 12.3 },
@@ -685,8 +1050,169 @@ mod tests {
                 Event::Trap,
                 Event::TlbFlush { inst: 0 },
                 Event::Ops { n: 300 },
+                Event::Line {
+                    inst: 0,
+                    write: false,
+                    sym: Sym::Here,
+                },
+                Event::Line {
+                    inst: 0,
+                    write: true,
+                    sym: Sym::First,
+                },
+                Event::Line {
+                    inst: 0,
+                    write: true,
+                    sym: Sym::Entry,
+                },
             ],
+            fallbacks: vec![Fallback {
+                class: "zone->lock".into(),
+                segments: vec![
+                    vec![
+                        Event::Compute { ns: 3.0 },
+                        Event::Acquire {
+                            inst: 0,
+                            shared: true,
+                            trylock: false,
+                        },
+                        Event::Release {
+                            inst: 0,
+                            shared: true,
+                        },
+                    ],
+                    vec![],
+                ],
+            }],
         }
+    }
+
+    #[test]
+    fn a_trace_of_an_older_format_is_refused_in_one_line() {
+        let mut b = sample().encode();
+        b[7] = b'2';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 3); capture it again"
+        );
+        // A bad line reference is corruption, named.
+        let t = Trace {
+            events: vec![Event::Line {
+                inst: 0,
+                write: true,
+                sym: Sym::Entry,
+            }],
+            fallbacks: Vec::new(),
+            ..sample()
+        };
+        let mut b = t.encode();
+        // The line's flags come before the (empty) fallback count and the checksum.
+        let at = b.len() - 6;
+        b[at] = 7 << 1;
+        let n = b.len() - 4;
+        let crc = crc32fast::hash(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        let e = Trace::decode(&b, "f").unwrap_err().to_string();
+        assert!(e.contains("unknown line reference 7"), "{e}");
+    }
+
+    #[test]
+    fn repeats_within_an_exclusive_section_are_kept_once_and_shared_sections_keep_all() {
+        static LOCK: LockClass = LockClass::new("lock", Scope::Node);
+        static LIST: LockClass = LockClass::new("list", Scope::Node);
+        let ev = |kind, class: &'static LockClass, instance| raw::Event {
+            t: 0,
+            kind,
+            class,
+            instance,
+            model: LockModel::Line,
+        };
+        let acq = |shared: bool| {
+            let mut e = ev(
+                raw::Kind::Acquire {
+                    access: if shared {
+                        Access::Shared
+                    } else {
+                        Access::Exclusive
+                    },
+                    trylock: false,
+                },
+                &LOCK,
+                1,
+            );
+            e.model = LockModel::RwSem;
+            e
+        };
+        let rel = |shared: bool| {
+            let mut e = ev(
+                raw::Kind::Release {
+                    access: if shared {
+                        Access::Shared
+                    } else {
+                        Access::Exclusive
+                    },
+                },
+                &LOCK,
+                1,
+            );
+            e.model = LockModel::RwSem;
+            e
+        };
+        let line = |write, sym| ev(raw::Kind::Line { write, sym }, &LIST, 2);
+        let section = |shared: bool| {
+            vec![
+                acq(shared),
+                line(true, Sym::First),
+                line(true, Sym::Here),
+                line(true, Sym::First),
+                line(true, Sym::Here),
+                line(false, Sym::Here),
+                line(true, Sym::Entry),
+                ev(raw::Kind::Atomic, &LIST, 3),
+                ev(raw::Kind::Atomic, &LIST, 3),
+                rel(shared),
+                line(true, Sym::Here),
+            ]
+        };
+        let lines = |t: &Trace| {
+            t.events
+                .iter()
+                .filter(|e| matches!(e, Event::Line { .. } | Event::Atomic { .. }))
+                .count()
+        };
+        // Exclusive: the first entry, the head and the counter once each, and the head again
+        // after the release.
+        let t = Trace::from_raw(meta(), &section(false));
+        assert_eq!(lines(&t), 4, "{:?}", t.events);
+        assert_eq!(t.meta.raw_events, 11);
+        // Shared: other holders may write the same lines meanwhile; everything is kept.
+        let t = Trace::from_raw(meta(), &section(true));
+        assert_eq!(lines(&t), 9, "{:?}", t.events);
+    }
+
+    #[test]
+    fn a_lock_word_first_seen_as_a_plain_line_keeps_its_lock_model() {
+        static SEM: LockClass = LockClass::sleeping("sem", Scope::Mm);
+        let ev = |kind| raw::Event {
+            t: 0,
+            kind,
+            class: &SEM,
+            instance: 0x40,
+            model: LockModel::Line,
+        };
+        let mut acquire = ev(raw::Kind::Acquire {
+            access: Access::Shared,
+            trylock: true,
+        });
+        acquire.model = LockModel::RwSem;
+        let read = ev(raw::Kind::Line {
+            write: false,
+            sym: Sym::Here,
+        });
+        let t = Trace::from_raw(meta(), &[read, acquire]);
+        assert_eq!(t.instances.len(), 1, "one line, one instance");
+        assert_eq!(t.instances[0].model, LockModel::RwSem);
     }
 
     #[test]

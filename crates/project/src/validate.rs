@@ -725,6 +725,8 @@ pub struct SelfRow {
 pub struct SelfCheck {
     pub machine: String,
     pub profile: String,
+    /// The host as measured for this check (kernel costs zero), replayed as it is.
+    pub host: Machine,
     pub rows: Vec<SelfRow>,
 }
 
@@ -735,6 +737,27 @@ impl SelfCheck {
             s,
             "self-consistency: {} on the engine here against {} projected (kernel costs zero, as the engine pays none)",
             self.profile, self.machine
+        );
+        let h = &self.host;
+        let curve: Vec<String> = h
+            .memory
+            .loaded_latency
+            .iter()
+            .map(|[u, ns]| format!("{ns} ns at {u}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "this host, measured now: {} GHz, {} ns between cores, {} ns an atomic, clearing {} GB/s one core and {} GB/s the node, loaded latency {}",
+            h.cpu.ghz,
+            h.latency.core_ns,
+            h.latency.atomic_ns,
+            h.memory.core_bandwidth_gbs,
+            h.memory.node_bandwidth_gbs,
+            if curve.is_empty() {
+                "not measured".to_string()
+            } else {
+                curve.join(", ")
+            }
         );
         let _ = writeln!(
             s,
@@ -754,20 +777,35 @@ impl SelfCheck {
     }
 }
 
-/// Projects this host (`dev-host`, as the engine runs on it) at 1 and 2 tasks and measures the
-/// engine here with the same profile: page_fault1 in both modes, pft in threads mode.
+/// Projects this host at 1 and 2 tasks and measures the engine here with the same profile:
+/// page_fault1 in both modes, pft in threads mode. The host is measured first
+/// ([`crate::calibrate::measure_host_for_engine`]: the machine the engine runs on, not a
+/// description embedded at build time), and replayed with its own parameters.
 pub fn self_check(
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+    stop: &AtomicBool,
+) -> Result<SelfCheck, String> {
+    progress("measuring this host (pagelab calibrate, the engine's costs)");
+    let (host, _) = crate::calibrate::measure_host_for_engine("this-host", &mut |w| progress(w))?;
+    self_check_on(&host, seed, progress, stop)
+}
+
+/// [`self_check`] on a machine already measured.
+pub fn self_check_on(
+    host: &Machine,
     seed: u64,
     progress: &mut dyn FnMut(&str),
     stop: &AtomicBool,
 ) -> Result<SelfCheck, String> {
     use pagelab_bench::run::{RunRequest, Sizes, Target};
     use pagelab_workloads::runner::SampleSpec;
-    let machine = Machine::load("dev-host")?.as_engine();
+    let machine = host.as_engine();
     let profile = pagelab_bench::profiles::load("linux-6.7")?;
     let mut out = SelfCheck {
         machine: machine.name.clone(),
         profile: profile.name.clone(),
+        host: machine.clone(),
         rows: Vec::new(),
     };
     let cases = [
@@ -808,38 +846,53 @@ pub fn self_check(
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        // The engine clears pages word by word, slower than the host's memset that calibrate
-        // measures: as the engine runs, one core clears at the rate the trace itself shows.
-        let (bytes, ns) = trace.events.iter().fold((0.0, 0.0), |(b, t), e| match *e {
-            crate::trace::Event::Write { bytes, host_ns } => (b + f64::from(bytes), t + host_ns),
-            _ => (b, t),
-        });
-        let mut machine = machine.clone();
-        if ns > 0.0 {
-            machine.memory.core_bandwidth_gbs = bytes / ns;
-            machine.memory.node_bandwidth_gbs = machine
-                .memory
-                .node_bandwidth_gbs
-                .max(machine.memory.core_bandwidth_gbs);
-        }
-        for r in rows {
-            let proj =
-                crate::project::replay_row(&machine, &trace, r.mode, r.tasks, 5, seed, 8192)?;
-            for m in &r.metrics {
-                let Some((_, _, pv)) = proj.metrics.iter().find(|(n, _, _)| *n == m.name) else {
-                    continue;
-                };
-                let (measured, projected) = (hmean(&m.samples), hmean(pv));
-                out.rows.push(SelfRow {
-                    workload: w.to_string(),
-                    mode: r.mode.to_string(),
-                    tasks: r.tasks,
-                    metric: m.name.clone(),
-                    measured,
-                    projected,
-                    error_pct: 100.0 * (projected - measured) / measured,
-                });
-            }
+        let measured: Vec<Measured> = rows
+            .into_iter()
+            .map(|r| Measured {
+                mode: r.mode,
+                tasks: r.tasks,
+                metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
+            })
+            .collect();
+        out.rows
+            .extend(project_measured(&machine, &trace, &measured, seed)?);
+    }
+    Ok(out)
+}
+
+/// One row the engine measured: mode, tasks, and each metric's samples.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub mode: Mode,
+    pub tasks: usize,
+    pub metrics: Vec<(String, Vec<f64>)>,
+}
+
+/// The self-check's rows: `trace` replayed on `machine` exactly as given (its own bandwidths
+/// and curve, nothing taken from the trace) for every measured row, compared.
+pub fn project_measured(
+    machine: &Machine,
+    trace: &crate::trace::Trace,
+    measured: &[Measured],
+    seed: u64,
+) -> Result<Vec<SelfRow>, String> {
+    let mut out = Vec::new();
+    for r in measured {
+        let proj = crate::project::replay_row(machine, trace, r.mode, r.tasks, 5, seed, 8192)?;
+        for (name, samples) in &r.metrics {
+            let Some((_, _, pv)) = proj.metrics.iter().find(|(n, _, _)| n == name) else {
+                continue;
+            };
+            let (measured, projected) = (hmean(samples), hmean(pv));
+            out.push(SelfRow {
+                workload: trace.meta.workload.clone(),
+                mode: r.mode.to_string(),
+                tasks: r.tasks,
+                metric: name.clone(),
+                measured,
+                projected,
+                error_pct: 100.0 * (projected - measured) / measured,
+            });
         }
     }
     Ok(out)
@@ -879,6 +932,78 @@ mod tests {
             }
         }
         assert!(published("nope").unwrap_err().contains("page_fault1-2018"));
+    }
+
+    /// The self-check replays the machine it is given with that machine's own parameters: a
+    /// measured host's clearing bandwidth decides the projection, whatever rate the trace's
+    /// writes took when captured.
+    #[test]
+    fn the_self_check_replays_the_measured_host_as_measured() {
+        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
+        let mut host = Machine::load("dev-host").unwrap().as_engine();
+        host.name = "injected-host".into();
+        host.memory.core_bandwidth_gbs = 4.096;
+        host.memory.node_bandwidth_gbs = 8.192;
+        host.memory.loaded_latency.clear();
+        // Each op: 1000 ns of compute and one page cleared, which took the capture 100 ns
+        // (40 GB/s); on the injected host it takes 1000 ns (4.096 GB/s).
+        let mut events = Vec::new();
+        for _ in 0..500 {
+            events.push(Event::Compute { ns: 1000.0 });
+            events.push(Event::Write {
+                bytes: 4096,
+                host_ns: 100.0,
+            });
+            events.push(Event::Ops { n: 1 });
+        }
+        let trace = Trace {
+            meta: TraceMeta {
+                workload: "page_fault1".into(),
+                profile: "linux-6.7".into(),
+                profile_toml: String::new(),
+                op_unit: "faults".into(),
+                window: Window::Cycle,
+                pinning: Pinning::Cores,
+                shared_vma: false,
+                kernel_cpus: 2,
+                host_cpu: "test".into(),
+                host_ghz: host.cpu.ghz,
+                ops: 500,
+                raw_events: 0,
+                overhead_ns_per_event: 0.0,
+                traced_ns: 1.0,
+                untraced_ns: 1.0,
+                compute_scale: 1.0,
+            },
+            instances: Vec::new(),
+            events,
+            fallbacks: Vec::new(),
+        };
+        let measured = vec![
+            Measured {
+                mode: Mode::Processes,
+                tasks: 1,
+                metrics: vec![("faults/sec".into(), vec![500_000.0; 3])],
+            },
+            Measured {
+                mode: Mode::Processes,
+                tasks: 2,
+                metrics: vec![("faults/sec".into(), vec![1_000_000.0; 3])],
+            },
+        ];
+        let rows = project_measured(&host, &trace, &measured, 1).unwrap();
+        assert_eq!(rows.len(), 2);
+        // One task: 1000 ns compute + 1000 ns clearing = 500,000 faults/s. Two: 4.096 GB/s
+        // each, the node's 8.192 shared without loss: 1,000,000.
+        for r in &rows {
+            assert!(
+                r.error_pct.abs() < 1.0,
+                "{} tasks: projected {} against {}",
+                r.tasks,
+                r.projected,
+                r.measured
+            );
+        }
     }
 
     fn change(published_pct: f64, projected_pct: f64, beyond_noise: bool) -> Change {

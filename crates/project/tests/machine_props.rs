@@ -171,6 +171,7 @@ fn trace(window: Window) -> Trace {
         scope,
         model,
         sleeps,
+        rwsem: None,
     };
     let acq = |inst, shared| Event::Acquire {
         inst,
@@ -225,6 +226,7 @@ fn trace(window: Window) -> Trace {
             inst("rss", Scope::Mm, LockModel::Line, false),
         ],
         events,
+        fallbacks: Vec::new(),
     }
 }
 

@@ -75,6 +75,7 @@ fn inst(class: &str, scope: Scope, model: LockModel, sleeps: bool) -> Instance {
         scope,
         model,
         sleeps,
+        rwsem: None,
     }
 }
 
@@ -122,6 +123,7 @@ fn an_uncontended_path_costs_the_sum_of_its_parts() {
             Event::Ops { n: 1 },
             Event::Compute { ns: 60.0 },
         ],
+        fallbacks: Vec::new(),
     };
     t.meta.ops = 1;
     // 100 + 300 (trap) + 40 + 4096 B at 8 GB/s (512 ns) + 60; the lock and line stay on this
@@ -177,6 +179,7 @@ fn lock_trace(
         meta: m,
         instances: vec![inst("the lock", scope, model, false)],
         events,
+        fallbacks: Vec::new(),
     }
 }
 
@@ -350,6 +353,7 @@ fn memory_writes_share_the_node_bandwidth() {
         meta: mt,
         instances: Vec::new(),
         events,
+        fallbacks: Vec::new(),
     };
     let rate = |n| {
         mean(
@@ -395,6 +399,7 @@ fn a_trace_in_which_no_time_passes_is_refused_not_spun_on() {
         meta: meta(Window::Cycle),
         instances: vec![inst("rss", Scope::Cpu, LockModel::Line, false)],
         events: vec![Event::Atomic { inst: 0 }, Event::Ops { n: 1 }],
+        fallbacks: Vec::new(),
     };
     t.meta.ops = 1;
     let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
@@ -436,6 +441,7 @@ fn a_run_far_longer_than_its_cycle_keeps_its_counts_in_bounded_bins() {
         meta: mt,
         instances: vec![inst("the lock", Scope::Machine, LockModel::Queued, false)],
         events,
+        fallbacks: Vec::new(),
     };
     let r = Replay::new(&m, &t, spec(128, true))
         .unwrap()
@@ -480,8 +486,87 @@ fn a_lock_still_held_when_the_recording_stopped_is_dropped_not_deadlocked_on() {
         meta: mt,
         instances: vec![inst("l", Scope::Machine, LockModel::Queued, false)],
         events,
+        fallbacks: Vec::new(),
     };
     let r = Replay::new(&m, &t, spec(8, true)).unwrap().run(1).unwrap();
     assert_eq!(r.ops, 800);
     assert!(r.classes.iter().all(|c| c.acquisitions == 0));
+}
+
+/// A per-VMA trylock that finds a writer holding the VMA's lock runs the engine's recorded
+/// fallback (the fault under mmap_lock) instead of waiting, and the replay counts it. Two
+/// threads on one VMA: one write-locks it for 50 us, the other waits (spinning, 5.11+) and
+/// takes it next; the first then faults while the second holds it.
+#[test]
+fn a_failed_trylock_runs_the_recorded_fallback_and_counts_it() {
+    use pagelab_project::trace::Fallback;
+    use pagelab_sync::RwsemAlgo;
+    let m = machine(4, 50.0, 5.0, 100.0, 100.0);
+    let algo = Some(RwsemAlgo::SpinWritersHandoff);
+    let mut mt = meta(Window::Once);
+    mt.shared_vma = true;
+    mt.ops = 2;
+    let acq = |inst, shared, trylock| Event::Acquire {
+        inst,
+        shared,
+        trylock,
+    };
+    let rel = |inst, shared| Event::Release { inst, shared };
+    let mut t = Trace {
+        meta: mt,
+        instances: vec![
+            Instance {
+                rwsem: algo,
+                ..inst("vma lock", Scope::Vma, LockModel::RwSem, false)
+            },
+            Instance {
+                rwsem: algo,
+                ..inst("mmap_lock", Scope::Mm, LockModel::RwSem, true)
+            },
+        ],
+        events: vec![
+            acq(0, false, false),
+            Event::Compute { ns: 50_000.0 },
+            rel(0, false),
+            Event::Ops { n: 1 },
+            acq(0, true, true),
+            Event::Compute { ns: 1_000.0 },
+            rel(0, true),
+            Event::Ops { n: 1 },
+        ],
+        fallbacks: vec![Fallback {
+            class: "vma lock".into(),
+            segments: vec![vec![
+                Event::Compute { ns: 100.0 },
+                acq(1, true, false),
+                Event::Compute { ns: 7_000.0 },
+                rel(1, true),
+            ]],
+        }],
+    };
+    let run = |t: &Trace| Replay::new(&m, t, spec(2, true)).unwrap().run(3).unwrap();
+    let class = |r: &pagelab_project::replay::ReplayResult, name: &str| {
+        r.classes.iter().find(|c| c.name == name).cloned()
+    };
+    let r = run(&t);
+    assert_eq!(r.ops, 4);
+    let vma = class(&r, "vma lock").unwrap();
+    assert_eq!(vma.fallbacks, 1, "{vma:?}");
+    // The second writer waited for the first (50 us); the trylock did not wait.
+    assert!((48_000.0..51_000.0).contains(&vma.wait_ns), "{vma:?}");
+    assert_eq!(class(&r, "mmap_lock").unwrap().acquisitions, 1);
+    // The first thread is done after its fallback (about 57 us), the second after holding
+    // the lock 50 us more and its own trylock (about 101 us): the run's busy time is their
+    // sum, the second's 50 us of spinning included.
+    let busy = r.ops as f64 / r.ops_per_cpu_sec.unwrap() * 1e9;
+    assert!((busy - 158_000.0).abs() < 1_500.0, "{busy} ns busy");
+
+    // Without a recorded fallback the trylock waits for the lock, as a read would (it sleeps
+    // there: readers do not spin in 5.11+).
+    t.fallbacks.clear();
+    let r = run(&t);
+    let vma = class(&r, "vma lock").unwrap();
+    assert_eq!(vma.fallbacks, 0, "{vma:?}");
+    assert!(vma.wait_ns > 95_000.0, "{vma:?}");
+    assert!(class(&r, "mmap_lock").is_none_or(|c| c.acquisitions == 0));
 }

@@ -190,8 +190,9 @@ pub fn colour_slots(res: &Results) -> Vec<usize> {
     slots
 }
 
-/// The charts of the selected results: one per (workload, metric), in the order the sample sets
-/// first name them (as compare orders its rows); sets of labels not selected are ignored.
+/// The charts of the selected results: one per (workload, metric), workloads in the order the
+/// sample sets first name them and metrics in compare's natural order (as compare orders its
+/// rows); sets of labels not selected are ignored.
 pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
     let source_of: HashMap<i64, Source> = res.runs.iter().map(|r| (r.id, Source::of(r))).collect();
     let slots = colour_slots(res);
@@ -234,6 +235,20 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
         pooled.0.merge(&s.summary);
         pooled.1.extend(s.repeats.iter().map(|(_, r)| *r));
     }
+    // Workloads in the order the sets first name them; within one, metrics in compare's
+    // natural order (send-128 before send-1024), which the store's text order is not.
+    let workloads: Vec<&str> = order.iter().fold(Vec::new(), |mut w, k| {
+        if !w.contains(&k.0) {
+            w.push(k.0);
+        }
+        w
+    });
+    order.sort_by(|a, b| {
+        let pos = |w: &str| workloads.iter().position(|x| *x == w);
+        pos(a.0)
+            .cmp(&pos(b.0))
+            .then_with(|| pagelab_bench::compare::natural_cmp(a.1, b.1))
+    });
     order
         .into_iter()
         .map(|key @ (workload, metric, higher_is_better)| {
@@ -488,6 +503,22 @@ pub(crate) mod tests {
         assert!((p.mean - 3.0 / (1.0 / 150.0 + 1.0 / 250.0 + 1.0 / 200.0)).abs() < 1e-9);
         assert!((p.spread - stats::hstddev(&[150.0, 250.0, 200.0])).abs() < 1e-9);
         assert_eq!(threads.series[1].points.len(), 4);
+    }
+
+    /// Sets that name netpipe-like sizes in text order (the store's) give charts in size order.
+    #[test]
+    fn charts_order_metrics_with_numbers_as_numbers() {
+        let (labels, runs, _) = example_parts();
+        let mut s = Vec::new();
+        for m in ["send-1024", "send-128", "send-16384", "send-64"] {
+            s.extend(samples(&runs[0], "threads", 1, m, &[1.0, 2.0]));
+        }
+        let r = Results::from_samples(labels, runs, s, &[], Significance::Interval);
+        let metrics: Vec<String> = charts(&r, &Filter::default())
+            .into_iter()
+            .map(|c| c.metric)
+            .collect();
+        assert_eq!(metrics, ["send-64", "send-128", "send-1024", "send-16384"]);
     }
 
     #[test]

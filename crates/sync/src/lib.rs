@@ -41,7 +41,7 @@ pub use crossbeam_utils::CachePadded;
 pub use percpu_counter::{PerCpuCounter, default_batch};
 pub use qspinlock::{QueuedSpinGuard, QueuedSpinLock};
 pub use rcu::{RcuCell, RcuDomain, RcuGuard, RcuReader};
-pub use rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard};
+pub use rwsem::{RwSem, RwSemReadGuard, RwSemWriteGuard, RwsemAlgo};
 pub use seqcount::SeqCount;
 pub use spinlock::{LockKind, ParseLockKindError, SpinGuard, SpinLock};
 pub use stats::{ClassStats, Domain as LockStatDomain, LockStatsSnapshot, Side};

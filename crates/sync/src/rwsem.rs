@@ -63,6 +63,108 @@ use crate::shim::cell::{ConstPtr, MutPtr, UnsafeCell};
 use crate::stats::{self, Side, WaitTimer};
 use crate::trace::{self, Access, LockClass, LockModel};
 
+/// How a kernel era's rwsem made its waiters wait (kernel/locking/rwsem.c and its
+/// predecessors rwsem-xadd.c and rwsem-spinlock.c). The engine's [`RwSem`] has one protocol
+/// (writer preference, waiting by spinning with [`Backoff`]) whatever the era, since its
+/// threads are not the kernel's tasks; the algorithm is what the projector's replay models
+/// when it costs a waiter: whether it sleeps (a wake-up at hand-off, no CPU meanwhile) or spins
+/// (CPU burnt, a line transfer at hand-off), whether a writer can take the lock from under a
+/// woken waiter, and whether a starved waiter can force a hand-off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RwsemAlgo {
+    /// Before 3.10: every waiter sleeps on the FIFO wait list and the releaser grants the lock
+    /// to the waiter at its head (`__rwsem_do_wake` hands the lock over before the wake-up), so
+    /// nobody can take it in between.
+    SleepFifo,
+    /// 3.10 to 3.15: waiters still sleep, but a woken writer has to take the lock itself, and a
+    /// writer arriving meanwhile takes it first (write-lock stealing, Alex Shi's "rwsem: steal
+    /// writing sem for better performance", and Michel Lespinasse's fast-path stealing merged
+    /// for 3.10).
+    SleepSteal,
+    /// 3.16 to 5.2: as `SleepSteal`, and a writer that finds the lock held by a running writer
+    /// spins on the owner instead of sleeping (optimistic spinning, 4fc828e24cd9
+    /// "locking/rwsem: Support optimistic spinning", 3.16); spinners queue on the MCS `osq`
+    /// and take the lock as soon as it is released, ahead of the sleepers.
+    SpinWriters,
+    /// 5.3 to 5.10: readers spin on a writer owner too (cf69482d62d9 "locking/rwsem: Enable
+    /// readers spinning on writer"), and a waiter at the head of the wait list that has waited
+    /// `RWSEM_WAIT_TIMEOUT` (4 ms) sets the hand-off bit: spinning and stealing stop and the
+    /// lock goes to it (4f23dbc1e657 "locking/rwsem: Implement lock handoff to prevent lock
+    /// starvation", 5.3).
+    SpinAllHandoff,
+    /// 5.11 and later: reader optimistic spinning removed again (617f3ef95177 "locking/rwsem:
+    /// Remove reader optimistic spinning"); writers spin, readers sleep, hand-off as in 5.3.
+    SpinWritersHandoff,
+}
+
+impl RwsemAlgo {
+    /// Every algorithm, oldest first.
+    pub const ALL: [RwsemAlgo; 5] = [
+        RwsemAlgo::SleepFifo,
+        RwsemAlgo::SleepSteal,
+        RwsemAlgo::SpinWriters,
+        RwsemAlgo::SpinAllHandoff,
+        RwsemAlgo::SpinWritersHandoff,
+    ];
+
+    /// The name profiles and traces use.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RwsemAlgo::SleepFifo => "sleep-fifo",
+            RwsemAlgo::SleepSteal => "sleep-steal",
+            RwsemAlgo::SpinWriters => "spin-writers",
+            RwsemAlgo::SpinAllHandoff => "spin-all-handoff",
+            RwsemAlgo::SpinWritersHandoff => "spin-writers-handoff",
+        }
+    }
+
+    /// The algorithm named `s` (exactly as [`RwsemAlgo::as_str`] spells it).
+    pub fn from_name(s: &str) -> Option<RwsemAlgo> {
+        RwsemAlgo::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// The allowed names, for error messages: `` `sleep-fifo`, `sleep-steal`, ... ``.
+    pub fn names() -> String {
+        RwsemAlgo::ALL
+            .iter()
+            .map(|a| format!("`{}`", a.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Writers that find the lock held by a writer spin on it.
+    pub const fn writers_spin(self) -> bool {
+        matches!(
+            self,
+            RwsemAlgo::SpinWriters | RwsemAlgo::SpinAllHandoff | RwsemAlgo::SpinWritersHandoff
+        )
+    }
+
+    /// Readers that find the lock held by a writer spin on it.
+    pub const fn readers_spin(self) -> bool {
+        matches!(self, RwsemAlgo::SpinAllHandoff)
+    }
+
+    /// A woken writer must take the lock itself; another writer may take it first.
+    pub const fn steals(self) -> bool {
+        !matches!(self, RwsemAlgo::SleepFifo)
+    }
+
+    /// A starved head waiter forces the lock to be handed to it.
+    pub const fn hands_off(self) -> bool {
+        matches!(
+            self,
+            RwsemAlgo::SpinAllHandoff | RwsemAlgo::SpinWritersHandoff
+        )
+    }
+}
+
+impl fmt::Display for RwsemAlgo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 const WRITER: u64 = 1;
 const ADMIT: u64 = 1 << 1;
 const WWAIT_SHIFT: u32 = 2;
@@ -138,6 +240,14 @@ impl<T> RwSem<T> {
         }
     }
 
+    /// The capture's switch: a trylock made to fail to record the caller's fallback
+    /// ([`trace::force_trylock_failure`]).
+    #[inline]
+    fn forced_to_fail(&self, access: Access) -> bool {
+        let id = self as *const Self as usize;
+        trace::trylock_forced_to_fail(self.hdr.class, id, LockModel::RwSem, access)
+    }
+
     #[inline]
     fn trace_release(&self, access: Access) {
         if trace::active() {
@@ -194,6 +304,19 @@ impl<T> RwSem<T> {
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
+        if self.forced_to_fail(Access::Shared) {
+            return None;
+        }
+        // `down_read_trylock` reads the count before its compare-and-exchange: under
+        // contention that read fetches the line shared and the exchange must then invalidate
+        // the other copies, a second transfer the replay's coherence model charges.
+        trace::line(
+            self.hdr.class,
+            self as *const Self as usize,
+            LockModel::RwSem,
+            false,
+            trace::Sym::Here,
+        );
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
             if cur & READ_FAIL_MASK != 0 {
@@ -261,6 +384,9 @@ impl<T> RwSem<T> {
     /// Acquires the write lock only if the semaphore is idle (`down_write_trylock`).
     #[inline]
     pub fn try_write(&self) -> Option<RwSemWriteGuard<'_, T>> {
+        if self.forced_to_fail(Access::Exclusive) {
+            return None;
+        }
         if self.try_write_raw() {
             stats::record(self.hdr.class, Side::Exclusive);
             self.trace_acquire(Access::Exclusive, true);

@@ -169,6 +169,11 @@ impl<T> SpinLock<T> {
     /// Acquires the lock only if that needs no waiting.
     #[inline]
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+        // The capture's switch: made to fail to record the caller's fallback path.
+        let id = self as *const Self as usize;
+        if trace::trylock_forced_to_fail(self.class, id, self.model(), Access::Exclusive) {
+            return None;
+        }
         let inner = match &self.inner {
             Inner::Ticket(l) => GuardInner::Ticket(l.try_lock_as(self.class)?),
             Inner::Queued(l) => GuardInner::Queued(l.try_lock_as(self.class)?),

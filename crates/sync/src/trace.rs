@@ -23,7 +23,7 @@
 //! The buffer and the counter are plain `std`, even under `--cfg loom`: no recorder runs in
 //! the loom models, and recording takes no part in any lock protocol.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
@@ -90,6 +90,11 @@ pub struct LockClass {
     /// Waiters sleep instead of spinning (an rwsem such as `mmap_lock`): waiting costs a
     /// wake-up at hand-off and no CPU time meanwhile.
     pub sleeps: bool,
+    /// Recorded even though its scope is not shared: a per-CPU lock taken by *trylock* whose
+    /// failure path the projector replays (`pcp->lock`, whose failed trylock falls back to
+    /// `zone->lock`). The replay still treats the instance as private; the recording gives the
+    /// trylock a place in the trace to attach the fallback to.
+    pub record_trylock: bool,
     /// The class's index in [`crate::stats`]' per-thread blocks plus one (0: not yet
     /// counted), assigned on first use. Written once, then only read.
     pub(crate) stat_id: AtomicU32,
@@ -111,8 +116,28 @@ impl LockClass {
             name,
             scope,
             sleeps: false,
+            record_trylock: false,
             stat_id: AtomicU32::new(0),
         }
+    }
+
+    /// A spinning lock taken by trylock whose acquisitions and releases are recorded whatever
+    /// its scope (see [`LockClass::record_trylock`]).
+    pub const fn with_recorded_trylock(name: &'static str, scope: Scope) -> Self {
+        Self {
+            name,
+            scope,
+            sleeps: false,
+            record_trylock: true,
+            stat_id: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether events on this class are recorded: shared scopes, and trylock classes with a
+    /// replayed fallback.
+    #[inline]
+    pub const fn is_recorded(&self) -> bool {
+        self.scope.is_shared() || self.record_trylock
     }
 
     /// A sleeping lock (rwsem, mutex).
@@ -121,6 +146,7 @@ impl LockClass {
             name,
             scope,
             sleeps: true,
+            record_trylock: false,
             stat_id: AtomicU32::new(0),
         }
     }
@@ -174,6 +200,9 @@ pub enum Kind {
     Acquire { access: Access, trylock: bool },
     /// A lock was released.
     Release { access: Access },
+    /// A trylock of this lock failed; what follows is the path the caller takes instead
+    /// (recorded by the capture's fallback windows, see [`force_trylock_failure`]).
+    TrylockFail { access: Access },
     /// An atomic read-modify-write of a shared line.
     Atomic,
     /// `bytes` were written to memory (zeroing or copying a page) from this event's time
@@ -186,6 +215,31 @@ pub enum Kind {
     TlbFlush,
     /// `n` operations of the workload completed (what its metric counts).
     Ops(u32),
+    /// A plain read (`write == false`) or write of a shared cache line, or of the line a
+    /// symbolic reference names ([`Sym`]): what the replay's coherence model costs by who
+    /// touched that line last.
+    Line { write: bool, sym: Sym },
+}
+
+/// Which cache line a [`Kind::Line`] event touches, relative to its instance.
+///
+/// Some lines cannot be named by address in a one-task capture, because whose they are
+/// depends on the interleaving: the entry at the head of a shared list was put there by
+/// whichever CPU added last, a buddy block was freed by someone. Such lines are recorded
+/// symbolically, relative to the list head they hang off (the event's instance), and the
+/// replay resolves them against its own record of who last wrote them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sym {
+    /// The line at the instance's address itself (a list head, a counter, a sequence count,
+    /// a lock word read before its compare-and-exchange).
+    Here,
+    /// The line of the current first entry of the list headed at the instance: the
+    /// `struct page` whose `lru.prev` a `list_add` or a splice rewrites, or which a
+    /// `list_del` of the first entry takes off (`__rmqueue_smallest`).
+    First,
+    /// The line of some other entry of the list headed at the instance: the buddy block a
+    /// free merges with (`__free_one_page` unlinking the buddy from its free list).
+    Entry,
 }
 
 /// One recorded event.
@@ -277,7 +331,7 @@ pub fn acquire(
     access: Access,
     trylock: bool,
 ) {
-    if active() && class.scope.is_shared() {
+    if active() && class.is_recorded() {
         push(Kind::Acquire { access, trylock }, class, instance, model);
     }
 }
@@ -285,9 +339,56 @@ pub fn acquire(
 /// The lock at `instance` is about to be released.
 #[inline]
 pub fn release(class: &'static LockClass, instance: usize, model: LockModel, access: Access) {
-    if active() && class.scope.is_shared() {
+    if active() && class.is_recorded() {
         push(Kind::Release { access }, class, instance, model);
     }
+}
+
+thread_local! {
+    /// The class whose trylocks this thread is made to fail ([`force_trylock_failure`]).
+    static FORCED: Cell<Option<&'static LockClass>> = const { Cell::new(None) };
+}
+
+/// Makes every trylock of `class` on this thread fail (`None` ends it), for as long as this
+/// thread records. A capture-only switch: the projector's capture runs a window with it set,
+/// so that what the engine does when that trylock fails (the per-VMA lock falling back to
+/// `mmap_lock`, a pcp falling back to `zone->lock`) is recorded from the engine itself.
+/// Without a recording running on this thread it has no effect, so no measurement can be
+/// disturbed by a switch left on.
+pub fn force_trylock_failure(class: Option<&'static LockClass>) {
+    FORCED.with(|f| f.set(class));
+}
+
+/// Whether a trylock of `class` at `instance` must fail now (see [`force_trylock_failure`]);
+/// when it must, the failure is recorded. Lock code calls this first in its trylock: one
+/// `Relaxed` load when nothing records.
+#[inline]
+pub fn trylock_forced_to_fail(
+    class: &'static LockClass,
+    instance: usize,
+    model: LockModel,
+    access: Access,
+) -> bool {
+    if !active() {
+        return false;
+    }
+    forced_slow(class, instance, model, access)
+}
+
+#[cold]
+#[inline(never)]
+fn forced_slow(
+    class: &'static LockClass,
+    instance: usize,
+    model: LockModel,
+    access: Access,
+) -> bool {
+    let forced = FORCED.with(|f| f.get().is_some_and(|c| core::ptr::eq(c, class)));
+    let recording = BUF.with(|b| b.0.try_borrow().is_ok_and(|v| v.is_some()));
+    if forced && recording {
+        push(Kind::TrylockFail { access }, class, instance, model);
+    }
+    forced && recording
 }
 
 /// An atomic read-modify-write of the shared line at `instance`.
@@ -296,6 +397,36 @@ pub fn atomic(class: &'static LockClass, instance: usize) {
     if active() && class.scope.is_shared() {
         push(Kind::Atomic, class, instance, LockModel::Line);
     }
+}
+
+/// A plain access to a shared cache line: `write` or read, of the line at `instance` or of
+/// the line `sym` names relative to it. `model` is the instance's lock algorithm when the
+/// line is a lock word (an rwsem count read before its compare-and-exchange), else
+/// [`LockModel::Line`].
+#[inline]
+pub fn line(class: &'static LockClass, instance: usize, model: LockModel, write: bool, sym: Sym) {
+    if active() && class.scope.is_shared() {
+        push(Kind::Line { write, sym }, class, instance, model);
+    }
+}
+
+/// A plain read of the shared line at `instance` (a sequence count, a counter).
+#[inline]
+pub fn line_read(class: &'static LockClass, instance: usize) {
+    line(class, instance, LockModel::Line, false, Sym::Here);
+}
+
+/// A plain write of the shared line at `instance` (a list head, a counter written under a
+/// lock, a sequence count).
+#[inline]
+pub fn line_write(class: &'static LockClass, instance: usize) {
+    line(class, instance, LockModel::Line, true, Sym::Here);
+}
+
+/// A write of the line `sym` names relative to the list head at `anchor` (see [`Sym`]).
+#[inline]
+pub fn line_sym_write(class: &'static LockClass, anchor: usize, sym: Sym) {
+    line(class, anchor, LockModel::Line, true, sym);
 }
 
 /// A page-fault exception (the engine's software MMU found no usable entry).
@@ -459,12 +590,134 @@ mod tests {
     }
 
     #[test]
+    fn line_events_carry_access_reference_and_model_and_skip_unshared_classes() {
+        static PRIVATE: LockClass = LockClass::new("p", Scope::Cpu);
+        line_read(&PRIVATE, 5);
+        start(16);
+        line_read(&A, 1);
+        line_write(&A, 2);
+        line_sym_write(&A, 3, Sym::First);
+        line(&A, 4, LockModel::RwSem, false, Sym::Here);
+        line_write(&PRIVATE, 6);
+        let ev = stop();
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.instance, e.model)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Kind::Line {
+                        write: false,
+                        sym: Sym::Here
+                    },
+                    1,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: true,
+                        sym: Sym::Here
+                    },
+                    2,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: true,
+                        sym: Sym::First
+                    },
+                    3,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: false,
+                        sym: Sym::Here
+                    },
+                    4,
+                    LockModel::RwSem
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn a_thread_that_exits_while_recording_gives_its_count_back() {
         for _ in 0..100 {
             std::thread::spawn(|| start(4)).join().unwrap();
         }
         // Other tests of this binary may be recording at the same moment, a few at most.
         assert!(ACTIVE.load(Relaxed) < 10, "{}", ACTIVE.load(Relaxed));
+    }
+
+    /// The capture's switch fails the trylocks of one class on this thread, and only while
+    /// it records; each forced failure is recorded; other classes and other threads are
+    /// untouched.
+    #[test]
+    fn forced_trylock_failure_is_recorded_and_confined() {
+        static F: LockClass = LockClass::new("forced", Scope::Node);
+        static G: LockClass = LockClass::new("other", Scope::Node);
+        static S: LockClass = LockClass::sleeping("forced rwsem", Scope::Mm);
+        let (f, g) = (
+            crate::SpinLock::new_queued(()).with_class(&F),
+            crate::SpinLock::new_queued(()).with_class(&G),
+        );
+        let sem = crate::RwSem::new(()).with_class(&S);
+        force_trylock_failure(Some(&F));
+        // Not recording: no effect.
+        assert!(f.try_lock().is_some());
+        start(64);
+        assert!(f.try_lock().is_none());
+        assert!(g.try_lock().is_some());
+        std::thread::scope(|s| {
+            s.spawn(|| assert!(f.try_lock().is_some()));
+        });
+        force_trylock_failure(Some(&S));
+        assert!(sem.try_read().is_none() && sem.try_write().is_none());
+        assert!(f.try_lock().is_some());
+        force_trylock_failure(None);
+        assert!(sem.try_read().is_some());
+        let ev = stop();
+        let fails: Vec<_> = ev
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::TrylockFail { .. }))
+            .map(|e| (e.class.name, e.kind))
+            .collect();
+        assert_eq!(
+            fails,
+            [
+                (
+                    "forced",
+                    Kind::TrylockFail {
+                        access: Access::Exclusive
+                    }
+                ),
+                (
+                    "forced rwsem",
+                    Kind::TrylockFail {
+                        access: Access::Shared
+                    }
+                ),
+                (
+                    "forced rwsem",
+                    Kind::TrylockFail {
+                        access: Access::Exclusive
+                    }
+                ),
+            ]
+        );
+    }
+
+    /// A per-CPU class marked for its trylock is recorded; a plain one is not.
+    #[test]
+    fn a_recorded_trylock_class_is_recorded_whatever_its_scope() {
+        static P: LockClass = LockClass::with_recorded_trylock("pcp-like", Scope::Cpu);
+        static Q: LockClass = LockClass::new("cpu", Scope::Cpu);
+        start(16);
+        drop(crate::SpinLock::new_queued(()).with_class(&P).try_lock());
+        drop(crate::SpinLock::new_queued(()).with_class(&Q).try_lock());
+        let ev = stop();
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert!(ev.iter().all(|e| e.class.name == "pcp-like"));
     }
 
     #[test]
