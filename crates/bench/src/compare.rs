@@ -127,8 +127,13 @@ pub struct Cell {
     /// `None` when the column has no samples for this row.
     pub value: Option<f64>,
     pub pct_change: Option<f64>,
-    /// Only mean rows carry a verdict; `None` elsewhere.
+    /// Only mean rows of measured columns carry a verdict; `None` elsewhere.
     pub significant: Option<bool>,
+    /// Mean rows where this column or the baseline is projected: the range of the change over
+    /// every pairing of a baseline repeat's mean with one of this column's (a projected run's
+    /// repeats are its captures; see [`projected_interval`]). No significance test is applied
+    /// to them: the spread of a projection is the model's, not a sample of the machine's.
+    pub interval: Option<(f64, f64)>,
     pub samples: usize,
 }
 
@@ -165,6 +170,39 @@ pub struct Comparison {
     pub sections: Vec<Section>,
 }
 
+/// Orders metric names as a reader expects: runs of digits compare as numbers, the rest as
+/// text, so netpipe's `send-128` comes before `send-1024` (plain text order puts `send-1024`
+/// first, as `0` sorts before `2`). Names that differ only in leading zeros fall back to text
+/// order, so the order is total and consistent with equality. Compare tables, charts and
+/// reports order their metrics with it.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    fn run(s: &str) -> (&str, &str) {
+        let digits = s.as_bytes()[0].is_ascii_digit();
+        let end = s
+            .bytes()
+            .position(|c| c.is_ascii_digit() != digits)
+            .unwrap_or(s.len());
+        s.split_at(end)
+    }
+    let (mut x, mut y) = (a, b);
+    while !x.is_empty() && !y.is_empty() {
+        let ((rx, tx), (ry, ty)) = (run(x), run(y));
+        let both_numbers = rx.as_bytes()[0].is_ascii_digit() && ry.as_bytes()[0].is_ascii_digit();
+        let o = if both_numbers {
+            let (nx, ny) = (rx.trim_start_matches('0'), ry.trim_start_matches('0'));
+            nx.len().cmp(&ny.len()).then_with(|| nx.cmp(ny))
+        } else {
+            rx.cmp(ry)
+        };
+        if o != Ordering::Equal {
+            return o;
+        }
+        (x, y) = (tx, ty);
+    }
+    x.len().cmp(&y.len()).then_with(|| a.cmp(b))
+}
+
 fn rule_name(r: Significance) -> &'static str {
     match r {
         Significance::TTest => "t-test (2018-2024 rule, p < 0.10)",
@@ -185,6 +223,21 @@ pub struct SetSummary {
     pub origin: Origin,
     pub key: SampleKey,
     pub summary: Summary,
+    /// The same samples summarised per repeat, in the order the repeats first appear: a
+    /// projected run's repeats are its captures, whose means make its uncertainty interval.
+    #[serde(skip)]
+    pub repeats: Vec<(u32, Summary)>,
+}
+
+impl SetSummary {
+    /// Adds one sample of `repeat`.
+    pub fn push(&mut self, repeat: u32, value: f64) {
+        self.summary.push(value);
+        match self.repeats.iter_mut().rev().find(|(r, _)| *r == repeat) {
+            Some((_, s)) => s.push(value),
+            None => self.repeats.push((repeat, Summary::of(&[value]))),
+        }
+    }
 }
 
 /// Where the best samples of a set pooled over several runs come from, for the best-P rows:
@@ -253,10 +306,11 @@ pub fn summarise(samples: &[SampleRow]) -> Vec<SetSummary> {
                 origin: s.origin,
                 key: s.key.clone(),
                 summary: Summary::new(),
+                repeats: Vec::new(),
             });
             out.len() - 1
         });
-        out[i].summary.push(s.value);
+        out[i].push(s.repeat, s.value);
     }
     out
 }
@@ -284,11 +338,33 @@ pub fn from_store(
     build_from(&sets, labels, rule, store)
 }
 
-/// A column's pooled sample set: the runs it pools and their summary.
+/// A column's pooled sample set: the runs it pools, their summary, and the summary of each
+/// (run, repeat).
 #[derive(Clone, Default)]
 struct Pool {
     runs: Vec<i64>,
     summary: Summary,
+    repeats: Vec<Summary>,
+}
+
+/// The uncertainty interval of a change involving a projected column: the range of the change
+/// over every pairing of one of the baseline's repeat means with one of the column's (Hmean for
+/// rates, Amean otherwise, as the mean row), or `None` when a side has no finite mean.
+///
+/// Why the range and not a 90% interval: a projection has a handful of captures (3 by
+/// default), too few for the ends of a 90% interval to be estimated; the range is everything
+/// the captures gave, and pairing every baseline capture with every column capture makes no
+/// assumption that the captures taken in one round shared a load. It is not a confidence
+/// interval: with C captures a side, another capture lands outside one side's range with
+/// probability 2/(C+1), so the range is a floor on the capture noise, not a bound.
+pub fn projected_interval(
+    base: &[Summary],
+    new: &[Summary],
+    higher_is_better: bool,
+) -> Option<(f64, f64)> {
+    let means =
+        |v: &[Summary]| -> Vec<f64> { v.iter().map(|s| s.mean_of(higher_is_better)).collect() };
+    stats::change_range(&means(base), &means(new), higher_is_better)
 }
 
 /// Build the comparison of `labels` (the first is the baseline) from the summaries of the
@@ -331,6 +407,10 @@ pub fn build_from(
             runs: runs.into_iter().collect(),
         });
     }
+    let projected_col: Vec<bool> = columns
+        .iter()
+        .map(|c| c.origins.contains(&Origin::Projected))
+        .collect();
     // (workload, mode) -> key -> label index -> pooled set
     type Groups<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<&'a SampleKey, Vec<Pool>>>;
     let mut groups: Groups = BTreeMap::new();
@@ -345,6 +425,7 @@ pub fn build_from(
         if !metric_order.contains(&s.key.metric.as_str()) {
             metric_order.push(&s.key.metric);
         }
+        // (Sorted below: the store returns metrics in text order, where send-1024 < send-128.)
         let pool = &mut groups
             .entry((&s.workload, &s.key.mode))
             .or_default()
@@ -352,7 +433,9 @@ pub fn build_from(
             .or_insert_with(|| vec![Pool::default(); labels.len()])[col];
         pool.runs.push(s.run_id);
         pool.summary.merge(&s.summary);
+        pool.repeats.extend(s.repeats.iter().map(|(_, r)| *r));
     }
+    metric_order.sort_by(|a, b| natural_cmp(a, b));
     let mut sections = Vec::new();
     for ((workload, mode), keys) in groups {
         // A section compares something only if two columns have data in it (or one label was
@@ -409,16 +492,19 @@ pub fn build_from(
                     let cells = cols
                         .iter()
                         .zip(bests)
-                        .map(|(pool, best)| {
+                        .enumerate()
+                        .map(|(c, (pool, best))| {
                             let x = &pool.summary;
                             if x.n() == 0 {
                                 return Cell {
                                     value: None,
                                     pct_change: None,
                                     significant: None,
+                                    interval: None,
                                     samples: 0,
                                 };
                             }
+                            let projected = projected_col[c] || projected_col[0];
                             let v = stat.compute(x, best, higher);
                             let pct = base_v.map(|b| {
                                 if b == v {
@@ -427,12 +513,18 @@ pub fn build_from(
                                     stats::pct_change(b, v, hib)
                                 }
                             });
-                            let sig = (stat.is_mean() && base.n() > 0)
+                            let sig = (stat.is_mean() && base.n() > 0 && !projected)
                                 .then(|| stats::significant_summary(base, x, higher, rule));
+                            let interval = (stat.is_mean() && base.n() > 0 && projected)
+                                .then(|| {
+                                    projected_interval(&cols[0].repeats, &pool.repeats, higher)
+                                })
+                                .flatten();
                             Cell {
                                 value: Some(v),
                                 pct_change: pct,
                                 significant: sig,
+                                interval,
                                 samples: x.n() as usize,
                             }
                         })
@@ -464,6 +556,9 @@ pub fn build_from(
     })
 }
 
+/// What the interval of a projected column is, printed under a comparison that has one.
+pub const PROJECTED_NOTE: &str = "projected: mean rows of projected columns (and, with a projected baseline, of every column) show the change and [low, high], its range over every pairing of a baseline capture's mean with one of the column's; they carry no significance asterisks: a projection's spread is the model's capture noise, not a sample of the machine";
+
 fn fmt_value(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => format!("{v:.4}"),
@@ -473,8 +568,9 @@ fn fmt_value(v: Option<f64>) -> String {
 }
 
 fn fmt_change(c: &Cell) -> String {
-    match c.pct_change {
-        Some(p) if p.is_finite() => {
+    match (c.pct_change, c.interval) {
+        (Some(p), Some((lo, hi))) if p.is_finite() => format!("({p:7.2}% [{lo:.2}, {hi:.2}])"),
+        (Some(p), _) if p.is_finite() => {
             if c.significant == Some(true) {
                 format!("*{p:7.2}%*")
             } else {
@@ -506,7 +602,15 @@ impl Comparison {
                 .unwrap_or(1)
                 + 3)
             .max((label_w + 1).saturating_sub(11));
-            let col_w = val_w + 11;
+            // The change is 10 wide, wider with a projected column's interval.
+            let chg_w = s
+                .rows
+                .iter()
+                .flat_map(|r| r.cells.iter().map(|c| fmt_change(c).len()))
+                .max()
+                .unwrap_or(10)
+                .max(10);
+            let col_w = val_w + 1 + chg_w;
             let _ = writeln!(out, "{} {}", s.workload, s.mode);
             let mut header = " ".repeat(10 + name_w);
             for c in &self.columns {
@@ -516,8 +620,14 @@ impl Comparison {
             for r in &s.rows {
                 let mut line = format!("{:<10}{:<name_w$}", r.stat, row_name(r));
                 for c in &r.cells {
-                    let _ = write!(line, "{:>val_w$} {}", fmt_value(c.value), fmt_change(c));
+                    let _ = write!(
+                        line,
+                        "{:>val_w$} {:<chg_w$}",
+                        fmt_value(c.value),
+                        fmt_change(c)
+                    );
                 }
+                let line = line.trim_end();
                 let _ = writeln!(out, "{line}");
             }
             out.push('\n');
@@ -534,8 +644,18 @@ impl Comparison {
         if !others.is_empty() {
             let _ = writeln!(out, "note: {}", others.join("; "));
         }
+        if self.has_projected() {
+            let _ = writeln!(out, "{PROJECTED_NOTE}");
+        }
         let _ = writeln!(out, "significance: {}", self.rule);
         out
+    }
+
+    /// Whether a column is projected (its mean rows then show intervals, not asterisks).
+    pub fn has_projected(&self) -> bool {
+        self.columns
+            .iter()
+            .any(|c| c.origins.contains(&Origin::Projected))
     }
 
     /// A GitHub-flavoured markdown table per section; significant changes in bold.
@@ -553,11 +673,14 @@ impl Comparison {
             for r in &s.rows {
                 let mut line = format!("| {} | {}-{} |", r.stat, r.metric, r.tasks);
                 for c in &r.cells {
-                    let change = match c.pct_change {
-                        Some(p) if p.is_finite() && c.significant == Some(true) => {
+                    let change = match (c.pct_change, c.interval) {
+                        (Some(p), Some((lo, hi))) if p.is_finite() => {
+                            format!("{p:+.2}% [{lo:+.2}, {hi:+.2}]")
+                        }
+                        (Some(p), _) if p.is_finite() && c.significant == Some(true) => {
                             format!("**{p:+.2}%**")
                         }
-                        Some(p) if p.is_finite() => format!("{p:+.2}%"),
+                        (Some(p), _) if p.is_finite() => format!("{p:+.2}%"),
                         _ => "NA".into(),
                     };
                     let _ = write!(line, " {} ({change}) |", fmt_value(c.value));
@@ -565,6 +688,13 @@ impl Comparison {
                 let _ = writeln!(out, "{line}");
             }
             out.push('\n');
+        }
+        if self.has_projected() {
+            let _ = writeln!(
+                out,
+                "{}.\n",
+                PROJECTED_NOTE.replacen("projected:", "Projected:", 1)
+            );
         }
         let _ = writeln!(
             out,
@@ -593,6 +723,8 @@ impl Comparison {
             "pct_change",
             "significant",
             "samples",
+            "interval_low",
+            "interval_high",
         ]);
         for s in &self.sections {
             for r in &s.rows {
@@ -609,6 +741,8 @@ impl Comparison {
                         opt(c.pct_change),
                         c.significant.map_or(String::new(), |b| b.to_string()),
                         c.samples.to_string(),
+                        opt(c.interval.map(|i| i.0)),
+                        opt(c.interval.map(|i| i.1)),
                     ]);
                 }
             }
@@ -672,6 +806,57 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn natural_order_compares_digit_runs_as_numbers() {
+        use std::cmp::Ordering::*;
+        assert_eq!(natural_cmp("send-128", "send-1024"), Less);
+        assert_eq!(natural_cmp("send-8192", "send-16384"), Less);
+        assert_eq!(natural_cmp("send-64", "send-64"), Equal);
+        assert_eq!(natural_cmp("faults/cpu", "faults/sec"), Less);
+        assert_eq!(natural_cmp("send", "send-64"), Less);
+        assert_eq!(natural_cmp("recv-64", "send-8"), Less);
+        assert_eq!(natural_cmp("a007", "a7"), Less, "leading zeros: text order");
+        assert_eq!(natural_cmp("a7", "a007"), Greater);
+        assert_eq!(natural_cmp("x2y10", "x2y9"), Greater);
+        let mut v = vec![
+            "send-3312",
+            "send-1024",
+            "send-128",
+            "send-64",
+            "send-16384",
+        ];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            [
+                "send-64",
+                "send-128",
+                "send-1024",
+                "send-3312",
+                "send-16384"
+            ]
+        );
+    }
+
+    /// netpipe's sizes, as the store returns them (text order), come out in size order.
+    #[test]
+    fn compare_rows_follow_numbers_in_metric_names() {
+        let mut s = Vec::new();
+        for metric in ["send-1024", "send-128", "send-16384", "send-64"] {
+            s.extend(row("a", 1, metric, &[1.0, 2.0]));
+            s.extend(row("b", 1, metric, &[1.0, 2.0]));
+        }
+        let c = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap();
+        let text = c.render_text();
+        let at = |m: &str| {
+            text.find(&format!("{m}-1 "))
+                .unwrap_or_else(|| panic!("{m}: {text}"))
+        };
+        assert!(at("send-64") < at("send-128"), "{text}");
+        assert!(at("send-128") < at("send-1024"), "{text}");
+        assert!(at("send-1024") < at("send-16384"), "{text}");
     }
 
     #[test]
@@ -773,5 +958,53 @@ significance: t-test (2018-2024 rule, p < 0.10)
         assert!(csv.starts_with("workload,mode,stat,metric,tasks,label,value"));
         assert!(csv.contains("pft,threads,Hmean,faults/sec,4,b,"), "{csv}");
         assert_eq!(csv.lines().count(), 1 + 10 * 2);
+    }
+
+    /// A projected column's mean rows show the change with the range over the captures'
+    /// pairings, never an asterisk, and the table says so; a measured comparison of the same
+    /// numbers gets its asterisk.
+    #[test]
+    fn projected_columns_show_an_interval_and_no_asterisk() {
+        // Two captures a side (repeats 0 and 1), far apart in the new column.
+        let rows = |label: &str, origin: Origin, caps: &[&[f64]]| -> Vec<SampleRow> {
+            let mut out = Vec::new();
+            for (r, vals) in caps.iter().enumerate() {
+                for mut s in row(label, 4, "faults/sec", vals) {
+                    s.origin = origin;
+                    s.repeat = r as u32;
+                    s.seq += 10 * r as u32;
+                    out.push(s);
+                }
+            }
+            out
+        };
+        let names = labels(&["a", "b"]);
+        for origin in [Origin::Projected, Origin::Measured] {
+            let mut s = rows("a", origin, &[&[100.0, 100.0], &[100.0, 100.0]]);
+            let mut b = rows("b", origin, &[&[110.0, 110.0], &[130.0, 130.0]]);
+            for x in &mut b {
+                x.run_id = 2;
+            }
+            s.append(&mut b);
+            let c = build(&s, &names, Significance::TTest).unwrap();
+            let text = c.render_text();
+            let hmean = text.lines().find(|l| l.starts_with("Hmean")).unwrap();
+            let cell = &c.sections[0].rows[1].cells[1];
+            if origin == Origin::Projected {
+                assert!(!hmean.contains('*'), "{text}");
+                assert_eq!(cell.significant, None);
+                // Capture means 110 and 130 against 100: +10% to +30%.
+                assert_eq!(cell.interval, Some((10.0, 30.0)));
+                assert!(hmean.contains("[10.00, 30.00])"), "{text}");
+                assert!(text.contains("b is projected"), "{text}");
+                assert!(text.contains("no significance asterisks"), "{text}");
+                assert!(c.render_markdown().contains("[+10.00, +30.00]"));
+                assert!(c.render_csv().contains(",10,30\n"), "{}", c.render_csv());
+            } else {
+                assert!(hmean.contains('*'), "{text}");
+                assert_eq!(cell.interval, None);
+                assert!(!text.contains("no significance asterisks"), "{text}");
+            }
+        }
     }
 }

@@ -79,6 +79,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "mglru-bulk",
         include_str!("../../../profiles/mglru-bulk.toml"),
     ),
+    ("llfree", include_str!("../../../profiles/llfree.toml")),
 ];
 
 /// A loaded profile: its name, its policy and the text it came from.
@@ -255,6 +256,16 @@ mod tests {
             flatten(&a)
                 .iter()
                 .any(|(k, v)| k == "pcp.batch" && v == "15")
+        );
+        // The allocator switch is a key like any other: the llfree profile differs from
+        // linux-6.7 in it and in the per-CPU lists it replaces.
+        let l67 = load("linux-6.7").unwrap().policy;
+        let ll = load("llfree").unwrap().policy;
+        let keys: Vec<String> = diff(&l67, &ll).into_iter().map(|d| d.0).collect();
+        assert_eq!(
+            keys,
+            ["alloc.allocator", "pcp.lists", "pcp.tune"],
+            "{keys:?}"
         );
     }
 

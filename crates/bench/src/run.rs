@@ -13,13 +13,16 @@ use pagelab_mm::Policy;
 use pagelab_mm::reclaim::swap::Backing;
 
 use crate::results::SampleKey;
+use pagelab_workloads::cortenmm::{self, CortenParams};
 use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
 use pagelab_workloads::host::HostVm;
 use pagelab_workloads::host_proc;
 use pagelab_workloads::kvcache::{self, KvParams};
+use pagelab_workloads::mapbench;
 use pagelab_workloads::netpipe;
 use pagelab_workloads::page_fault::{self, MEMSIZE, Variant};
 use pagelab_workloads::pft::{self, PftParams, Repetition};
+use pagelab_workloads::rounds;
 use pagelab_workloads::runner::{self, Hooks, SampleSpec};
 use pagelab_workloads::vm::Vm;
 use pagelab_workloads::{Mode, WorkloadError, WorkloadKind};
@@ -51,6 +54,10 @@ pub struct Sizes {
     pub pft_bytes: u64,
     /// kvcache's shape; its server and client thread counts come from the task count.
     pub kvcache: KvParams,
+    /// mapbench and mapbench-shared: pages per task's region (RadixVM's `npg`, 1).
+    pub map_pages: u64,
+    /// The CortenMM tests: requests per task per round (the original's 32).
+    pub requests: u64,
 }
 
 impl Default for Sizes {
@@ -59,6 +66,8 @@ impl Default for Sizes {
             memsize: MEMSIZE,
             pft_bytes: 1 << 30,
             kvcache: KvParams::default(),
+            map_pages: mapbench::PAGES,
+            requests: cortenmm::REQUESTS,
         }
     }
 }
@@ -197,7 +206,7 @@ fn parse_tasks_up_to(
 pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
     let t = tasks as u64;
     // Page tables take 1/512 of what they map, plus upper levels; 1/128 is ample.
-    let with_pt = |b: u64| b + b / 128;
+    let with_pt = |b: u64| b.saturating_add(b / 128);
     let need = match w {
         WorkloadKind::PageFault1 | WorkloadKind::PageFault3 => t * with_pt(sizes.memsize),
         WorkloadKind::PageFault2 => t * with_pt(2 * sizes.memsize),
@@ -207,10 +216,50 @@ pub fn engine_arena(w: WorkloadKind, tasks: usize, sizes: Sizes) -> u64 {
         // Per pair: a full ring of order-3 buffers (8 MiB) and two CPUs' pcp lists and slabs.
         WorkloadKind::Netpipe => t * (16 << 20),
         WorkloadKind::Kvcache => kvcache_params(sizes, tasks).arena_bytes(),
+        WorkloadKind::Mapbench | WorkloadKind::MapbenchShared => {
+            t.saturating_mul(with_pt(sizes.map_pages.saturating_mul(4096)))
+        }
+        w => match cortenmm_params(w, sizes) {
+            // Every slot's page table, and at most what the requests fault.
+            Some(p) => with_pt(p.bytes(tasks)) + t * p.requests * 4 * 4096 + t * (2 << 20),
+            None => 0,
+        },
     };
     // Slack for per-CPU lists, LRU batches and the watermarks.
-    let total = need + (64 << 20) + t * (2 << 20);
-    total.div_ceil(4 << 20) * (4 << 20)
+    // Saturating: a size too large for the machine must reach `check`'s refusal, not overflow.
+    let total = need.saturating_add(64 << 20).saturating_add(t * (2 << 20));
+    total.div_ceil(4 << 20).min(u64::MAX >> 22) << 22
+}
+
+/// The CortenMM test `w` is, with the request count of `sizes`.
+pub fn cortenmm_params(w: WorkloadKind, sizes: Sizes) -> Option<CortenParams> {
+    w.cortenmm().map(|(op, contention)| CortenParams {
+        op,
+        contention,
+        requests: sizes.requests,
+    })
+}
+
+/// What the research designs' benchmarks cannot run: processes mode for the ones whose tasks
+/// share one address space, and shapes they refuse.
+fn check_research(req: &RunRequest) -> Result<(), String> {
+    let w = req.workload;
+    if w.threads_only() && req.modes.contains(&Mode::Processes) {
+        return Err(format!(
+            "{w} has no processes mode (its tasks work in one address space); use --mode threads"
+        ));
+    }
+    if matches!(w, WorkloadKind::Mapbench | WorkloadKind::MapbenchShared)
+        && req.sizes.map_pages == 0
+    {
+        return Err(format!(
+            "{w} maps at least one page: --map-pages must be 1 or more"
+        ));
+    }
+    if let Some(p) = cortenmm_params(w, req.sizes) {
+        p.validate().map_err(|e| format!("{w}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Check a request against this machine before anything is measured or stored: the engine's
@@ -220,6 +269,7 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
     check_netpipe(req)?;
     check_kvcache(req)?;
+    check_research(req)?;
     match &req.target {
         Target::Engine { policy, .. } => {
             let mut arena = engine_arena(req.workload, max_tasks, req.sizes);
@@ -236,6 +286,10 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                 let shrink = match req.workload {
                     WorkloadKind::Kvcache => "fewer --keys or a smaller --value-size",
                     WorkloadKind::Netpipe => "fewer tasks",
+                    WorkloadKind::Mapbench | WorkloadKind::MapbenchShared => {
+                        "a smaller --map-pages or fewer tasks"
+                    }
+                    w if w.cortenmm().is_some() => "fewer tasks",
                     _ => "a smaller --size/--memsize or fewer tasks",
                 };
                 format!(
@@ -266,14 +320,26 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                     t.saturating_mul(req.sizes.memsize)
                 }
                 WorkloadKind::PageFault2 => t.saturating_mul(req.sizes.memsize).saturating_mul(2),
-                _ => req.sizes.pft_bytes,
+                WorkloadKind::Mapbench | WorkloadKind::MapbenchShared => {
+                    t.saturating_mul(req.sizes.map_pages.saturating_mul(4096))
+                }
+                w => match cortenmm_params(w, req.sizes) {
+                    Some(p) => t.saturating_mul(p.requests * cortenmm::MMAP_PAGES * 4096),
+                    None => req.sizes.pft_bytes,
+                },
             };
             match pagelab_mm::arena::host_mem_available() {
                 Some(avail) if need > avail => Err(format!(
-                    "{} with {max_tasks} tasks maps {} MiB at once but this machine has {} MiB available; use a smaller --size/--memsize or fewer tasks",
+                    "{} with {max_tasks} tasks maps {} MiB at once but this machine has {} MiB available; use {} or fewer tasks",
                     req.workload,
                     need >> 20,
-                    avail >> 20
+                    avail >> 20,
+                    match req.workload {
+                        WorkloadKind::Mapbench | WorkloadKind::MapbenchShared =>
+                            "a smaller --map-pages",
+                        w if w.cortenmm().is_some() => "fewer --requests",
+                        _ => "a smaller --size/--memsize",
+                    }
                 )),
                 _ => Ok(()),
             }
@@ -472,12 +538,63 @@ fn run_one<V: Vm + Send>(
         )?;
         return Ok((continuous_metrics(c.samples), Vec::new(), c.interrupted));
     }
+    if w == WorkloadKind::Mapbench || w == WorkloadKind::MapbenchShared || w.cortenmm().is_some() {
+        return run_research(w, vms, req, stop, measure_start, progress);
+    }
     measure_start();
     let (reps, interrupted) =
         pft::run(vms, shared_mm, pft_params(w, req), stop, &mut |d, t, r| {
             progress(d, t, Some(Kept::Repetition(r)))
         })?;
     Ok((pft_metrics(&reps), reps, interrupted))
+}
+
+/// The research designs' benchmarks (mapbench, the CortenMM tests) on threads of `vms`, or on
+/// engine processes for mapbench. Metric: `ops/sec`.
+fn run_research<V: Vm + Send>(
+    w: WorkloadKind,
+    vms: Vec<V>,
+    req: &RunRequest,
+    stop: &AtomicBool,
+    measure_start: &mut dyn FnMut(),
+    progress: &mut dyn FnMut(usize, usize, Option<Kept<'_>>),
+) -> Result<(Vec<Metric>, Vec<Repetition>, bool), WorkloadError> {
+    let mut sample =
+        |d, t, kept: Option<f64>| progress(d, t, kept.map(|v| Kept::Rate(OPS_METRIC, v)));
+    let hooks = Hooks {
+        measure_start,
+        sample: &mut sample,
+    };
+    let pages = req.sizes.map_pages;
+    let r = match w {
+        WorkloadKind::Mapbench => {
+            runner::run_continuous(vms, req.spec, stop, hooks, |vm, c, halt| {
+                mapbench::local_loop(vm, pages, c, halt)
+            })
+            .map(|c| (c.samples, c.interrupted))
+        }
+        WorkloadKind::MapbenchShared => {
+            rounds::run_rounds(vms, req.spec, stop, hooks, &mapbench::Shared { pages })
+                .map(|r| (r.samples, r.interrupted))
+        }
+        w => {
+            let p = cortenmm_params(w, req.sizes)
+                .ok_or_else(|| WorkloadError::Config(format!("{w} is not a research benchmark")))?;
+            let n = vms.len();
+            cortenmm::Corten::new(p, n)
+                .and_then(|body| rounds::run_rounds(vms, req.spec, stop, hooks, &body))
+                .map(|r| (r.samples, r.interrupted))
+        }
+    };
+    r.map(|(samples, intr)| (ops_metrics(samples), Vec::new(), intr))
+}
+
+fn ops_metrics(samples: Vec<f64>) -> Vec<Metric> {
+    vec![Metric {
+        name: OPS_METRIC.into(),
+        higher_is_better: true,
+        samples,
+    }]
 }
 
 fn page_fault_variant(w: WorkloadKind) -> Option<Variant> {
@@ -529,6 +646,20 @@ fn run_host_processes(
         )?;
         return Ok((continuous_metrics(c.samples), Vec::new(), c.interrupted));
     }
+    if w == WorkloadKind::Mapbench {
+        let pages = req.sizes.map_pages;
+        let c = host_proc::run_continuous_processes(
+            n,
+            req.spec,
+            stop,
+            Hooks {
+                measure_start,
+                sample: &mut |d, t, kept| progress(d, t, kept.map(|v| Kept::Rate(OPS_METRIC, v))),
+            },
+            |vm, counter, halt| mapbench::local_loop(vm, pages, counter, halt),
+        )?;
+        return Ok((ops_metrics(c.samples), Vec::new(), c.interrupted));
+    }
     measure_start();
     let (reps, interrupted) =
         host_proc::pft_processes(n, pft_params(w, req), stop, &mut |d, t, r| {
@@ -558,6 +689,8 @@ const CONTINUOUS_METRIC: &str = "faults/sec";
 const PFT_CPU_METRIC: &str = "faults/cpu";
 /// kvcache's throughput.
 const KVCACHE_METRIC: &str = "ops/sec";
+/// The research designs' benchmarks: mapbench iterations, CortenMM requests, per second.
+pub const OPS_METRIC: &str = "ops/sec";
 
 /// netpipe's metric for one send size.
 fn netpipe_metric(send_size: usize) -> String {
@@ -703,6 +836,7 @@ pub fn run(
     let repeats = req.repeats.max(1);
     check_netpipe(req)?;
     check_kvcache(req)?;
+    check_research(req)?;
     for &mode in &req.modes {
         for &n in &req.tasks {
             for repeat in 0..repeats {
@@ -1286,6 +1420,106 @@ mod tests {
         assert!(!text.contains("NaN") && text.contains("1.048M"), "{text}");
     }
 
+    fn research_request(w: WorkloadKind, target: Target) -> RunRequest {
+        RunRequest {
+            workload: w,
+            target,
+            tasks: vec![1, 2],
+            modes: vec![Mode::Threads],
+            spec: SampleSpec {
+                samples: 2,
+                warmup: 1,
+                interval: Duration::from_millis(20),
+            },
+            sizes: Sizes::default(),
+            repeats: 1,
+            first_repeat: 0,
+            swap: Backing::Memory { compress: false },
+            lock_stat: true,
+        }
+    }
+
+    fn engine() -> Target {
+        Target::Engine {
+            profile: "linux-6.7".into(),
+            policy: Policy::default(),
+        }
+    }
+
+    /// The research benchmarks refuse what they cannot run, in one line, before anything runs.
+    #[test]
+    fn research_benchmarks_refuse_bad_shapes_up_front() {
+        let one_line = |r: Result<(), String>, has: &str| {
+            let e = r.unwrap_err();
+            assert!(e.contains(has) && !e.contains('\n'), "{e}");
+        };
+        for w in [
+            WorkloadKind::MapbenchShared,
+            WorkloadKind::CortenmmPfHigh,
+            WorkloadKind::CortenmmMmap,
+        ] {
+            let mut req = research_request(w, engine());
+            check(&req).unwrap();
+            req.modes = vec![Mode::Processes, Mode::Threads];
+            one_line(check(&req), "no processes mode");
+            let stop = AtomicBool::new(false);
+            let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap_err();
+            assert!(e.contains("no processes mode"), "{e}");
+        }
+        // mapbench has a processes mode.
+        let mut req = research_request(WorkloadKind::Mapbench, Target::Kernel);
+        req.modes = vec![Mode::Processes];
+        check(&req).unwrap();
+        req.sizes.map_pages = 0;
+        one_line(check(&req), "--map-pages");
+        // Regions larger than the machine.
+        req.sizes.map_pages = 1 << 40;
+        one_line(check(&req), "available");
+        req.target = engine();
+        one_line(check(&req), "engine arena");
+        for requests in [0, cortenmm::MAX_REQUESTS + 1] {
+            let mut req = research_request(WorkloadKind::CortenmmMunmapLow, Target::Kernel);
+            req.sizes.requests = requests;
+            one_line(check(&req), "requests per task");
+        }
+    }
+
+    /// A CortenMM test through `run`: one `ops/sec` sample per kept interval, handed over as it
+    /// is taken, and the engine's counters with the row.
+    #[test]
+    fn cortenmm_rows_hold_ops_per_second() {
+        let _switch = crate::micro::stats_switch();
+        for w in [
+            WorkloadKind::CortenmmMunmapHigh,
+            WorkloadKind::MapbenchShared,
+        ] {
+            let req = research_request(w, engine());
+            let stop = AtomicBool::new(false);
+            let mut passed = Vec::new();
+            let rows = run(&req, &stop, &mut |_, _, _| {}, &mut |r| {
+                if let Record::Samples { sets, .. } = r {
+                    passed.extend(sets);
+                }
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(rows.len(), 2);
+            for r in &rows {
+                assert_eq!(r.metrics.len(), 1);
+                assert_eq!(r.metrics[0].name, OPS_METRIC);
+                assert_eq!(r.metrics[0].samples.len(), 2);
+                assert!(r.metrics[0].samples.iter().all(|v| *v > 0.0), "{r:?}");
+                let c = r.counter_values();
+                assert!(
+                    c.iter().any(|(n, v)| n == "event:unmap_pages" && *v > 0.0),
+                    "{c:?}"
+                );
+            }
+            assert_eq!(passed.len(), 4, "{passed:?}");
+            assert!(render(&req, &rows).contains("ops/sec Hmean"));
+        }
+    }
+
     #[test]
     fn arena_covers_the_workload() {
         let s = Sizes::default();
@@ -1294,5 +1528,19 @@ mod tests {
         assert!(engine_arena(WorkloadKind::Pft, 4, s) >= s.pft_bytes);
         assert_eq!(engine_arena(WorkloadKind::Pft, 4, s) % (4 << 20), 0);
         assert!(engine_arena(WorkloadKind::Netpipe, 1, s) >= 64 << 20);
+        assert!(engine_arena(WorkloadKind::Mapbench, 2, s) >= 64 << 20);
+        assert!(engine_arena(WorkloadKind::CortenmmPfHigh, 4, s) >= 4 * (2 << 20));
+        // A region no machine has is a refusal, not an overflow.
+        let huge = Sizes {
+            map_pages: u64::MAX,
+            ..s
+        };
+        assert_eq!(
+            engine_arena(WorkloadKind::MapbenchShared, 4, huge) % (4 << 20),
+            0
+        );
+        let mut req = research_request(WorkloadKind::MapbenchShared, engine());
+        req.sizes = huge;
+        assert!(check(&req).unwrap_err().contains("engine arena"));
     }
 }

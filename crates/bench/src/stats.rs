@@ -287,6 +287,29 @@ pub fn pct_change(base: f64, new: f64, higher_is_better: bool) -> f64 {
     }
 }
 
+/// The range of the percent change from a base to a new value over every pairing of one of
+/// `base` with one of `new` (for a projection: every pairing of a baseline capture's mean with
+/// a column capture's). [`pct_change`] is monotonic in each argument, so the extremes come from
+/// the extremes. `None` when either side is empty or holds a value that is not a positive
+/// finite number.
+pub fn change_range(base: &[f64], new: &[f64], higher_is_better: bool) -> Option<(f64, f64)> {
+    let ext = |v: &[f64]| {
+        (!v.is_empty() && v.iter().all(|x| x.is_finite() && *x > 0.0)).then(|| {
+            v.iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                    (l.min(x), h.max(x))
+                })
+        })
+    };
+    let ((bl, bh), (nl, nh)) = (ext(base)?, ext(new)?);
+    let c =
+        [(bl, nl), (bl, nh), (bh, nl), (bh, nh)].map(|(b, n)| pct_change(b, n, higher_is_better));
+    Some((
+        c.iter().copied().fold(f64::INFINITY, f64::min),
+        c.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    ))
+}
+
 /// Which significance rule to apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Significance {

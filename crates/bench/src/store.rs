@@ -973,26 +973,39 @@ impl Store {
     /// error, none of it. `started` is now, and so is `finished` unless the status is
     /// `Running`. Samples for the same key and repeat given twice are appended in order.
     pub fn insert_run(&self, data: &RunData) -> Result<i64, StoreError> {
-        self.check_meta(&data.meta)?;
-        for (key, repeat, values) in &data.samples {
-            self.check_finite(
-                || {
-                    format!(
-                        "`{}` ({} {} tasks) repeat {repeat}",
-                        key.metric, key.mode, key.tasks
-                    )
-                },
-                values,
-            )?;
+        Ok(self.insert_runs(std::slice::from_ref(data))?[0])
+    }
+
+    /// Stores several whole runs (an import of a directory holding several workloads) in one
+    /// transaction, as [`Store::insert_run`] stores one: all of them or, on any error, none.
+    /// Returns their ids in order.
+    pub fn insert_runs(&self, runs: &[RunData]) -> Result<Vec<i64>, StoreError> {
+        for data in runs {
+            self.check_meta(&data.meta)?;
+            for (key, repeat, values) in &data.samples {
+                self.check_finite(
+                    || {
+                        format!(
+                            "`{}` ({} {} tasks) repeat {repeat}",
+                            key.metric, key.mode, key.tasks
+                        )
+                    },
+                    values,
+                )?;
+            }
         }
         let now = now_rfc3339();
-        let finished = (data.status != Status::Running).then_some(now.as_str());
         self.write(|tx| {
-            let run = self.insert_run_row(tx, &data.meta, data.status, &now, finished)?;
-            for (key, repeat, values) in &data.samples {
-                self.insert_samples(tx, run, key, *repeat, values)?;
+            let mut ids = Vec::with_capacity(runs.len());
+            for data in runs {
+                let finished = (data.status != Status::Running).then_some(now.as_str());
+                let run = self.insert_run_row(tx, &data.meta, data.status, &now, finished)?;
+                for (key, repeat, values) in &data.samples {
+                    self.insert_samples(tx, run, key, *repeat, values)?;
+                }
+                ids.push(run);
             }
-            Ok(run)
+            Ok(ids)
         })
     }
 
@@ -1185,7 +1198,7 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT run_id, mode, tasks, metric, higher_is_better, value FROM samples
+                "SELECT run_id, mode, tasks, metric, higher_is_better, value, repeat FROM samples
                  WHERE run_id IN (SELECT value FROM json_each(?1))
                  ORDER BY run_id, mode, tasks, metric",
             )
@@ -1204,6 +1217,7 @@ impl Store {
                 let metric = text(r, 3)?;
                 let higher_is_better: bool = r.get(4)?;
                 let value: f64 = r.get(5)?;
+                let repeat: u32 = r.get(6)?;
                 let same = |s: &SetSummary| {
                     s.run_id == run_id
                         && s.key.tasks == tasks
@@ -1232,12 +1246,13 @@ impl Store {
                                 origin,
                                 key,
                                 summary: Summary::new(),
+                                repeats: Vec::new(),
                             });
                             out.len() - 1
                         })
                     }
                 };
-                out[i].summary.push(value);
+                out[i].push(repeat, value);
                 last = Some(i);
                 Ok(())
             };
@@ -1448,7 +1463,7 @@ fn filter_sql(f: &RunFilter) -> (String, Vec<Value>) {
 }
 
 /// Now as RFC 3339 in UTC to the second, e.g. `2026-11-22T04:55:01Z`.
-fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

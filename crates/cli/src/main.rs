@@ -91,7 +91,8 @@ enum Command {
     Runs(RunsArgs),
     /// Write stored samples as CSV or JSON.
     Export(ExportArgs),
-    /// Store results produced by the real tools (will-it-scale, pft) or a plain CSV of samples.
+    /// Store results produced by the real tools (will-it-scale, pft), a plain CSV of samples, or
+    /// an mmtests run directory's wis and pft results.
     Import(ImportArgs),
     /// Plot stored results (SVG or PNG): a metric against the task count per label, or each
     /// label's percent change against the baseline; LABEL may be an experiment.
@@ -146,9 +147,9 @@ struct ExperimentsArgs {
 pub(crate) struct CompareArgs {
     #[command(flatten)]
     pub(crate) select: results_cmd::CompareSelect,
-    /// text, markdown, json or csv.
-    #[arg(long, default_value = "text")]
-    pub(crate) format: String,
+    /// The output's layout.
+    #[arg(long, value_enum, default_value_t = results_cmd::CompareFormat::Text)]
+    pub(crate) format: results_cmd::CompareFormat,
 }
 
 /// Which stored runs a command works on; every filter narrows the selection.
@@ -209,11 +210,13 @@ pub(crate) struct ExportArgs {
 pub(crate) struct ImportArgs {
     /// The file: will-it-scale output or runtest CSV, pft output, or a CSV of samples. At most
     /// 256 MiB is read (an endless stream such as /dev/zero is refused); a last data line
-    /// without a newline is taken as a cut file and refused.
+    /// without a newline is taken as a cut file and refused. Or a directory: an mmtests run
+    /// (work/log/<run name>), whose wis and pft results are imported, one run per workload.
     pub(crate) file: PathBuf,
-    /// The label its samples get (a comparison column).
+    /// The label its samples get (a comparison column). Required for a file; for an mmtests
+    /// directory the default is the directory's name (the run name, usually the kernel's).
     #[arg(long)]
-    pub(crate) label: String,
+    pub(crate) label: Option<String>,
     /// will-it-scale, will-it-scale-csv, pft or csv (default: recognised from the content).
     #[arg(long)]
     pub(crate) format: Option<String>,
@@ -236,8 +239,9 @@ pub(crate) struct ImportArgs {
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
-    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, netpipe or
-    /// kvcache.
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, netpipe,
+    /// kvcache, mapbench, mapbench-shared, cortenmm-mmap, cortenmm-mmap-pf, cortenmm-pf-low,
+    /// cortenmm-pf-high, cortenmm-munmap-low or cortenmm-munmap-high.
     pub(crate) workload: String,
     /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
     #[arg(long, default_value = "engine")]
@@ -248,9 +252,10 @@ pub(crate) struct RunArgs {
     /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
     #[arg(long, default_value = "1,2")]
     pub(crate) tasks: String,
-    /// processes, threads or both.
-    #[arg(long, default_value = "processes")]
-    pub(crate) mode: String,
+    /// processes, threads or both (default: processes; threads for mapbench-shared and the
+    /// cortenmm tests, which have no processes mode).
+    #[arg(long)]
+    pub(crate) mode: Option<String>,
     /// Samples kept per task count (repetitions for pft and lameter).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) samples: u64,
@@ -272,6 +277,12 @@ pub(crate) struct RunArgs {
     /// Bytes faulted per repetition for pft and lameter.
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub(crate) size: u64,
+    /// mapbench and mapbench-shared: pages in each task's region (RadixVM's npg).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pub(crate) map_pages: u64,
+    /// The cortenmm tests: requests per task per round (CortenMM: 32).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub(crate) requests: u64,
     /// Engine lock statistics: on (counted per class and stored with the run) or off (to
     /// measure what counting costs; no lock counters are stored). kvcache always counts.
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
@@ -392,7 +403,13 @@ fn main() -> ExitCode {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("bad arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("pagelab: error: {first} (see pagelab --help)");
+            // A value not among a flag's choices: the choices go on the same line.
+            let choices = text
+                .lines()
+                .map(str::trim)
+                .find(|l| l.starts_with("[possible values:"))
+                .map_or(String::new(), |l| format!(" {l}"));
+            eprintln!("pagelab: error: {first}{choices} (see pagelab --help)");
             return ExitCode::from(2);
         }
     };

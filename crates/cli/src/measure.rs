@@ -229,7 +229,13 @@ fn measure_interleaved(
 
 pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
     let workload: WorkloadKind = a.workload.parse()?;
-    let modes = parse_modes(&a.mode)?;
+    // The research designs' benchmarks are about one address space: threads unless asked.
+    let default_mode = if workload.threads_only() {
+        "threads"
+    } else {
+        "processes"
+    };
+    let modes = parse_modes(a.mode.as_deref().unwrap_or(default_mode))?;
     let (target, profile) = match a.target.as_str() {
         "engine" => {
             let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))?;
@@ -270,6 +276,8 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
             memsize: a.memsize,
             pft_bytes: a.size,
             kvcache: a.kvcache.params(),
+            map_pages: a.map_pages,
+            requests: a.requests,
         },
         repeats: a.repeats as usize,
         first_repeat: 0,
@@ -381,6 +389,7 @@ fn experiment_request(
             memsize: e.memsize.unwrap_or(d.memsize),
             pft_bytes: e.size.unwrap_or(d.pft_bytes),
             kvcache: e.kvcache.unwrap_or(d.kvcache),
+            ..d
         },
         repeats: a.repeats.map_or(e.repeats, |r| r as usize),
         first_repeat: 0,

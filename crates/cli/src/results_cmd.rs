@@ -16,6 +16,8 @@ use pagelab_bench::compare::{self, Comparison};
 use pagelab_bench::csv_text::neutralise;
 use pagelab_bench::experiments;
 use pagelab_bench::import::{self, ImportOptions};
+use pagelab_bench::lkp;
+use pagelab_bench::mmtests;
 use pagelab_bench::output::OutputFile;
 use pagelab_bench::owner::Liveness;
 use pagelab_bench::results::{ABANDONED, RunFilter, SampleRow, Status, StoredRun, quote_label};
@@ -47,6 +49,21 @@ pub fn parse_format(s: &str) -> Result<Format, String> {
             "unknown format `{s}`; expected text, markdown, json or csv"
         )),
     }
+}
+
+/// Output formats of `compare`: the formats of [`Format`], and the 0-day robot's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompareFormat {
+    /// mmtests' compare-kernels table.
+    Text,
+    /// A GitHub-flavoured markdown table per section.
+    #[value(alias = "md")]
+    Markdown,
+    Json,
+    /// One line per row and label.
+    Csv,
+    /// The kernel test robot's (lkp-tests') comparison rows.
+    Lkp,
 }
 
 pub fn render(c: &Comparison, f: Format) -> String {
@@ -182,9 +199,21 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
 }
 
 pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
-    let format = parse_format(&a.format)?;
     let sel = select(&a.select, db)?;
     let ids: Vec<i64> = sel.runs.iter().map(|r| r.id).collect();
+    let format = match a.format {
+        CompareFormat::Text => Format::Text,
+        CompareFormat::Markdown => Format::Markdown,
+        CompareFormat::Json => Format::Json,
+        CompareFormat::Csv => Format::Csv,
+        CompareFormat::Lkp => {
+            // The robot's rows need only each set's mean and spread: no significance rule, no
+            // best-P rows.
+            let sets = sel.store.sample_stats(&ids).map_err(|e| e.to_string())?;
+            print!("{}", lkp::render(&sets, &sel.labels)?);
+            return Ok(());
+        }
+    };
     let c = compare::from_store(&sel.store, &ids, &sel.labels, sel.rule)?;
     print!("{}", render(&c, format));
     Ok(())
@@ -488,8 +517,70 @@ pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
     Ok(())
 }
 
+/// `import` of an mmtests run directory: every wis and pft log parsed first, then one run per
+/// workload stored in one transaction.
+fn import_mmtests(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
+    let name = a.file.display().to_string();
+    let given = |flag: &str, set: bool| {
+        if set {
+            Err(format!(
+                "{flag} does not apply to an mmtests directory ({name}): its logs say it"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    given("--format", a.format.is_some())?;
+    given("--workload", a.workload.is_some())?;
+    given("--tasks", a.tasks.is_some())?;
+    given("--warmup", a.warmup != 0)?;
+    let label = match &a.label {
+        Some(l) => check_label(l)?,
+        None => {
+            // The run name, as compare-kernels.sh shows it; `.` or `..` say nothing.
+            let dir =
+                std::fs::canonicalize(&a.file).map_err(|e| format!("cannot read {name}: {e}"))?;
+            let base = dir
+                .file_name()
+                .and_then(|b| b.to_str())
+                .ok_or_else(|| format!("{name}: the directory's name is no label; give --label"))?;
+            check_label(base).map_err(|e| format!("{e} (the directory's name); give --label"))?
+        }
+    };
+    let opts = ImportOptions {
+        label: label.clone(),
+        workload: None,
+        mode: a.mode.clone(),
+        tasks: None,
+        warmup: 0,
+        machine: a.machine.clone(),
+        command: command_line(),
+    };
+    let runs = mmtests::read_dir(&a.file, &opts).map_err(|e| e.to_string())?;
+    let store = open_store(db)?;
+    let ids = store.insert_runs(&runs).map_err(|e| e.to_string())?;
+    for (data, id) in runs.iter().zip(ids) {
+        let n: usize = data.samples.iter().map(|(_, _, v)| v.len()).sum();
+        println!(
+            "imported {n} samples of {} (mmtests {}) as run {id}, label {label}, into {}",
+            data.meta.workload,
+            data.meta.target,
+            store.path().display()
+        );
+    }
+    Ok(())
+}
+
 pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
-    let label = check_label(&a.label)?;
+    if a.file.is_dir() {
+        return import_mmtests(a, db);
+    }
+    let label = check_label(a.label.as_deref().ok_or_else(|| {
+        format!(
+            "--label is required for a file ({}); only an mmtests directory has a default",
+            a.file.display()
+        )
+    })?)?;
     let name = a.file.display().to_string();
     // At most import::MAX_INPUT_BYTES is read: `/dev/zero` or a pipe that never closes ends in
     // an error, with memory bounded, before the store is opened.

@@ -332,7 +332,7 @@ fn bad_input_is_one_line_and_alters_nothing() {
     fails(
         &db,
         &["compare", "keep", "--format", "pdf"],
-        "unknown format",
+        "invalid value 'pdf' for '--format <FORMAT>' [possible values: text, markdown, json, csv, lkp]",
     );
     fails(
         &db,

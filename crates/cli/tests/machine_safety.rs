@@ -225,6 +225,48 @@ fn calibrate_out_is_checked_before_measuring() {
     assert!(!d.path("m.toml").exists());
 }
 
+/// `calibrate --machine M --from-table T` refuses a table measured on another machine, an
+/// unknown table, and either flag alone, in one line and before capturing anything.
+#[test]
+fn calibrate_from_a_table_is_checked_before_capturing() {
+    let d = Dir::new("ms-calibrate-table");
+    let db = store_with_a_run(&d);
+    let t0 = Instant::now();
+    fails(
+        &db,
+        &[
+            "calibrate",
+            "--machine",
+            "icelake-2s-64c",
+            "--from-table",
+            "page_fault1-2018",
+        ],
+        "--from-table page_fault1-2018 was measured on broadwell-2s-44c, not on --machine icelake-2s-64c",
+    );
+    fails(
+        &db,
+        &[
+            "calibrate",
+            "--machine",
+            "broadwell-2s-44c",
+            "--from-table",
+            "no-such-table",
+        ],
+        "unknown published table `no-such-table`",
+    );
+    fails(
+        &db,
+        &["calibrate", "--machine", "broadwell-2s-44c"],
+        "--from-table",
+    );
+    fails(
+        &db,
+        &["calibrate", "--from-table", "page_fault1-2018"],
+        "--machine",
+    );
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}
+
 #[test]
 fn validate_json_refuses_the_store_before_validating() {
     let d = Dir::new("ms-validate");

@@ -53,6 +53,56 @@ fn a_projection_is_stored_as_projected_rows_and_compares() {
     assert!(csv.contains("faults/sec"));
 }
 
+/// compare on projected columns: every mean row shows the change with its range over the
+/// captures' pairings and no significance asterisk, and says the columns are projected.
+#[test]
+fn compare_prints_intervals_for_projected_columns_not_asterisks() {
+    let d = Dir::new("proj-interval");
+    let db = d.db();
+    ok(
+        &db,
+        &[
+            "project",
+            "--machine",
+            "icelake-2s-64c",
+            "pft",
+            "--profile",
+            "mm-unstable-20230210",
+            "--profile",
+            "pvl-v2",
+            "--tasks",
+            "1,16",
+            "--samples",
+            "2",
+            "--captures",
+            "2",
+            "--ops-per-cpu",
+            "512",
+        ],
+    );
+    let cmp = ok(
+        &db,
+        &[
+            "compare",
+            "mm-unstable-20230210@icelake-2s-64c",
+            "pvl-v2@icelake-2s-64c",
+        ],
+    );
+    let means: Vec<&str> = cmp.lines().filter(|l| l.starts_with("Hmean")).collect();
+    assert_eq!(means.len(), 4, "{cmp}");
+    for l in &means {
+        assert!(!l.contains('*'), "an asterisk on a projected column: {cmp}");
+        // The baseline's own change is 0 with an interval too (its captures against its
+        // captures), the other column's is its change with its range.
+        assert_eq!(l.matches("% [").count(), 2, "{cmp}");
+    }
+    assert!(cmp.contains("pvl-v2@icelake-2s-64c is projected"), "{cmp}");
+    assert!(cmp.contains("no significance asterisks"), "{cmp}");
+    // Each capture is a repeat of the stored run.
+    let json = ok(&db, &["export", "--format", "json"]);
+    assert!(json.contains("\"repeat\": 1"), "{json}");
+}
+
 #[test]
 fn bad_projections_are_refused_before_anything_is_stored() {
     let d = Dir::new("proj-bad");
@@ -137,7 +187,7 @@ fn traces_are_written_and_read_back() {
         "{show}"
     );
     let junk = d.0.join("junk.pltrace");
-    std::fs::write(&junk, b"PLTRACE1 but not really").unwrap();
+    std::fs::write(&junk, b"PLTRACE3 but not really").unwrap();
     fails(&db, &["trace", junk.to_str().unwrap()], "corrupt");
     fails(
         &db,
@@ -149,6 +199,7 @@ fn traces_are_written_and_read_back() {
 #[test]
 fn validation_prints_rows_changes_and_a_summary() {
     let d = Dir::new("proj-validate");
+    let json = d.0.join("v.json");
     let out = ok(
         &d.db(),
         &[
@@ -158,16 +209,52 @@ fn validation_prints_rows_changes_and_a_summary() {
             "--no-self-check",
             "--samples",
             "1",
+            "--captures",
+            "2",
             "--ops-per-cpu",
             "256",
+            "--json",
+            json.to_str().unwrap(),
         ],
     );
     assert!(
-        out.contains("pft-single-vma-2023 (pft-pvl-2023) on icelake-2s-64c"),
+        out.contains("pft-single-vma-2023 (pft-pvl-2023) on icelake-2s-64c: harmonic means"),
         "{out}"
     );
     assert_eq!(out.matches("\npvl-v2 ").count(), 20 + 20, "{out}");
-    assert!(out.contains("changes with the published sign"), "{out}");
+    for class in ["beyond", "within"] {
+        assert!(
+            out.contains(&format!(
+                "pft-single-vma-2023: changes {class} the published noise"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("all tables: changes {class} the published noise")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("with the published sign"), "{out}");
+    assert!(
+        out.contains("left out of these summaries: mm-unstable-20230210 threads 1 faults/cpu"),
+        "{out}"
+    );
+    // --json carries the same summaries, per table and overall.
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let t = &j["pft-single-vma-2023"];
+    assert_eq!(t["mean"], "harmonic");
+    assert_eq!(t["captures"], 2);
+    let b = &t["summary"]["beyond_noise"];
+    assert!(b["changes"].as_u64().unwrap() >= 10, "{b}");
+    assert!(
+        b["right_sign"].is_u64() && b["within_10_points"].is_u64(),
+        "{b}"
+    );
+    assert_eq!(
+        j["all-tables"]["beyond_noise"]["changes"], b["changes"],
+        "{j}"
+    );
     fails(
         &d.db(),
         &["validate", "--table", "nope"],

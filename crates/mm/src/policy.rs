@@ -121,6 +121,35 @@ pub struct AllocPolicy {
     /// Target size of the prezeroed pool, in pages.
     #[serde(default = "AllocPolicy::default_prezero_pool")]
     pub prezero_pool: u32,
+    /// The page allocator behind `alloc_pages`. Profiles stored before the switch existed have
+    /// no such key and read back as `buddy`, which they ran on.
+    #[serde(default)]
+    pub allocator: Allocator,
+}
+
+/// Which page allocator serves `alloc_pages` and `free_pages`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Allocator {
+    /// Linux's: zones of buddy free lists under `zone->lock`, with the `[pcp]` per-CPU lists in
+    /// front (mm/page_alloc.c).
+    #[default]
+    Buddy,
+    /// LLFree (Wrenger et al., USENIX ATC'23): per-CPU reservations of trees of 64-frame
+    /// bitfield words updated with atomics, no lock and no per-CPU lists
+    /// ([`crate::alloc::llfree`]). Replaces both the buddy lists and the pcps, so it needs
+    /// `pcp.lists = "none"`.
+    Llfree,
+}
+
+impl Allocator {
+    /// The value as profiles spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Allocator::Buddy => "buddy",
+            Allocator::Llfree => "llfree",
+        }
+    }
 }
 
 impl AllocPolicy {
@@ -134,6 +163,7 @@ impl Default for AllocPolicy {
         AllocPolicy {
             prezero: false,
             prezero_pool: Self::default_prezero_pool(),
+            allocator: Allocator::Buddy,
         }
     }
 }
@@ -857,6 +887,18 @@ impl Policy {
             return Err(PolicyError(
                 "mm.vma_lock = \"rcu\" needs a PTE lock to validate its fault under: choose mm.ptl = \"split\" or \"mm\", not \"atomic\"".into(),
             ));
+        }
+        if self.alloc.allocator == Allocator::Llfree {
+            if p.lists != PcpLists::None {
+                return Err(PolicyError(
+                    "alloc.allocator = \"llfree\" replaces the per-CPU page lists: set pcp.lists = \"none\" (and pcp.tune = \"fixed\")".into(),
+                ));
+            }
+            if self.alloc.prezero {
+                return Err(PolicyError(
+                    "alloc.prezero needs alloc.allocator = \"buddy\": the zeroer fills its pool from the buddy lists".into(),
+                ));
+            }
         }
         if self.alloc.prezero && self.alloc.prezero_pool == 0 {
             return Err(PolicyError(

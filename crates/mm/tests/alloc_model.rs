@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use pagelab_mm::alloc::buddy::{MAX_ORDER, MigrateType, Wmark};
-use pagelab_mm::policy::{Count, PcpLists, PcpTune};
+use pagelab_mm::policy::{Allocator, Count, PcpLists, PcpTune};
 use pagelab_mm::{AllocError, CpuId, Gfp, Mem, MemConfig, Pfn, Policy};
 use pagelab_sync::LockKind;
 use proptest::prelude::*;
@@ -51,7 +51,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
-    (0..5usize, any::<bool>(), any::<bool>()).prop_map(|(p, prezero, ticket)| {
+    (0..6usize, any::<bool>(), any::<bool>()).prop_map(|(p, prezero, ticket)| {
         let mut pol = Policy::default();
         let (lists, batch, high, tune) = match p {
             0 => (PcpLists::None, Count::Auto, Count::Auto, PcpTune::Fixed),
@@ -73,6 +73,8 @@ fn policy() -> impl Strategy<Value = Policy> {
                 Count::Auto,
                 PcpTune::Fixed,
             ),
+            // LLFree: no per-CPU lists, no prezeroing (see `alloc.allocator`).
+            5 => (PcpLists::None, Count::Auto, Count::Auto, PcpTune::Fixed),
             _ => (
                 PcpLists::HighOrder,
                 Count::Auto,
@@ -84,8 +86,11 @@ fn policy() -> impl Strategy<Value = Policy> {
         pol.pcp.batch = batch;
         pol.pcp.high = high;
         pol.pcp.tune = tune;
-        pol.alloc.prezero = prezero;
+        pol.alloc.prezero = prezero && p != 5;
         pol.alloc.prezero_pool = 64;
+        if p == 5 {
+            pol.alloc.allocator = Allocator::Llfree;
+        }
         pol.locks.spinlock = if ticket {
             LockKind::Ticket
         } else {
@@ -97,8 +102,11 @@ fn policy() -> impl Strategy<Value = Policy> {
 
 /// Could the zone have served `order` at all once pcps and the pool were drained?
 fn failure_is_legitimate(mem: &Mem, order: u32) -> bool {
-    mem.zones().iter().all(|z| {
+    mem.zones().iter().enumerate().all(|(i, z)| {
         let below_min = !z.watermark_ok(order, Wmark::Min);
+        if let Some(ll) = mem.llfree(i) {
+            return below_min || !ll.has_free_block(order);
+        }
         let fa = z.lock.lock();
         let no_block = (order..=MAX_ORDER).all(|o| fa.nr_free(o) == 0);
         below_min || no_block
@@ -179,7 +187,23 @@ fn run(policy: &Policy, ops: &[Op]) -> Result<(), TestCaseError> {
     // the pool give them back by allocating everything once more.
     let census = mem.check().map_err(TestCaseError::fail)?;
     prop_assert_eq!(census.allocated, 0);
-    if census.prezeroed == 0 {
+    if let Some(ll) = mem.llfree(0) {
+        // Every huge frame whole again: the largest order can be served from each pair.
+        prop_assert_eq!(census.llfree, total);
+        prop_assert!(ll.has_free_block(MAX_ORDER));
+        for order in [0, 6, 7, 8, 9, MAX_ORDER] {
+            let p = mem.alloc_pages(CpuId(0), order, Gfp::KERNEL);
+            prop_assert!(
+                p.is_ok(),
+                "order {} after everything was freed: {:?}",
+                order,
+                p
+            );
+            mem.free_pages(CpuId(1), p.unwrap(), order);
+        }
+        mem.drain_all_pages();
+        prop_assert_eq!(mem.check().map_err(TestCaseError::fail)?.llfree, total);
+    } else if census.prezeroed == 0 {
         let z = &mem.zones()[0];
         let fa = z.lock.lock();
         prop_assert_eq!(
@@ -230,6 +254,61 @@ fn full_cycle_coalesces_back() {
             mem.managed_pages() >> MAX_ORDER
         );
     }
+}
+
+/// LLFree: allocating every frame at order 0 on two CPUs (reservations, refills from frees,
+/// steals and the reservation-less fallback all run), freeing them all on the other CPU and
+/// draining leaves every tree, huge frame and bitfield free again, every order servable, and
+/// `NR_FREE_PAGES` exact.
+#[test]
+fn llfree_full_cycle() {
+    let mut pol = Policy::default();
+    pol.pcp.lists = PcpLists::None;
+    pol.pcp.tune = PcpTune::Fixed;
+    pol.alloc.allocator = pagelab_mm::policy::Allocator::Llfree;
+    // 40 MiB: two full trees and a partial one.
+    let mem = Mem::new(&MemConfig::new(40 << 20, 2), &pol).unwrap();
+    let total = mem.managed_pages();
+    let mut got = Vec::new();
+    let mut gfp = Gfp::KERNEL;
+    gfp.wmark = Wmark::Min;
+    while let Ok(p) = mem.alloc_pages(CpuId((got.len() % 2) as u16), 0, gfp) {
+        got.push(p);
+    }
+    let c = mem.check().unwrap();
+    assert_eq!(c.allocated, got.len() as u64);
+    assert_eq!(c.llfree + c.allocated, total);
+    let z = &mem.zones()[0];
+    assert!(z.free_pages() <= z.wmark[Wmark::Min as usize] as i64);
+    let mut seen = std::collections::HashSet::new();
+    assert!(
+        got.iter().all(|p| seen.insert(p.0)),
+        "a frame was handed out twice"
+    );
+    for (i, p) in got.iter().enumerate() {
+        mem.free_pages(CpuId(((i + 1) % 2) as u16), *p, 0);
+    }
+    mem.drain_all_pages();
+    let c = mem.check().unwrap();
+    assert_eq!((c.allocated, c.llfree, c.buddy), (0, total, 0));
+    assert_eq!(z.free_pages(), total as i64);
+    let ll = mem.llfree(0).unwrap();
+    assert!(ll.stats().reserves >= 3, "{:?}", ll.stats());
+    let blocks: Vec<_> = (0..=MAX_ORDER)
+        .map(|o| (o, mem.alloc_pages(CpuId(0), o, Gfp::KERNEL).unwrap()))
+        .collect();
+    for (o, p) in &blocks {
+        assert_eq!(p.0 % (1 << o), 0, "order {o} misaligned");
+    }
+    assert_eq!(
+        mem.check().unwrap().allocated,
+        (0..=MAX_ORDER).map(|o| 1u64 << o).sum::<u64>()
+    );
+    for (o, p) in blocks {
+        mem.free_pages(CpuId(1), p, o);
+    }
+    mem.drain_all_pages();
+    assert_eq!(mem.check().unwrap().llfree, total);
 }
 
 #[test]

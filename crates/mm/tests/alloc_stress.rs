@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 
 use pagelab_mm::alloc::buddy::MigrateType;
-use pagelab_mm::policy::{Count, PcpLists, PcpTune};
+use pagelab_mm::policy::{Allocator, Count, PcpLists, PcpTune};
 use pagelab_mm::{CpuId, Gfp, MemConfig, PageAllocator, Pfn, Policy};
 use pagelab_sync::LockKind;
 
@@ -27,7 +27,18 @@ fn policies() -> Vec<(&'static str, Policy)> {
         p
     };
     use Count::{Auto, Fixed};
+    let mut llfree = mk(
+        PcpLists::None,
+        Auto,
+        Auto,
+        PcpTune::Fixed,
+        false,
+        LockKind::Queued,
+    );
+    llfree.alloc.allocator = Allocator::Llfree;
     vec![
+        // Remote drains here give back reservations other threads are allocating from.
+        ("llfree", llfree),
         (
             "zone only",
             mk(

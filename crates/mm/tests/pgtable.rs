@@ -42,7 +42,7 @@ fn map(pt: &PageTable, addr: u64, pte: Pte) -> PteSlot {
 fn teardown(pt: PageTable) -> Vec<(u64, Pte)> {
     let mem = pt.mem().clone();
     let mut zapped = Vec::new();
-    pt.zap_range(0, TASK_SIZE, |a, p| zapped.push((a, p)));
+    pt.zap_range(CPU, 0, TASK_SIZE, |a, p| zapped.push((a, p)));
     pt.free_pgtables(CPU, 0, TASK_SIZE, 0, TASK_SIZE);
     assert_eq!(pt.nr_tables(), 1, "only the PGD is left");
     assert_eq!(pt.check().unwrap(), [0, 0, 0, 1]);
@@ -282,7 +282,7 @@ fn free_pgtables_keeps_tables_shared_with_neighbours() {
         let pt = PageTable::new(mem.clone(), CPU, mode, LockKind::Queued, None).unwrap();
         let zap = |s: u64, e: u64| {
             let mut n = 0;
-            pt.zap_range(s, e, |_, _| n += 1);
+            pt.zap_range(CPU, s, e, |_, _| n += 1);
             n
         };
         // A = [2M, 3M) and B = [3M, 4M) share one PTE table.
@@ -497,7 +497,7 @@ impl Model {
 /// Zap [s, e) in both and require that the zap reports exactly the model's entries.
 fn zap_both(pt: &PageTable, model: &mut Model, s: u64, e: u64) {
     let mut got = Vec::new();
-    pt.zap_range(s, e, |a, p| got.push((a, p)));
+    pt.zap_range(CPU, s, e, |a, p| got.push((a, p)));
     let want: Vec<(u64, Pte)> = model.ptes.range(s..e).map(|(&a, &p)| (a, p)).collect();
     assert_eq!(got, want, "zap of {s:#x}..{e:#x}");
     for (a, _) in want {

@@ -296,6 +296,27 @@ fn more_tasks_than_cores_with_2_6_13_locking() {
     many_tasks(true, &p);
 }
 
+/// The LLFree allocator (profile `llfree`): kswapd and direct reclaim read the zone's free
+/// count, which LLFree keeps per CPU and folds; swapping through it must lose nothing.
+fn llfree() -> Policy {
+    Policy::from_toml_str(include_str!("../../../profiles/llfree.toml")).unwrap()
+}
+
+#[test]
+fn llfree_one_task_writes_and_reads_back_twice_its_memory() {
+    one_task(&llfree());
+}
+
+#[test]
+fn llfree_more_tasks_than_cores_processes() {
+    many_tasks(false, &llfree());
+}
+
+#[test]
+fn llfree_memcg_at_its_limit_reclaims_only_from_itself() {
+    memcg_at_limit(&llfree());
+}
+
 #[test]
 fn without_swap_running_out_is_out_of_memory() {
     let policy = Policy::default();

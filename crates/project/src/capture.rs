@@ -19,6 +19,15 @@
 //! recorded from the engine itself and becomes that class's fallback segments
 //! ([`crate::trace::Fallback`]). Those windows are not timed.
 //!
+//! Companions ([`CaptureSpec::companions`]): the workload can run with a few more tasks laid
+//! out as it lays them out (pft's single VMA: each task faults its slice of one region), only
+//! task 0 being recorded. A PTE table a companion also faults then has a split lock that two
+//! CPUs take, which the engine marks shared, so task 0's acquisitions of it are recorded as
+//! `ptl (shared)` (per-mm scope) and replay makes the projected CPUs meet there; a slice
+//! boundary inside a 2 MiB table is where that happens, as in the kernel. Each repetition's
+//! recording starts once a companion has made its first fault, so that a companion a loaded
+//! host delayed does not leave the shared tables private for the window.
+//!
 //! Three windows of each kind run, because this host is shared: the untraced time is the
 //! least CPU time of the three (thread CPU time, so preemption does not count), and the
 //! recording kept is the one that lost least time to preemption. The untraced and traced
@@ -55,6 +64,13 @@ pub struct CaptureSpec {
     pub cycles: usize,
     /// pft: bytes the task faults in the recorded repetition.
     pub pft_bytes: u64,
+    /// Untraced tasks run beside task 0 in the workload's own layout (each faulting as much
+    /// as task 0), so that what task 0 really shares with a neighbour (a PTE table of one
+    /// VMA) is shared in the trace too. None by default: at the shipped slice sizes (64 MiB
+    /// of pft per task) tasks share no PTE table, and on a host with few CPUs a companion only
+    /// adds its contention for the engine's locks to the recorded compute, which the replay
+    /// then models a second time. Set it when slices are small enough to share a table.
+    pub companions: usize,
 }
 
 impl CaptureSpec {
@@ -66,6 +82,7 @@ impl CaptureSpec {
             kernel_cpus,
             cycles: 2,
             pft_bytes: 64 << 20,
+            companions: 0,
         }
     }
 }
@@ -93,7 +110,9 @@ const ROUNDS: usize = 3;
 /// docs), in the order their windows run.
 pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
     let mut v = Vec::new();
-    if policy.mm.vma_lock != VmaLock::None {
+    // Lock-free faults (`rcu`) take no VMA lock, so there is no trylock to fail: their retry
+    // under mmap_lock follows a changed sequence, which the capture's one task never sees.
+    if !matches!(policy.mm.vma_lock, VmaLock::None | VmaLock::Rcu) {
         v.push(&pagelab_mm::vm::vma_lock::VMA_LOCK);
     }
     if policy.pcp.lists != PcpLists::None {
@@ -130,6 +149,10 @@ struct Ctl {
     fallback_classes: Vec<&'static LockClass>,
     /// What those windows recorded.
     fallbacks: Mutex<Vec<Vec<raw::Event>>>,
+    /// Set by task 0 when a pft repetition is about to start its window, cleared by the
+    /// first companion store after that (only read by companions otherwise).
+    await_companion: AtomicBool,
+    companions: usize,
 }
 
 impl Ctl {
@@ -154,6 +177,25 @@ impl Ctl {
             capacity,
             fallback_classes,
             fallbacks: Mutex::new(Vec::new()),
+            await_companion: AtomicBool::new(false),
+            companions: 0,
+        }
+    }
+
+    /// Before task 0's first store of a pft repetition: wait (a bounded time, outside the
+    /// window) until a companion has faulted in this repetition, so that the tables it shares
+    /// with task 0 are marked shared from the start. Companions start at the same barrier as
+    /// task 0; this only absorbs a companion the host has not scheduled yet.
+    fn wait_for_companion(&self) {
+        if self.companions == 0 {
+            return;
+        }
+        self.await_companion.store(true, Ordering::Relaxed);
+        let t = Instant::now();
+        while self.await_companion.load(Ordering::Relaxed)
+            && t.elapsed() < std::time::Duration::from_millis(200)
+        {
+            std::thread::yield_now();
         }
     }
 
@@ -239,13 +281,17 @@ impl Ctl {
 struct TracedVm<V> {
     inner: V,
     ctl: Arc<Ctl>,
+    /// Task 0, the one recorded; companions only pass their calls through.
+    traced: bool,
 }
 
 impl<V: Vm> Vm for TracedVm<V> {
     type File = V::File;
 
     fn mmap_anon(&self, len: u64) -> Result<u64, WorkloadError> {
-        self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        if self.traced {
+            self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.mmap_anon(len)
     }
 
@@ -254,14 +300,24 @@ impl<V: Vm> Vm for TracedVm<V> {
     }
 
     fn mmap_file(&self, file: &V::File, len: u64, shared: bool) -> Result<u64, WorkloadError> {
-        self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        if self.traced {
+            self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.mmap_file(file, len, shared)
     }
 
     fn store(&self, addr: u64) -> Result<(), WorkloadError> {
         let c = &self.ctl;
+        if !self.traced {
+            self.inner.store(addr)?;
+            if c.await_companion.load(Ordering::Relaxed) {
+                c.await_companion.store(false, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
         if c.window == Window::Once && !c.in_window.swap(true, Ordering::Relaxed) {
             // The first store of a repetition: the start of pft's timed section.
+            c.wait_for_companion();
             c.pft_window(c.maps.load(Ordering::Relaxed), true);
         }
         self.inner.store(addr)?;
@@ -271,6 +327,9 @@ impl<V: Vm> Vm for TracedVm<V> {
 
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
         let c = &self.ctl;
+        if !self.traced {
+            return self.inner.munmap(addr, len);
+        }
         if c.window == Window::Once && c.in_window.swap(false, Ordering::Relaxed) {
             c.pft_window(c.maps.load(Ordering::Relaxed), false);
         }
@@ -300,30 +359,40 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     if spec.cycles == 0 {
         return Err("a capture needs at least one cycle".into());
     }
+    let tasks = 1 + spec.companions;
+    // pft splits its bytes between the tasks: each faults what task 0 alone would.
+    let pft_bytes = spec.pft_bytes * tasks as u64;
     let sizes = Sizes {
         memsize: MEMSIZE,
-        pft_bytes: spec.pft_bytes,
+        pft_bytes,
         ..Sizes::default()
     };
-    let arena = engine_arena(spec.workload, 1, sizes);
-    let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(1))
+    let arena = engine_arena(spec.workload, tasks, sizes);
+    let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(tasks))
         .map_err(|e| format!("capture: {e}"))?;
-    let (_run, mut vms) =
-        engine::tasks(&kernel, 1, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
+    let (_run, vms) =
+        engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
     let capacity = match window {
         Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * 24,
         Window::Once => (spec.pft_bytes as usize / 4096) * 24,
     };
-    let ctl = Arc::new(Ctl::new(
+    let mut ctl = Ctl::new(
         window,
         spec.cycles,
         capacity,
         fallback_classes(&spec.profile.policy),
-    ));
-    let vm = TracedVm {
-        inner: vms.pop().expect("one task"),
-        ctl: ctl.clone(),
-    };
+    );
+    ctl.companions = spec.companions;
+    let ctl = Arc::new(ctl);
+    let mut vms: Vec<_> = vms
+        .into_iter()
+        .enumerate()
+        .map(|(i, inner)| TracedVm {
+            inner,
+            ctl: ctl.clone(),
+            traced: i == 0,
+        })
+        .collect();
     let never = AtomicBool::new(false);
     match window {
         Window::Cycle => {
@@ -334,23 +403,44 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
             };
             let counter = AtomicU64::new(0);
             let (counter, stop) = (&counter, &ctl.stop);
+            let companions = vms.split_off(1);
+            let vm = vms.pop().expect("task 0");
             std::thread::scope(|s| {
-                s.spawn(move || {
-                    pagelab_workloads::pin::pin_to_core(0);
-                    page_fault::task_loop(&vm, variant, MEMSIZE, counter, stop)
-                })
-                .join()
-                .map_err(|_| "capture: the workload panicked".to_string())?
-                .map_err(|e| format!("capture: {e}"))
+                // Companions loop until task 0's windows are done (its stop ends them too).
+                let others: Vec<_> = companions
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        s.spawn(move || {
+                            pagelab_workloads::pin::pin_to_core(i + 1);
+                            page_fault::task_loop(&c, variant, MEMSIZE, counter, stop)
+                        })
+                    })
+                    .collect();
+                let r = s
+                    .spawn(move || {
+                        pagelab_workloads::pin::pin_to_core(0);
+                        page_fault::task_loop(&vm, variant, MEMSIZE, counter, stop)
+                    })
+                    .join();
+                // Whatever task 0 met, stop the companions before the scope joins them.
+                stop.store(true, Ordering::Relaxed);
+                for o in others {
+                    o.join()
+                        .map_err(|_| "capture: a companion task panicked".to_string())?
+                        .map_err(|e| format!("capture: companion: {e}"))?;
+                }
+                r.map_err(|_| "capture: the workload panicked".to_string())?
+                    .map_err(|e| format!("capture: {e}"))
             })?;
         }
         Window::Once => {
             let params = PftParams {
-                bytes: spec.pft_bytes,
+                bytes: pft_bytes,
                 repetitions: 1 + ctl.windows(),
                 vma_per_task: !shared_vma,
             };
-            pft::run(vec![vm], true, params, &never, &mut |_, _, _| {})
+            pft::run(vms, true, params, &never, &mut |_, _, _| {})
                 .map_err(|e| format!("capture: {e}"))?;
         }
     }

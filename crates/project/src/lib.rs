@@ -3,12 +3,15 @@
 //! - [`trace`]: what one task on the engine did to shared locks and lines, and the compute in
 //!   between (captured by [`capture`], stored in a compact file);
 //! - [`machine`]: machine descriptions, physical parameters only;
+//! - [`memory`]: each writer's bandwidth on a loaded node, from its loaded-latency curve;
 //! - [`replay`]: N virtual CPUs replaying a trace on a machine as a seeded discrete-event
 //!   simulation.
 
 pub mod calibrate;
 pub mod capture;
+mod coherence;
 pub mod machine;
+pub mod memory;
 pub mod project;
 pub mod replay;
 pub mod trace;

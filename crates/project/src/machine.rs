@@ -29,6 +29,25 @@ pub struct Machine {
     pub latency: Latency,
     pub memory: Memory,
     pub kernel: KernelCosts,
+    /// How `kernel.trap_ns` was fitted, for the machines of published tables: what
+    /// `pagelab calibrate --machine NAME --from-table TABLE` printed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// The inputs of the one fitted number of a published machine, `kernel.trap_ns`: the table
+/// whose baseline one-task row it matches ([`crate::calibrate::fitted_rows`]) and what the
+/// replay gives that row without it. `trap_ns` is the published time per operation less
+/// `replayed_ns`, so anyone can redo the arithmetic, and a test redoes it for every shipped
+/// file ([`crate::calibrate::trap_fit`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    /// The published table (`data/published/<table>.csv`).
+    pub table: String,
+    /// Nanoseconds per operation of the replay of the fitted row with `trap_ns = 0`, on the
+    /// host that captured the trace (the file's comment names it and the date).
+    pub replayed_ns: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -87,6 +106,13 @@ pub struct Memory {
     pub node_bandwidth_gbs: f64,
     /// Sustained write bandwidth of one core alone (page clearing), GB/s.
     pub core_bandwidth_gbs: f64,
+    /// The node's loaded-latency curve: `[utilisation, ns]` points, utilisation as a fraction
+    /// of `node_bandwidth_gbs` from 0 up to at most 1, latency not falling as it rises (what
+    /// `mlc --loaded_latency` measures). Each writer's bandwidth falls as the latency of its
+    /// line fills rises ([`crate::memory`]); empty: a flat latency, the node's bandwidth shared
+    /// equally.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded_latency: Vec<[f64; 2]>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -343,6 +369,19 @@ impl Machine {
                 self.memory.core_bandwidth_gbs, self.memory.node_bandwidth_gbs
             ));
         }
+        self.check_loaded_latency()?;
+        if let Some(c) = &self.calibration {
+            if c.table.is_empty() {
+                return Err("calibration.table must name a published table".into());
+            }
+            if !LATENCY.admits(c.replayed_ns) {
+                return Err(format!(
+                    "calibration.replayed_ns must be {}, not {}",
+                    LATENCY.describe(),
+                    c.replayed_ns
+                ));
+            }
+        }
         for k in self.latency.remote_ns.keys() {
             if k.parse::<u32>().is_err() {
                 return Err(format!(
@@ -388,6 +427,55 @@ impl Machine {
                 }
                 if !self.latency.remote_ns.contains_key(&v.to_string()) {
                     return Err(format!("latency.remote_ns has no entry for distance {v}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `memory.loaded_latency`: at least two points, the first at utilisation 0, utilisations
+    /// rising to at most 1, every latency within [`LATENCY`] and none below the one before (a
+    /// queue does not shorten as more traffic joins it).
+    fn check_loaded_latency(&self) -> Result<(), String> {
+        let c = &self.memory.loaded_latency;
+        if c.is_empty() {
+            return Ok(());
+        }
+        let key = "memory.loaded_latency";
+        if c.len() < 2 {
+            return Err(format!(
+                "{key} needs at least two [utilisation, ns] points (idle and loaded), not {}",
+                c.len()
+            ));
+        }
+        for (i, &[u, ns]) in c.iter().enumerate() {
+            if !(0.0..=1.0).contains(&u) {
+                return Err(format!(
+                    "{key}[{i}] utilisation must be from 0 to 1 (a fraction of node_bandwidth_gbs), not {u}"
+                ));
+            }
+            if !LATENCY.admits(ns) {
+                return Err(format!(
+                    "{key}[{i}] latency must be {}, not {ns}",
+                    LATENCY.describe()
+                ));
+            }
+            if i == 0 && u != 0.0 {
+                return Err(format!(
+                    "{key}[0] utilisation must be 0 (the idle latency), not {u}"
+                ));
+            }
+            if i > 0 {
+                let [pu, pns] = c[i - 1];
+                if u <= pu {
+                    return Err(format!(
+                        "{key}[{i}] utilisation {u} must be above the previous point's {pu}"
+                    ));
+                }
+                if ns < pns {
+                    return Err(format!(
+                        "{key}[{i}] latency {ns} ns is below the previous point's {pns} ns; loaded latency does not fall as the load rises"
+                    ));
                 }
             }
         }
@@ -471,6 +559,7 @@ impl Machine {
                 ipi_ns: 0.0,
                 ipi_handler_ns: 0.0,
             },
+            calibration: None,
             ..self.clone()
         }
     }
@@ -717,6 +806,58 @@ mod tests {
             "from 0.1 to 100000 ns",
             "what docs/user-guide.md says"
         );
+    }
+
+    /// `memory.loaded_latency` outside its physical shape: one line naming the key and point.
+    #[test]
+    fn a_loaded_latency_curve_must_be_physical() {
+        let good = two_socket();
+        assert!(
+            good.memory.loaded_latency.len() >= 2,
+            "broadwell ships a curve"
+        );
+        let cases: &[(&[[f64; 2]], &str)] = &[
+            (&[[0.0, 90.0]], "memory.loaded_latency needs at least two"),
+            (
+                &[[0.1, 90.0], [1.0, 200.0]],
+                "memory.loaded_latency[0] utilisation must be 0",
+            ),
+            (
+                &[[0.0, 90.0], [1.5, 200.0]],
+                "memory.loaded_latency[1] utilisation must be from 0 to 1",
+            ),
+            (
+                &[[0.0, 90.0], [0.5, 100.0], [0.5, 200.0]],
+                "memory.loaded_latency[2] utilisation 0.5 must be above the previous point's 0.5",
+            ),
+            (
+                &[[0.0, 90.0], [0.5, 80.0]],
+                "memory.loaded_latency[1] latency 80 ns is below the previous point's 90 ns",
+            ),
+            (
+                &[[0.0, 90.0], [1.0, 1e6]],
+                "memory.loaded_latency[1] latency must be from 0.1 to 100000 ns, not 1000000",
+            ),
+            (
+                &[[0.0, 0.0], [1.0, 100.0]],
+                "memory.loaded_latency[0] latency must be from 0.1 to 100000 ns, not 0",
+            ),
+            (
+                &[[0.0, 90.0], [f64::NAN, 100.0]],
+                "memory.loaded_latency[1] utilisation must be from 0 to 1",
+            ),
+        ];
+        for (curve, want) in cases {
+            let mut m = good.clone();
+            m.memory.loaded_latency = curve.to_vec();
+            refused(&m, want);
+        }
+        // Absent: a flat latency, admitted; and a file without the key loads.
+        let mut m = good.clone();
+        m.memory.loaded_latency.clear();
+        let text = m.to_toml();
+        assert!(!text.contains("loaded_latency"), "{text}");
+        Machine::parse(&text, "x.toml").unwrap();
     }
 
     #[test]

@@ -1,18 +1,20 @@
 //! Projection: an experiment's profiles, task counts and modes, replayed on a machine, as rows
 //! the results store keeps beside measured ones (origin `projected`).
 //!
-//! Each profile is captured (one task on the engine, with as many virtual CPUs as the machine
-//! has; twice, in turns with the other profiles, keeping the quicker) and the trace is
-//! replayed for every mode and task count. Cyclic workloads
-//! (will-it-scale) give `samples` sample windows from one replay, like will-it-scale's
-//! per-second samples; fixed-work ones (pft) give one value per replay, replayed with
-//! `samples` seeds, like pft's repetitions.
+//! Each profile is captured `captures` times (one task on the engine, with as many virtual CPUs
+//! as the machine has; in turns with the other profiles) and every capture is replayed for
+//! every mode and task count, so that a row's samples hold the capture noise as well as the
+//! replay's. Cyclic workloads (will-it-scale) give `samples` sample windows from each replay,
+//! like will-it-scale's per-second samples; fixed-work ones (pft) give one value per replay,
+//! replayed with `samples` seeds, like pft's repetitions. A row is stored with one repeat per
+//! capture, which is what `compare`'s uncertainty interval of a projected column is made of.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use pagelab_bench::profiles::Profile;
 use pagelab_bench::results::{Origin, RunMeta, SampleKey, Status};
+use pagelab_bench::stats::{amean, hmean};
 use pagelab_bench::store::Store;
 use pagelab_workloads::{Mode, WorkloadKind};
 
@@ -30,6 +32,8 @@ pub struct ProjectSpec {
     pub modes: Vec<Mode>,
     pub tasks: Vec<usize>,
     pub samples: usize,
+    /// Captures of each profile, each replayed (at least 1).
+    pub captures: usize,
     pub seed: u64,
     /// Fixed-work workloads: operations per replayed CPU (a prefix of the trace).
     pub ops_per_cpu: u64,
@@ -44,6 +48,9 @@ impl ProjectSpec {
         }
         if self.samples == 0 {
             return Err("--samples must be at least 1".into());
+        }
+        if self.captures == 0 {
+            return Err("--captures must be at least 1".into());
         }
         let max = self.tasks.iter().copied().max().unwrap_or(0);
         if max > self.machine.nr_cpus() {
@@ -60,7 +67,7 @@ impl ProjectSpec {
     }
 }
 
-/// One projected row: a profile at one mode and task count.
+/// One replay of one capture at one mode and task count.
 #[derive(Clone, Debug)]
 pub struct Row {
     pub mode: Mode,
@@ -93,21 +100,76 @@ impl Row {
     }
 }
 
+/// One projected row: a profile at one mode and task count, replayed once for each capture.
+///
+/// The captures are the model's uncertainty: each is one run of the engine on a shared host,
+/// and what ran beside it (a neighbour's load on the caches and memory bus, where the
+/// scheduler put the engine's threads) changes its compute times by a few percent. Replaying
+/// every capture, not the quickest, keeps that spread in the projected row, where a reader
+/// can see how much of a difference between profiles it could explain.
+#[derive(Clone, Debug)]
+pub struct ProjRow {
+    pub mode: Mode,
+    pub tasks: usize,
+    /// One replay of each capture, in capture order.
+    pub captures: Vec<Row>,
+}
+
+impl ProjRow {
+    /// Every sample of `metric` over all captures, in capture order.
+    pub fn values(&self, metric: &str) -> Vec<f64> {
+        self.captures
+            .iter()
+            .flat_map(|r| r.metrics.iter().filter(|(m, _, _)| m == metric))
+            .flat_map(|(_, _, v)| v.iter().copied())
+            .collect()
+    }
+
+    /// The mean of `metric` over each capture's samples (harmonic or arithmetic), in capture
+    /// order.
+    pub fn capture_means(&self, metric: &str, harmonic: bool) -> Vec<f64> {
+        self.captures
+            .iter()
+            .filter_map(|r| r.metrics.iter().find(|(m, _, _)| m == metric))
+            .map(|(_, _, v)| if harmonic { hmean(v) } else { amean(v) })
+            .collect()
+    }
+
+    /// Simulated events of all its replays.
+    pub fn events(&self) -> u64 {
+        self.captures.iter().map(|r| r.events).sum()
+    }
+
+    /// Replay seconds of all its replays.
+    pub fn seconds(&self) -> f64 {
+        self.captures.iter().map(|r| r.seconds).sum()
+    }
+}
+
 /// A profile's projection.
 #[derive(Clone, Debug)]
 pub struct Projection {
     pub profile: Profile,
-    pub trace: Trace,
-    pub rows: Vec<Row>,
+    /// The captures, in the order they were taken (at least one).
+    pub traces: Vec<Trace>,
+    pub rows: Vec<ProjRow>,
 }
 
-/// Captures per profile; the quickest is kept.
-pub const CAPTURE_ROUNDS: usize = 2;
+/// Captures per profile when none is asked for: each is replayed, so the projected rows
+/// carry the capture noise (`pagelab project --captures`).
+pub const DEFAULT_CAPTURES: usize = 3;
 
 /// Progress of a projection, for a bar or a log line.
 pub enum Progress<'a> {
-    Capturing { profile: &'a str },
-    Replayed { done: usize, total: usize },
+    Capturing {
+        profile: &'a str,
+        round: usize,
+        rounds: usize,
+    },
+    Replayed {
+        done: usize,
+        total: usize,
+    },
 }
 
 /// Replays `trace` for one row.
@@ -175,72 +237,183 @@ pub fn replay_row(
     })
 }
 
-/// Captures every profile and replays every row. Stops between rows when `stop` is set
-/// (returning what was projected, and `true`).
+/// Captures every profile `captures` times, in turns (A1 B1 A2 B2 ...): whatever else runs on
+/// a shared host slows the captures taken meanwhile, and taking turns spreads that over all
+/// profiles alike (as `reproduce` interleaves its repetitions). Returns each profile's
+/// captures, or `None` when `stop` was set.
+pub fn capture_all(
+    spec: &ProjectSpec,
+    progress: &mut dyn FnMut(Progress<'_>),
+    stop: &AtomicBool,
+) -> Result<Option<Vec<Vec<Trace>>>, String> {
+    spec.check()?;
+    let mut traces: Vec<Vec<Trace>> = vec![Vec::new(); spec.profiles.len()];
+    for round in 0..spec.captures {
+        for (i, p) in spec.profiles.iter().enumerate() {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            progress(Progress::Capturing {
+                profile: &p.name,
+                round: round + 1,
+                rounds: spec.captures,
+            });
+            traces[i].push(capture(&CaptureSpec::new(
+                spec.workload,
+                p.clone(),
+                spec.machine.nr_cpus(),
+            ))?);
+        }
+    }
+    Ok(Some(traces))
+}
+
+/// Captures every profile and replays every row of every capture. Stops between rows when
+/// `stop` is set (returning what was projected, and `true`).
 pub fn project(
     spec: &ProjectSpec,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
 ) -> Result<(Vec<Projection>, bool), String> {
+    match capture_all(spec, progress, stop)? {
+        None => Ok((Vec::new(), true)),
+        Some(traces) => project_traces(spec, traces, progress, stop),
+    }
+}
+
+/// The seed of capture `c`'s replays: every (capture, seed) pair of a row replays with a seed
+/// of its own, so that the captures' replays are not the same draws of the replay's randomness.
+fn capture_seed(spec: &ProjectSpec, c: usize) -> u64 {
+    spec.seed
+        .wrapping_add((c as u64).wrapping_mul(spec.samples as u64))
+}
+
+/// Replays every row of every capture in `traces` (one list per profile of `spec`, in its
+/// order, at least one capture each). Rows are independent replays, so they run on as many
+/// threads as the host offers; the result does not depend on how many (each replay's seed is
+/// fixed by its capture and the spec).
+pub fn project_traces(
+    spec: &ProjectSpec,
+    traces: Vec<Vec<Trace>>,
+    progress: &mut dyn FnMut(Progress<'_>),
+    stop: &AtomicBool,
+) -> Result<(Vec<Projection>, bool), String> {
     spec.check()?;
-    // Capture every profile, in turns, `CAPTURE_ROUNDS` times, and keep each profile's
-    // quickest untraced run: on a shared host, whatever else runs slows the captures taken
-    // meanwhile, and taking turns spreads that over all profiles alike (as `reproduce`
-    // interleaves its repetitions).
-    let mut traces: Vec<Option<Trace>> = vec![None; spec.profiles.len()];
-    for _ in 0..CAPTURE_ROUNDS {
-        for (i, p) in spec.profiles.iter().enumerate() {
-            if stop.load(Ordering::Relaxed) {
-                return Ok((Vec::new(), true));
-            }
-            progress(Progress::Capturing { profile: &p.name });
-            let t = capture(&CaptureSpec::new(
-                spec.workload,
-                p.clone(),
-                spec.machine.nr_cpus(),
-            ))?;
-            let per_op = |t: &Trace| t.meta.untraced_ns / t.meta.ops.max(1) as f64;
-            if traces[i].as_ref().is_none_or(|b| per_op(&t) < per_op(b)) {
-                traces[i] = Some(t);
+    if traces.len() != spec.profiles.len() || traces.iter().any(Vec::is_empty) {
+        return Err(format!(
+            "{} profiles to project but captures for {}",
+            spec.profiles.len(),
+            traces.iter().filter(|t| !t.is_empty()).count()
+        ));
+    }
+    // One job per (profile, mode, tasks, capture), in the order the rows are stored.
+    let mut jobs = Vec::new();
+    for (p, caps) in traces.iter().enumerate() {
+        for &mode in &spec.modes {
+            for &tasks in &spec.tasks {
+                for c in 0..caps.len() {
+                    jobs.push((p, mode, tasks, c));
+                }
             }
         }
     }
-    let total = spec.profiles.len() * spec.modes.len() * spec.tasks.len();
-    let mut done = 0;
-    let mut out = Vec::new();
-    for (p, trace) in spec.profiles.iter().zip(traces) {
-        let trace = trace.expect("every profile was captured");
-        let mut rows = Vec::new();
-        for &mode in &spec.modes {
-            for &tasks in &spec.tasks {
-                if stop.load(Ordering::Relaxed) {
-                    out.push(Projection {
-                        profile: p.clone(),
-                        trace,
-                        rows,
-                    });
-                    return Ok((out, true));
+    let total = jobs.len();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(total.max(1));
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Row, String>)>();
+    let mut results: Vec<Option<Row>> = vec![None; total];
+    let mut first_error: Option<(usize, String)> = None;
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            let tx = tx.clone();
+            let (jobs, traces, next) = (&jobs, &traces, &next);
+            s.spawn(move || {
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let j = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(p, mode, tasks, c)) = jobs.get(j) else {
+                        return;
+                    };
+                    let r = replay_row(
+                        &spec.machine,
+                        &traces[p][c],
+                        mode,
+                        tasks,
+                        spec.samples,
+                        capture_seed(spec, c),
+                        spec.ops_per_cpu,
+                    );
+                    let failed = r.is_err();
+                    if tx.send((j, r)).is_err() || failed {
+                        // An error ends the projection: the other workers stop at their next row.
+                        next.store(jobs.len(), Ordering::Relaxed);
+                        return;
+                    }
                 }
-                rows.push(replay_row(
-                    &spec.machine,
-                    &trace,
+            });
+        }
+        drop(tx);
+        let mut done = 0;
+        for (j, r) in rx {
+            match r {
+                Ok(row) => {
+                    results[j] = Some(row);
+                    done += 1;
+                    progress(Progress::Replayed { done, total });
+                }
+                Err(e) => {
+                    if first_error.as_ref().is_none_or(|(k, _)| j < *k) {
+                        first_error = Some((j, e));
+                    }
+                }
+            }
+        }
+    });
+    if let Some((_, e)) = first_error {
+        return Err(e);
+    }
+    // Assemble each profile's rows, in order, up to the first row not replayed (an interrupt).
+    let mut out = Vec::new();
+    let mut results = results.into_iter();
+    let mut interrupted = false;
+    for (p, caps) in spec.profiles.iter().zip(traces) {
+        let mut rows = Vec::new();
+        'rows: for &mode in &spec.modes {
+            for &tasks in &spec.tasks {
+                let mut captures = Vec::new();
+                for _ in 0..caps.len() {
+                    match results.next().flatten() {
+                        Some(r) if !interrupted => captures.push(r),
+                        _ => {
+                            interrupted = true;
+                            break 'rows;
+                        }
+                    }
+                }
+                rows.push(ProjRow {
                     mode,
                     tasks,
-                    spec.samples,
-                    spec.seed,
-                    spec.ops_per_cpu,
-                )?);
-                done += 1;
-                progress(Progress::Replayed { done, total });
+                    captures,
+                });
             }
+        }
+        if interrupted && rows.is_empty() {
+            break;
         }
         out.push(Projection {
             profile: p.clone(),
-            trace,
+            traces: caps,
             rows,
         });
+        if interrupted {
+            break;
+        }
     }
-    Ok((out, false))
+    Ok((out, interrupted))
 }
 
 /// The label a projected profile is stored under by default: `<profile>@<machine>`.
@@ -252,7 +425,7 @@ pub fn default_label(profile: &str, machine: &str) -> String {
 /// count beyond any machine's) before anything of it is stored: a replay defect must show up as
 /// an error, not as a plausible-looking row that `compare` pools with the others.
 pub fn check_rows(p: &Projection) -> Result<(), String> {
-    for row in &p.rows {
+    for row in p.rows.iter().flat_map(|r| &r.captures) {
         let at = || format!("{} {} {}", p.profile.name, row.mode, row.tasks);
         if row.tasks == 0 || row.tasks > crate::machine::MAX_CPUS {
             return Err(format!(
@@ -278,7 +451,8 @@ pub fn check_rows(p: &Projection) -> Result<(), String> {
     Ok(())
 }
 
-/// Stores one projection as a run of origin `projected`; returns its id.
+/// Stores one projection as a run of origin `projected`, each capture's samples and lock
+/// counters as one repeat of its row; returns its id.
 #[allow(clippy::too_many_arguments)]
 pub fn store_projection(
     store: &Store,
@@ -293,11 +467,11 @@ pub fn store_projection(
     check_rows(p)?;
     let meta = RunMeta {
         label: label.to_string(),
-        workload: p.trace.meta.workload.clone(),
+        workload: p.traces[0].meta.workload.clone(),
         target: "projector".into(),
         origin: Origin::Projected,
         profile: Some(p.profile.name.clone()),
-        profile_toml: Some(p.trace.meta.profile_toml.clone()),
+        profile_toml: Some(p.traces[0].meta.profile_toml.clone()),
         host_json,
         machine: Some(machine.name.clone()),
         experiment: experiment.map(str::to_string),
@@ -306,7 +480,8 @@ pub fn store_projection(
     };
     let id = store.begin_run(&meta).map_err(|e| e.to_string())?;
     let result = (|| -> Result<(), String> {
-        for row in &p.rows {
+        for (repeat, row) in p.rows.iter().flat_map(|r| r.captures.iter().enumerate()) {
+            let repeat = repeat as u32;
             for (metric, hib, values) in &row.metrics {
                 let key = SampleKey {
                     mode: row.mode.to_string(),
@@ -315,7 +490,7 @@ pub fn store_projection(
                     higher_is_better: *hib,
                 };
                 store
-                    .add_samples(id, &key, 0, values)
+                    .add_samples(id, &key, repeat, values)
                     .map_err(|e| e.to_string())?;
             }
             store
@@ -323,7 +498,7 @@ pub fn store_projection(
                     id,
                     &row.mode.to_string(),
                     row.tasks as u32,
-                    0,
+                    repeat,
                     &row.counters(),
                 )
                 .map_err(|e| e.to_string())?;
@@ -346,6 +521,11 @@ mod tests {
     use pagelab_bench::results::RunFilter;
 
     fn trace() -> Trace {
+        trace_of(500.0)
+    }
+
+    /// A pft trace of two faults, each `ns` of compute.
+    fn trace_of(ns: f64) -> Trace {
         Trace {
             meta: TraceMeta {
                 workload: "pft".into(),
@@ -367,9 +547,9 @@ mod tests {
             },
             instances: Vec::new(),
             events: vec![
-                Event::Compute { ns: 500.0 },
+                Event::Compute { ns },
                 Event::Ops { n: 1 },
-                Event::Compute { ns: 500.0 },
+                Event::Compute { ns },
                 Event::Ops { n: 1 },
             ],
             fallbacks: Vec::new(),
@@ -383,8 +563,12 @@ mod tests {
         let row = replay_row(&m, &t, Mode::Threads, 2, 2, 1, 64).unwrap();
         let good = Projection {
             profile: pagelab_bench::profiles::load("linux-6.7").unwrap(),
-            trace: t,
-            rows: vec![row],
+            traces: vec![t],
+            rows: vec![ProjRow {
+                mode: Mode::Threads,
+                tasks: 2,
+                captures: vec![row],
+            }],
         };
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("r.db")).unwrap();
@@ -393,7 +577,7 @@ mod tests {
         assert_eq!(stored(&store), 1);
         for bad in [f64::NAN, f64::INFINITY, -1.0] {
             let mut p = good.clone();
-            p.rows[0].metrics[1].2[0] = bad;
+            p.rows[0].captures[0].metrics[1].2[0] = bad;
             let e = store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true)
                 .unwrap_err();
             assert!(
@@ -402,7 +586,7 @@ mod tests {
             );
         }
         let mut p = good.clone();
-        p.rows[0].classes.push(ClassStats {
+        p.rows[0].captures[0].classes.push(ClassStats {
             name: "zone->lock".into(),
             wait_ns: f64::NAN,
             ..Default::default()
@@ -411,5 +595,100 @@ mod tests {
             store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true).unwrap_err();
         assert!(e.contains("lock:zone->lock:wait_ns is NaN"), "{e}");
         assert_eq!(stored(&store), 1, "no run begun for a refused projection");
+    }
+
+    /// Two captures of one profile, one twice as slow as the other (a neighbour's load during
+    /// the second): both are replayed, the row's samples and capture means hold both speeds,
+    /// and the stored run keeps one repeat per capture. Keeping only the quicker capture (as
+    /// the projector did) would have hidden the second.
+    #[test]
+    fn a_rows_spread_holds_every_capture() {
+        let m = Machine::load("dev-host").unwrap();
+        let profile = pagelab_bench::profiles::load("linux-6.7").unwrap();
+        let spec = ProjectSpec {
+            machine: m.clone(),
+            workload: WorkloadKind::Pft,
+            profiles: vec![profile],
+            modes: vec![Mode::Threads],
+            tasks: vec![1, 2],
+            samples: 2,
+            captures: 2,
+            seed: 1,
+            ops_per_cpu: 64,
+        };
+        let stop = AtomicBool::new(false);
+        let (proj, interrupted) = project_traces(
+            &spec,
+            vec![vec![trace_of(500.0), trace_of(1000.0)]],
+            &mut |_| {},
+            &stop,
+        )
+        .unwrap();
+        assert!(!interrupted);
+        assert_eq!(proj[0].rows.len(), 2);
+        let row = &proj[0].rows[0];
+        assert_eq!((row.tasks, row.captures.len()), (1, 2));
+        let means = row.capture_means("faults/sec", true);
+        assert_eq!(means.len(), 2);
+        // One fault is 500 or 1000 ns of compute (the clock ratio applies alike to both).
+        let ratio = means[0] / means[1];
+        assert!((ratio - 2.0).abs() < 0.05, "{means:?}");
+        let v = row.values("faults/sec");
+        assert_eq!(v.len(), 4);
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+        assert!(lo <= means[1] && hi >= means[0], "{v:?} {means:?}");
+        // Stored as one repeat per capture.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("r.db")).unwrap();
+        let id =
+            store_projection(&store, &proj[0], "x@dev-host", &m, None, "test", None, true).unwrap();
+        let samples = store.samples(&[id]).unwrap();
+        let repeats: std::collections::BTreeSet<u32> = samples.iter().map(|s| s.repeat).collect();
+        assert_eq!(repeats.into_iter().collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            samples.len(),
+            2 * 2 * 2 * 2,
+            "rows x captures x seeds x metrics"
+        );
+        // The replays are the same whatever the number of worker threads: a second run gives
+        // the same numbers.
+        let (again, _) = project_traces(
+            &spec,
+            vec![vec![trace_of(500.0), trace_of(1000.0)]],
+            &mut |_| {},
+            &stop,
+        )
+        .unwrap();
+        assert_eq!(
+            again[0].rows[1].values("faults/cpu"),
+            proj[0].rows[1].values("faults/cpu")
+        );
+    }
+
+    #[test]
+    fn captures_must_match_the_profiles() {
+        let m = Machine::load("dev-host").unwrap();
+        let spec = ProjectSpec {
+            machine: m,
+            workload: WorkloadKind::Pft,
+            profiles: vec![pagelab_bench::profiles::load("linux-6.7").unwrap()],
+            modes: vec![Mode::Threads],
+            tasks: vec![1],
+            samples: 1,
+            captures: 0,
+            seed: 1,
+            ops_per_cpu: 64,
+        };
+        let stop = AtomicBool::new(false);
+        let e = project_traces(&spec, vec![vec![trace()]], &mut |_| {}, &stop).unwrap_err();
+        assert!(e.contains("--captures must be at least 1"), "{e}");
+        let spec = ProjectSpec {
+            captures: 1,
+            ..spec
+        };
+        let e = project_traces(&spec, vec![vec![]], &mut |_| {}, &stop).unwrap_err();
+        assert!(e.contains("captures for 0"), "{e}");
     }
 }

@@ -18,9 +18,10 @@
 //!   waiters. An rwsem's readers share it, but each reader's entry and exit is an atomic on its
 //!   one count line; writers exclude, and new readers wait behind a waiting writer. Waiters of
 //!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off.
-//! - **Memory bandwidth.** Page clearing and copying join their node's memory as processor
-//!   sharing: each writer gets the node's bandwidth divided among the writers, at most what
-//!   one core can do alone.
+//! - **Memory under load.** Page clearing and copying run at a rate that depends on how many
+//!   CPUs of the node write at once: each writer's line fills wait longer as the node's
+//!   utilisation rises along its loaded-latency curve, so each clears more slowly; at the
+//!   node's peak they share it ([`crate::memory`]).
 //! - **TLB shootdowns.** A flush of an mm with other CPUs running it (threads) costs its
 //!   sender the IPI round trip and every other CPU of the mm the handler.
 //!
@@ -37,11 +38,12 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
-use pagelab_sync::trace::LockModel;
+use pagelab_sync::trace::{LockModel, Sym};
 use pagelab_sync::{RwsemAlgo, Scope};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::coherence::Line;
 use crate::machine::Machine;
 use crate::trace::{Event, Trace, Window};
 
@@ -124,6 +126,8 @@ enum Op {
     Write(u32),
     Flush,
     Ops(u32),
+    /// A plain read (`false`) or write of a line, or of a list entry named relative to it.
+    Line(u32, bool, Sym),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +203,8 @@ struct Waiter {
 struct Resource {
     kind: LockKind,
     class: usize,
-    owner: u32,
+    /// Its cache line's coherence state (and, for a list head, its first entry's writer).
+    line: Line,
     busy_until: u64,
     holder: Option<u32>,
     readers: u32,
@@ -211,7 +216,8 @@ struct Resource {
     waking: Option<Waiter>,
 }
 
-const NONE: u32 = u32::MAX;
+/// No CPU (a line nobody has written yet).
+pub(crate) const NONE: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum St {
@@ -242,9 +248,9 @@ struct Cpu {
 }
 
 struct Bus {
-    /// Bytes per picosecond.
-    node_bw: f64,
-    core_bw: f64,
+    /// Each writer's rate with `n` writers on the node, bytes per picosecond (shared by all
+    /// nodes: [`Replay::writer_rates`]).
+    rates: std::rc::Rc<[f64]>,
     jobs: Vec<(u32, f64)>,
     last: u64,
     next_at: u64,
@@ -252,10 +258,8 @@ struct Bus {
 
 impl Bus {
     fn rate(&self) -> f64 {
-        if self.jobs.is_empty() {
-            return 0.0;
-        }
-        self.core_bw.min(self.node_bw / self.jobs.len() as f64)
+        // The table covers every CPU of the replay, so `jobs.len()` is always in it.
+        self.rates[self.jobs.len().min(self.rates.len() - 1)]
     }
 
     fn advance(&mut self, t: u64) {
@@ -347,6 +351,7 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
         Event::Trap => Some(Op::Trap),
         Event::TlbFlush { .. } => flush.then_some(Op::Flush),
         Event::Ops { n } => Some(Op::Ops(n)),
+        Event::Line { inst, write, sym } => map(inst).map(|r| Op::Line(r, write, sym)),
     }
 }
 
@@ -647,6 +652,16 @@ impl<'a> Replay<'a> {
         })
     }
 
+    /// Each writer's memory bandwidth with `n` writers on one node, for `n` from 0 to every
+    /// task of the replay, bytes per picosecond: the node's loaded-latency model
+    /// ([`crate::memory`]).
+    fn writer_rates(&self) -> std::rc::Rc<[f64]> {
+        crate::memory::writer_rates_gbs(self.machine, self.spec.tasks)
+            .into_iter()
+            .map(|g| g * 1e9 / 1e12)
+            .collect()
+    }
+
     /// Shared resources the tasks meet (locks and lines that are not private).
     pub fn nr_shared(&self) -> usize {
         self.resources_proto.len()
@@ -685,10 +700,10 @@ impl<'r, 'a> Sim<'r, 'a> {
         let cyclic = r.trace.meta.window == Window::Cycle;
         let nodes = r.machine.nr_nodes();
         let gbs_to_bpps = |g: f64| g * 1e9 / 1e12;
+        let rates = r.writer_rates();
         let buses = (0..nodes)
             .map(|_| Bus {
-                node_bw: gbs_to_bpps(r.machine.memory.node_bandwidth_gbs),
-                core_bw: gbs_to_bpps(r.machine.memory.core_bandwidth_gbs),
+                rates: rates.clone(),
                 jobs: Vec::new(),
                 last: 0,
                 next_at: u64::MAX,
@@ -762,7 +777,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             .map(|&(kind, class)| Resource {
                 kind,
                 class,
-                owner: NONE,
+                line: Line::new(r.spec.tasks),
                 busy_until: 0,
                 holder: None,
                 readers: 0,
@@ -821,23 +836,17 @@ impl<'r, 'a> Sim<'r, 'a> {
         self.heap.push(Reverse((t, cpu as u32)));
     }
 
-    fn transfer(&self, from: u32, to: usize) -> u64 {
-        if from == NONE {
-            0
-        } else {
-            self.r.transfer[from as usize][to]
-        }
-    }
-
     /// An atomic on resource `ri`'s line by `cpu` at `t`; returns when the CPU has it.
-    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait).
+    /// `acquire` counts it as an acquisition (a release's atomic only adds its wait). The
+    /// atomic waits for the line to be free, gets it as for any write (a transfer from its last
+    /// writer, or the invalidation of its sharers: [`crate::coherence`]) and keeps it busy for
+    /// the atomic itself.
     fn line_access(&mut self, ri: usize, cpu: usize, t: u64, acquire: bool) -> u64 {
-        let owner = self.res[ri].owner;
-        let x = self.transfer(owner, cpu);
+        let r = self.r;
         let res = &mut self.res[ri];
         let start = t.max(res.busy_until);
-        res.busy_until = start.saturating_add(x).saturating_add(self.r.atomic_ps);
-        res.owner = cpu as u32;
+        let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+        res.busy_until = start.saturating_add(x).saturating_add(r.atomic_ps);
         let s = &mut self.stats[res.class];
         if acquire {
             s.acquisitions += 1;
@@ -845,6 +854,33 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
         s.wait_ns += (start - t) as f64 / 1000.0;
         start.saturating_add(x)
+    }
+
+    /// A plain read or write by `cpu` at `t` of resource `ri`'s line, or of the list entry
+    /// `sym` names relative to it; returns when the CPU goes on. A read or write of the line
+    /// itself waits while an atomic keeps it busy; a write keeps it busy while it moves. List
+    /// entries are touched only under the list's lock, so they wait for nothing but their
+    /// transfer ([`crate::coherence`]).
+    fn line_op(&mut self, ri: usize, cpu: usize, t: u64, write: bool, sym: Sym) -> u64 {
+        let r = self.r;
+        let res = &mut self.res[ri];
+        match sym {
+            Sym::Here => {
+                let start = t.max(res.busy_until);
+                let at = if write {
+                    let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+                    res.busy_until = start.saturating_add(x);
+                    res.busy_until
+                } else {
+                    start.saturating_add(res.line.read(cpu, &r.transfer))
+                };
+                self.stats[res.class].wait_ns += (start - t) as f64 / 1000.0;
+                at
+            }
+            Sym::First | Sym::Entry => {
+                t.saturating_add(res.line.entry(cpu, write, sym == Sym::First, &r.transfer))
+            }
+        }
     }
 
     /// Hands resource `ri` to waiter `w` released by `from` at `t`: the line transfer, the
@@ -870,7 +906,9 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// Waiter `w` owns resource `ri` from `at` on, and goes on then.
     fn take_at(&mut self, ri: usize, w: Waiter, at: u64) {
         let res = &mut self.res[ri];
-        res.owner = w.cpu;
+        // The new owner's hand-off wrote the lock word: it holds the only copy.
+        res.line.owner = w.cpu;
+        res.line.sharers.clear();
         res.busy_until = res.busy_until.max(at.saturating_add(self.r.atomic_ps));
         if w.shared {
             res.readers += 1;
@@ -1224,6 +1262,13 @@ impl<'r, 'a> Sim<'r, 'a> {
                 Op::Ops(n) => self.count_ops(n, t),
                 Op::Atomic(ri) => {
                     let at = self.line_access(ri as usize, c, t, true);
+                    if at > t {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
+                Op::Line(ri, write, sym) => {
+                    let at = self.line_op(ri as usize, c, t, write, sym);
                     if at > t {
                         self.schedule(c, at);
                         return;

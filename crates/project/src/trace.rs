@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE2" ("PLTRACE1": the same without the fallback section)
+//! magic      8 bytes  "PLTRACE3"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -21,11 +21,18 @@
 //!              5 trap
 //!              6 tlb flush instance
 //!              7 ops       count
+//!              8 line      instance, flags (bit 0 write; bits 1-2 which line: 0 the
+//!                          instance's own, 1 the first entry of the list headed there,
+//!                          2 another entry of it)
 //! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
 //!            varint count of segments, and per segment a varint count of events, then those
 //!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
+//!
+//! Format 3 (magic `PLTRACE3`) holds both the line events and the fallback segments; a file of
+//! an older format (1: neither; 2: one of them) is refused with a one-line error (capture it
+//! again), since replaying it would silently leave out shared lines or fallbacks.
 //!
 //! # Fallbacks
 //!
@@ -36,15 +43,12 @@
 //! `mmap_lock`; a pcp's allocation or free to `zone->lock`). Those stretches are the class's
 //! [`Fallback`] segments, in order: the k-th trylock of the class in the events pairs with
 //! segment k (modulo their number), since both windows ran the same operations.
-//!
-//! A fault of page_fault1 costs about 30 bytes (10 events), so a two-iteration capture
-//! (65 536 faults) is about 2 MB.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
-use pagelab_sync::trace::{self as raw, Access, LockModel};
+use pagelab_sync::trace::{self as raw, Access, LockModel, Sym};
 use pagelab_sync::{LockClass, RwsemAlgo, Scope};
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +64,10 @@ pub enum TraceError {
     Magic(String),
     #[error("{0}: the trace is corrupt ({1})")]
     Corrupt(String, String),
+    #[error(
+        "{0}: trace format {1} is no longer read (this pagelab reads format {FORMAT}); capture it again"
+    )]
+    Version(String, char),
 }
 
 /// How the workload's operations repeat.
@@ -191,6 +199,13 @@ pub enum Event {
     Ops {
         n: u32,
     },
+    /// A plain read or write of a shared line: the instance's own, or one `sym` names
+    /// relative to the list head at the instance (resolved at replay).
+    Line {
+        inst: u32,
+        write: bool,
+        sym: Sym,
+    },
 }
 
 /// A whole trace.
@@ -209,9 +224,9 @@ struct Header {
     instances: Vec<Instance>,
 }
 
-const MAGIC: &[u8; 8] = b"PLTRACE2";
-/// The format before fallback segments: read, never written.
-const MAGIC_V1: &[u8; 8] = b"PLTRACE1";
+/// The format this version writes and reads (the magic's last character).
+const FORMAT: char = '3';
+const MAGIC: &[u8; 8] = b"PLTRACE3";
 
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
@@ -224,7 +239,7 @@ struct Builder {
 impl Builder {
     fn intern(&mut self, e: &raw::Event) -> u32 {
         let instances = &mut self.instances;
-        *self
+        let id = *self
             .ids
             .entry((e.instance, e.class as *const LockClass))
             .or_insert_with(|| {
@@ -236,7 +251,14 @@ impl Builder {
                     rwsem: None,
                 });
                 (instances.len() - 1) as u32
-            })
+            });
+        // A lock word may first appear as a plain line (an rwsem count read before its
+        // compare-and-exchange); the lock's own events say what algorithm it is.
+        let i = &mut instances[id as usize];
+        if i.model == LockModel::Line && e.model != LockModel::Line {
+            i.model = e.model;
+        }
+        id
     }
 
     /// Appends `events` to `out`, the gap before each (from `prev`, the time stamp the
@@ -249,11 +271,16 @@ impl Builder {
         out: &mut Vec<Event>,
     ) -> u64 {
         let mut ops = 0u64;
+        let mut section = Section::default();
         for e in events {
             if let Some(p) = prev {
                 let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead;
                 push_compute(out, gap.max(0.0));
             }
+            prev = Some(match e.kind {
+                raw::Kind::Write { end, .. } => end,
+                _ => e.t,
+            });
             let ev = match e.kind {
                 raw::Kind::Acquire { access, trylock } => Some(Event::Acquire {
                     inst: self.intern(e),
@@ -280,12 +307,17 @@ impl Builder {
                     ops += u64::from(n);
                     Some(Event::Ops { n })
                 }
+                raw::Kind::Line { write, sym } => Some(Event::Line {
+                    inst: self.intern(e),
+                    write,
+                    sym,
+                }),
             };
-            out.extend(ev);
-            prev = Some(match e.kind {
-                raw::Kind::Write { end, .. } => end,
-                _ => e.t,
-            });
+            let Some(ev) = ev else { continue };
+            if section.repeats(&ev) {
+                continue;
+            }
+            out.push(ev);
         }
         ops
     }
@@ -448,25 +480,37 @@ impl Trace {
             m.overhead_ns_per_event,
             m.compute_scale
         );
-        let mut per: Vec<(String, [u64; 3])> = Vec::new();
-        let mut bump = |inst: u32, k: usize| {
+        // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
+        // symbolic (an entry of a list, resolved at replay).
+        let mut per: Vec<(String, [u64; 6])> = Vec::new();
+        let mut bump = |inst: u32, k: &[usize]| {
             let i = &self.instances[inst as usize];
             let name = format!("{} ({})", i.class, i.scope.as_str());
-            match per.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, c)) => c[k] += 1,
+            let c = match per.iter_mut().position(|(n, _)| *n == name) {
+                Some(p) => &mut per[p].1,
                 None => {
-                    let mut c = [0; 3];
-                    c[k] = 1;
-                    per.push((name, c));
+                    per.push((name, [0; 6]));
+                    &mut per.last_mut().expect("pushed").1
                 }
+            };
+            for &k in k {
+                c[k] += 1;
             }
         };
         let (mut writes, mut traps, mut flushes) = (0u64, 0u64, 0u64);
         for e in &self.events {
             match *e {
-                Event::Acquire { inst, .. } => bump(inst, 0),
-                Event::Atomic { inst } => bump(inst, 1),
-                Event::TlbFlush { inst } => bump(inst, 2),
+                Event::Acquire { inst, .. } => bump(inst, &[0]),
+                Event::Atomic { inst } => bump(inst, &[1]),
+                Event::TlbFlush { inst } => bump(inst, &[2]),
+                Event::Line {
+                    inst, write, sym, ..
+                } => match (write, sym) {
+                    (false, Sym::Here) => bump(inst, &[3]),
+                    (false, _) => bump(inst, &[3, 5]),
+                    (true, Sym::Here) => bump(inst, &[4]),
+                    (true, _) => bump(inst, &[4, 5]),
+                },
                 Event::Write { bytes, .. } => writes += u64::from(bytes),
                 Event::Trap => traps += 1,
                 _ => {}
@@ -496,17 +540,20 @@ impl Trace {
         per.sort();
         let _ = writeln!(
             s,
-            "{:<32} {:>14} {:>14}",
-            "class (scope)", "acquires/op", "atomics/op"
+            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "class (scope)", "acquires/op", "atomics/op", "reads/op", "writes/op", "entries/op"
         );
         for (n, c) in per {
-            if c[0] + c[1] > 0 {
+            if c[0] + c[1] + c[3] + c[4] > 0 {
                 let _ = writeln!(
                     s,
-                    "{:<32} {:>14.4} {:>14.4}",
+                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
                     n,
                     c[0] as f64 / ops,
-                    c[1] as f64 / ops
+                    c[1] as f64 / ops,
+                    c[3] as f64 / ops,
+                    c[4] as f64 / ops,
+                    c[5] as f64 / ops
                 );
             }
         }
@@ -548,12 +595,16 @@ impl Trace {
     /// Parses a file's bytes (`what` names it in errors).
     pub fn decode(bytes: &[u8], what: &str) -> Result<Trace, TraceError> {
         let bad = |m: &str| TraceError::Corrupt(what.to_string(), m.to_string());
-        if bytes.len() < MAGIC.len()
-            || (&bytes[..MAGIC.len()] != MAGIC && &bytes[..MAGIC.len()] != MAGIC_V1)
+        if bytes.len() >= MAGIC.len()
+            && bytes[..7] == MAGIC[..7]
+            && bytes[7] != MAGIC[7]
+            && bytes[7].is_ascii_digit()
         {
+            return Err(TraceError::Version(what.to_string(), bytes[7] as char));
+        }
+        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
             return Err(TraceError::Magic(what.to_string()));
         }
-        let v2 = &bytes[..MAGIC.len()] == MAGIC;
         if bytes.len() < MAGIC.len() + 4 + 8 + 4 {
             return Err(bad("truncated"));
         }
@@ -577,7 +628,7 @@ impl Trace {
             events.push(decode_event(&mut r, nr_inst, &bad)?);
         }
         let mut fallbacks = Vec::new();
-        if v2 {
+        {
             let count = |r: &mut Reader<'_>, what: &str| -> Result<usize, TraceError> {
                 let n = r.varint().ok_or_else(|| bad(what))?;
                 // Everything counted takes at least a byte.
@@ -677,6 +728,16 @@ fn encode_event(b: &mut Vec<u8>, e: &Event) {
             b.push(7);
             varint(b, u64::from(n));
         }
+        Event::Line { inst, write, sym } => {
+            b.push(8);
+            varint(b, u64::from(inst));
+            let which = match sym {
+                Sym::Here => 0u8,
+                Sym::First => 1,
+                Sym::Entry => 2,
+            };
+            b.push(u8::from(write) | (which << 1));
+        }
     }
 }
 
@@ -726,9 +787,85 @@ fn decode_event(
         7 => Event::Ops {
             n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?).map_err(|_| bad("ops"))?,
         },
+        8 => {
+            let i = inst(r)?;
+            let f = r.byte().ok_or_else(|| bad("line flags"))?;
+            let sym = match f >> 1 {
+                0 => Sym::Here,
+                1 => Sym::First,
+                2 => Sym::Entry,
+                w => return Err(bad(&format!("unknown line reference {w}"))),
+            };
+            Event::Line {
+                inst: i,
+                write: f & 1 != 0,
+                sym,
+            }
+        }
         t => return Err(bad(&format!("unknown event tag {t}"))),
     };
     Ok(e)
+}
+
+/// Which lines the task has written in its current exclusive critical section: a line it
+/// writes (or reads) again there, before any lock is taken or released, is its own until the
+/// section ends, so the repeat costs nothing at replay and is not kept. This keeps a bulk
+/// operation under one lock (a pcp refill's pops, an LRU flush's adds, each touching the same
+/// head, counter and first entry) at one event per line. Shared holds are left alone: other
+/// holders may write the same line meanwhile (the LRU size under concurrent removal).
+#[derive(Default)]
+struct Section {
+    /// Locks held, innermost last: whether each is held shared.
+    held: Vec<(u32, bool)>,
+    /// (instance, 0 the line itself / 1 the list's first entry) written since the last lock
+    /// event.
+    written: Vec<(u32, u8)>,
+}
+
+impl Section {
+    /// Records `e`; whether it repeats an access already paid for in this section.
+    fn repeats(&mut self, e: &Event) -> bool {
+        match *e {
+            Event::Acquire { inst, shared, .. } => {
+                self.held.push((inst, shared));
+                self.written.clear();
+                false
+            }
+            Event::Release { inst, .. } => {
+                if let Some(i) = self.held.iter().rposition(|h| h.0 == inst) {
+                    self.held.remove(i);
+                }
+                self.written.clear();
+                false
+            }
+            Event::Atomic { inst } => self.access(inst, 0, true),
+            Event::Line { inst, write, sym } => match sym {
+                Sym::Here => self.access(inst, 0, write),
+                // The first entry once written is this task's; another entry resolves to the
+                // first entry's writer, so it is this task's too from then on.
+                Sym::First => self.access(inst, 1, write),
+                Sym::Entry => self.exclusive() && self.written.contains(&(inst, 1)),
+            },
+            _ => false,
+        }
+    }
+
+    fn exclusive(&self) -> bool {
+        self.held.last().is_some_and(|h| !h.1)
+    }
+
+    fn access(&mut self, inst: u32, which: u8, write: bool) -> bool {
+        if !self.exclusive() {
+            return false;
+        }
+        if self.written.contains(&(inst, which)) {
+            return true;
+        }
+        if write {
+            self.written.push((inst, which));
+        }
+        false
+    }
 }
 
 /// Appends compute time, merging with a compute event just before.
@@ -913,6 +1050,21 @@ mod tests {
                 Event::Trap,
                 Event::TlbFlush { inst: 0 },
                 Event::Ops { n: 300 },
+                Event::Line {
+                    inst: 0,
+                    write: false,
+                    sym: Sym::Here,
+                },
+                Event::Line {
+                    inst: 0,
+                    write: true,
+                    sym: Sym::First,
+                },
+                Event::Line {
+                    inst: 0,
+                    write: true,
+                    sym: Sym::Entry,
+                },
             ],
             fallbacks: vec![Fallback {
                 class: "zone->lock".into(),
@@ -933,6 +1085,134 @@ mod tests {
                 ],
             }],
         }
+    }
+
+    #[test]
+    fn a_trace_of_an_older_format_is_refused_in_one_line() {
+        let mut b = sample().encode();
+        b[7] = b'2';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 3); capture it again"
+        );
+        // A bad line reference is corruption, named.
+        let t = Trace {
+            events: vec![Event::Line {
+                inst: 0,
+                write: true,
+                sym: Sym::Entry,
+            }],
+            fallbacks: Vec::new(),
+            ..sample()
+        };
+        let mut b = t.encode();
+        // The line's flags come before the (empty) fallback count and the checksum.
+        let at = b.len() - 6;
+        b[at] = 7 << 1;
+        let n = b.len() - 4;
+        let crc = crc32fast::hash(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        let e = Trace::decode(&b, "f").unwrap_err().to_string();
+        assert!(e.contains("unknown line reference 7"), "{e}");
+    }
+
+    #[test]
+    fn repeats_within_an_exclusive_section_are_kept_once_and_shared_sections_keep_all() {
+        static LOCK: LockClass = LockClass::new("lock", Scope::Node);
+        static LIST: LockClass = LockClass::new("list", Scope::Node);
+        let ev = |kind, class: &'static LockClass, instance| raw::Event {
+            t: 0,
+            kind,
+            class,
+            instance,
+            model: LockModel::Line,
+        };
+        let acq = |shared: bool| {
+            let mut e = ev(
+                raw::Kind::Acquire {
+                    access: if shared {
+                        Access::Shared
+                    } else {
+                        Access::Exclusive
+                    },
+                    trylock: false,
+                },
+                &LOCK,
+                1,
+            );
+            e.model = LockModel::RwSem;
+            e
+        };
+        let rel = |shared: bool| {
+            let mut e = ev(
+                raw::Kind::Release {
+                    access: if shared {
+                        Access::Shared
+                    } else {
+                        Access::Exclusive
+                    },
+                },
+                &LOCK,
+                1,
+            );
+            e.model = LockModel::RwSem;
+            e
+        };
+        let line = |write, sym| ev(raw::Kind::Line { write, sym }, &LIST, 2);
+        let section = |shared: bool| {
+            vec![
+                acq(shared),
+                line(true, Sym::First),
+                line(true, Sym::Here),
+                line(true, Sym::First),
+                line(true, Sym::Here),
+                line(false, Sym::Here),
+                line(true, Sym::Entry),
+                ev(raw::Kind::Atomic, &LIST, 3),
+                ev(raw::Kind::Atomic, &LIST, 3),
+                rel(shared),
+                line(true, Sym::Here),
+            ]
+        };
+        let lines = |t: &Trace| {
+            t.events
+                .iter()
+                .filter(|e| matches!(e, Event::Line { .. } | Event::Atomic { .. }))
+                .count()
+        };
+        // Exclusive: the first entry, the head and the counter once each, and the head again
+        // after the release.
+        let t = Trace::from_raw(meta(), &section(false));
+        assert_eq!(lines(&t), 4, "{:?}", t.events);
+        assert_eq!(t.meta.raw_events, 11);
+        // Shared: other holders may write the same lines meanwhile; everything is kept.
+        let t = Trace::from_raw(meta(), &section(true));
+        assert_eq!(lines(&t), 9, "{:?}", t.events);
+    }
+
+    #[test]
+    fn a_lock_word_first_seen_as_a_plain_line_keeps_its_lock_model() {
+        static SEM: LockClass = LockClass::sleeping("sem", Scope::Mm);
+        let ev = |kind| raw::Event {
+            t: 0,
+            kind,
+            class: &SEM,
+            instance: 0x40,
+            model: LockModel::Line,
+        };
+        let mut acquire = ev(raw::Kind::Acquire {
+            access: Access::Shared,
+            trylock: true,
+        });
+        acquire.model = LockModel::RwSem;
+        let read = ev(raw::Kind::Line {
+            write: false,
+            sym: Sym::Here,
+        });
+        let t = Trace::from_raw(meta(), &[read, acquire]);
+        assert_eq!(t.instances.len(), 1, "one line, one instance");
+        assert_eq!(t.instances[0].model, LockModel::RwSem);
     }
 
     #[test]

@@ -2,10 +2,22 @@
 //! compared row by row; and the self-consistency check, this host projected against the engine
 //! measured here.
 //!
-//! The published tables live in `data/published/` (embedded). For each row the report gives the
-//! published and projected means and the error; then, for each percent change between a profile
-//! and the experiment's baseline at one mode, task count and metric, whether the projected change
-//! has the published sign, and the median absolute error of the changes in percentage points.
+//! The published tables live in `data/published/` (embedded). Each is compared on the mean it
+//! publishes: will-it-scale's arithmetic mean of runs for the 2018 table, mmtests' harmonic mean
+//! for the 2023 one; the projected row is the same mean over all its samples (every capture,
+//! every window or seed). For each row the report gives the published and projected means and
+//! the error; then, for each percent change between a profile and the experiment's baseline at
+//! one mode, task count and metric, whether the projected change has the published sign and its
+//! error in percentage points. Changes are classed as beyond the published noise (5 points or
+//! more, or the two rows' mean +/- stddev ranges apart) or within it, and each class is
+//! summarised apart: a sign within the noise says little about the model.
+//!
+//! The baseline profile's one-task rows are where the machine's `trap_ns` is fitted (the
+//! machine files show the arithmetic); they are named and left out of every error summary. A
+//! row or change whose projection is not a finite number is a failure: it is named, counted in
+//! its class's total (never with the right sign, never within 10 points) and sorts above every
+//! error in the medians.
+//!
 //! The absolute level depends on how much slower a real fault is than the engine's (the
 //! machine's `trap_ns`); the scaling columns divide each row by its profile's one-task row, so
 //! that the shape of a curve can be judged apart from its level.
@@ -15,12 +27,39 @@ use std::sync::atomic::AtomicBool;
 
 use pagelab_bench::experiments;
 use pagelab_bench::profiles::Profile;
-use pagelab_bench::stats::{hmean, pct_change};
+use pagelab_bench::stats::{amean, hmean, pct_change};
 use pagelab_workloads::{Mode, WorkloadKind};
 use serde::Serialize;
 
 use crate::machine::Machine;
-use crate::project::{Progress, ProjectSpec, project};
+use crate::project::{Progress, ProjRow, ProjectSpec, project};
+
+/// Which mean a published table gives, so that the projection is compared on the same one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MeanKind {
+    /// will-it-scale's tables: the arithmetic mean of runs, with a standard deviation.
+    Arithmetic,
+    /// mmtests' `Hmean` rows of rates.
+    Harmonic,
+}
+
+impl MeanKind {
+    /// The mean of `v` of this kind.
+    pub fn of(self, v: &[f64]) -> f64 {
+        match self {
+            MeanKind::Arithmetic => amean(v),
+            MeanKind::Harmonic => hmean(v),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MeanKind::Arithmetic => "arithmetic",
+            MeanKind::Harmonic => "harmonic",
+        }
+    }
+}
 
 /// A published table: which experiment it belongs to and which machine it was measured on.
 #[derive(Debug)]
@@ -28,6 +67,8 @@ pub struct Published {
     pub name: &'static str,
     pub experiment: &'static str,
     pub machine: &'static str,
+    /// The mean its `value` column holds (data/published/README.md says which).
+    pub mean: MeanKind,
     pub csv: &'static str,
 }
 
@@ -37,12 +78,14 @@ pub const BUILTIN: &[Published] = &[
         name: "page_fault1-2018",
         experiment: "page_fault1-lru-lock-2018",
         machine: "broadwell-2s-44c",
+        mean: MeanKind::Arithmetic,
         csv: include_str!("../../../data/published/page_fault1-2018.csv"),
     },
     Published {
         name: "pft-single-vma-2023",
         experiment: "pft-pvl-2023",
         machine: "icelake-2s-64c",
+        mean: MeanKind::Harmonic,
         csv: include_str!("../../../data/published/pft-single-vma-2023.csv"),
     },
 ];
@@ -55,6 +98,8 @@ pub struct PubRow {
     pub tasks: usize,
     pub metric: String,
     pub value: f64,
+    /// The standard deviation the post gives, if any.
+    pub stddev: Option<f64>,
 }
 
 impl Published {
@@ -64,17 +109,53 @@ impl Published {
         let mut out = Vec::new();
         for rec in r.records() {
             let rec = rec.map_err(|e| format!("published table {}: {e}", self.name))?;
+            let line = rec.position().map_or(0, |p| p.line());
             let field = |i: usize| rec.get(i).unwrap_or("").trim().to_string();
-            let bad = |what: &str| format!("published table {}: bad {what} in {rec:?}", self.name);
+            let bad = |what: &str| {
+                format!(
+                    "published table {}: line {line}: bad {what} in {rec:?}",
+                    self.name
+                )
+            };
+            let stddev = match field(5) {
+                s if s.is_empty() => None,
+                s => Some(
+                    s.parse::<f64>()
+                        .ok()
+                        .filter(|v| v.is_finite() && *v >= 0.0)
+                        .ok_or_else(|| bad("stddev"))?,
+                ),
+            };
             out.push(PubRow {
                 profile: field(0),
                 mode: field(1).parse().map_err(|_| bad("mode"))?,
                 tasks: field(2).parse().map_err(|_| bad("tasks"))?,
                 metric: field(3),
                 value: field(4).parse().map_err(|_| bad("value"))?,
+                stddev,
             });
         }
         Ok(out)
+    }
+}
+
+/// A published change of this many points or more is beyond the noise whatever the stddevs.
+pub const NOISE_POINTS: f64 = 5.0;
+
+/// The target band of a change's error, in points (issue 13: 60% of the changes beyond the
+/// noise within it).
+pub const NEAR_POINTS: f64 = 10.0;
+
+/// Whether the published change from `base` to `row` is beyond the published noise: at least
+/// [`NOISE_POINTS`], or the two means further apart than their standard deviations reach
+/// (the ranges mean +/- stddev do not overlap). A table without stddevs has only the first test.
+pub fn beyond_noise(base: &PubRow, row: &PubRow) -> bool {
+    if pct_change(base.value, row.value, true).abs() >= NOISE_POINTS {
+        return true;
+    }
+    match (base.stddev, row.stddev) {
+        (Some(a), Some(b)) => (row.value - base.value).abs() > a + b,
+        _ => false,
     }
 }
 
@@ -87,11 +168,25 @@ pub struct Compared {
     pub metric: String,
     pub published: f64,
     pub projected: f64,
+    /// The lowest and highest of the captures' means of the row.
+    pub projected_low: f64,
+    pub projected_high: f64,
     /// (projected - published) / published, percent.
     pub error_pct: f64,
     /// The row over its profile's one-task row, published and projected.
     pub published_scaling: Option<f64>,
     pub projected_scaling: Option<f64>,
+    /// A row `trap_ns` is fitted to: left out of the error summaries.
+    pub fitted: bool,
+}
+
+impl Compared {
+    fn name(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.profile, self.mode, self.tasks, self.metric
+        )
+    }
 }
 
 /// One percent change against the baseline profile.
@@ -103,11 +198,22 @@ pub struct Change {
     pub metric: String,
     pub published_pct: f64,
     pub projected_pct: f64,
+    /// The range of the projected change over every pairing of a baseline capture's mean with
+    /// one of this profile's (see `compare`): how far the capture noise alone moves it.
+    pub projected_low: f64,
+    pub projected_high: f64,
+    /// Beyond the published noise ([`beyond_noise`]).
+    pub beyond_noise: bool,
 }
 
 impl Change {
+    /// The projection gave no finite change (a NaN row): a failure.
+    pub fn failed(&self) -> bool {
+        !self.projected_pct.is_finite()
+    }
+
     /// Both changes have the same sign (no change counts as neither sign: right only if the
-    /// other is no change too).
+    /// other is no change too). A failure never has the right sign.
     pub fn sign_right(&self) -> bool {
         let sign = |v: f64| {
             if v > 0.0 {
@@ -118,11 +224,185 @@ impl Change {
                 0
             }
         };
-        sign(self.published_pct) == sign(self.projected_pct)
+        !self.failed() && sign(self.published_pct) == sign(self.projected_pct)
     }
 
+    /// The whole captures' range has the published sign (a published change of 0 is never
+    /// resolved).
+    pub fn resolved_right(&self) -> bool {
+        !self.failed()
+            && ((self.published_pct > 0.0 && self.projected_low > 0.0)
+                || (self.published_pct < 0.0 && self.projected_high < 0.0))
+    }
+
+    /// The error in points; infinite for a failure, so that it sorts above every error.
     pub fn error_points(&self) -> f64 {
-        (self.projected_pct - self.published_pct).abs()
+        if self.failed() {
+            f64::INFINITY
+        } else {
+            (self.projected_pct - self.published_pct).abs()
+        }
+    }
+
+    fn name(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.profile, self.mode, self.tasks, self.metric
+        )
+    }
+}
+
+/// The changes of one class (beyond or within the published noise), summarised.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ClassSummary {
+    pub changes: usize,
+    pub right_sign: usize,
+    /// Changes whose whole captures' range has the published sign: resolved by the projection
+    /// beyond its own capture noise.
+    pub resolved_right_sign: usize,
+    /// Changes within [`NEAR_POINTS`] of the published one.
+    pub within_10_points: usize,
+    /// The median error in points (failures count as infinite); `None` without changes.
+    pub median_error_points: Option<f64>,
+    /// Changes the projection gave no finite number for, named.
+    pub failures: Vec<String>,
+}
+
+impl ClassSummary {
+    pub fn of<'a>(changes: impl IntoIterator<Item = &'a Change>) -> ClassSummary {
+        let changes: Vec<&Change> = changes.into_iter().collect();
+        ClassSummary {
+            changes: changes.len(),
+            right_sign: changes.iter().filter(|c| c.sign_right()).count(),
+            resolved_right_sign: changes.iter().filter(|c| c.resolved_right()).count(),
+            within_10_points: changes
+                .iter()
+                .filter(|c| c.error_points() <= NEAR_POINTS)
+                .count(),
+            median_error_points: (!changes.is_empty())
+                .then(|| median(changes.iter().map(|c| c.error_points()).collect())),
+            failures: changes
+                .iter()
+                .filter(|c| c.failed())
+                .map(|c| c.name())
+                .collect(),
+        }
+    }
+
+    /// `12 of 25 with the published sign (48%), 9 of 25 within 10 points (36%); median error
+    /// 7.20 points`.
+    pub fn render(&self) -> String {
+        if self.changes == 0 {
+            return "none".into();
+        }
+        let pct = |k: usize| 100.0 * k as f64 / self.changes as f64;
+        let mut s = format!(
+            "{} of {} with the published sign ({:.0}%; {} with it over the whole captures' range), {} of {} within {NEAR_POINTS:.0} points ({:.0}%); median error {:.2} points",
+            self.right_sign,
+            self.changes,
+            pct(self.right_sign),
+            self.resolved_right_sign,
+            self.within_10_points,
+            self.changes,
+            pct(self.within_10_points),
+            self.median_error_points.unwrap_or(f64::NAN)
+        );
+        if !self.failures.is_empty() {
+            let _ = write!(
+                s,
+                "; {} FAILED (no finite projection): {}",
+                self.failures.len(),
+                self.failures.join(", ")
+            );
+        }
+        s
+    }
+}
+
+/// A validation's summaries: the changes beyond and within the published noise, and the
+/// rows (fitted rows left out).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summaries {
+    pub beyond_noise: ClassSummary,
+    pub within_noise: ClassSummary,
+    /// Median absolute error of the rows, percent (fitted rows left out, failures infinite).
+    pub median_row_error_pct: Option<f64>,
+    /// ... and of their scaling relative to the one-task row (rows of 2 tasks or more).
+    pub median_scaling_error_pct: Option<f64>,
+    /// Rows `trap_ns` is fitted to, named: left out of every summary here.
+    pub fitted_rows: Vec<String>,
+    /// Rows the projection gave no finite number for, named.
+    pub failed_rows: Vec<String>,
+}
+
+impl Summaries {
+    pub fn of(rows: &[Compared], changes: &[Change]) -> Summaries {
+        let scored: Vec<&Compared> = rows.iter().filter(|r| !r.fitted).collect();
+        let inf_nan = |v: f64| if v.is_finite() { v } else { f64::INFINITY };
+        let row_errs: Vec<f64> = scored.iter().map(|r| inf_nan(r.error_pct.abs())).collect();
+        let shape: Vec<f64> = scored
+            .iter()
+            .filter(|r| r.tasks > 1)
+            .filter_map(|r| match (r.published_scaling, r.projected_scaling) {
+                (Some(p), Some(q)) => Some(inf_nan(100.0 * (q - p).abs() / p)),
+                (Some(_), None) => Some(f64::INFINITY),
+                _ => None,
+            })
+            .collect();
+        Summaries {
+            beyond_noise: ClassSummary::of(changes.iter().filter(|c| c.beyond_noise)),
+            within_noise: ClassSummary::of(changes.iter().filter(|c| !c.beyond_noise)),
+            median_row_error_pct: (!row_errs.is_empty()).then(|| median(row_errs)),
+            median_scaling_error_pct: (!shape.is_empty()).then(|| median(shape)),
+            fitted_rows: rows
+                .iter()
+                .filter(|r| r.fitted)
+                .map(Compared::name)
+                .collect(),
+            failed_rows: rows
+                .iter()
+                .filter(|r| !r.projected.is_finite())
+                .map(Compared::name)
+                .collect(),
+        }
+    }
+
+    /// The summary lines (`what` names the scope: a table or all of them).
+    pub fn render(&self, what: &str) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{what}: changes beyond the published noise (>= {NOISE_POINTS:.0} points or mean +/- stddev apart): {}",
+            self.beyond_noise.render()
+        );
+        let _ = writeln!(
+            s,
+            "{what}: changes within the published noise: {}",
+            self.within_noise.render()
+        );
+        if self.median_row_error_pct.is_some() {
+            let _ = writeln!(
+                s,
+                "{what}: median absolute row error {:.1}% (of the scaling relative to one task: {:.1}%)",
+                self.median_row_error_pct.unwrap_or(f64::NAN),
+                self.median_scaling_error_pct.unwrap_or(f64::NAN)
+            );
+        }
+        if !self.fitted_rows.is_empty() {
+            let _ = writeln!(
+                s,
+                "{what}: rows trap_ns is fitted to, left out of these summaries: {}",
+                self.fitted_rows.join(", ")
+            );
+        }
+        if !self.failed_rows.is_empty() {
+            let _ = writeln!(
+                s,
+                "{what}: FAILED rows (no finite projection): {}",
+                self.failed_rows.join(", ")
+            );
+        }
+        s
     }
 }
 
@@ -132,8 +412,13 @@ pub struct TableReport {
     pub table: String,
     pub experiment: String,
     pub machine: String,
+    /// The mean both sides are compared on.
+    pub mean: MeanKind,
+    /// Captures of each profile, each replayed.
+    pub captures: usize,
     pub rows: Vec<Compared>,
     pub changes: Vec<Change>,
+    pub summary: Summaries,
     /// Simulated events and replay seconds, for the speed figures.
     pub events: u64,
     pub replay_seconds: f64,
@@ -154,39 +439,22 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 }
 
 impl TableReport {
-    /// `(changes with the right sign, changes, median absolute error in points)`.
-    pub fn summary(&self) -> (usize, usize, f64) {
-        let right = self.changes.iter().filter(|c| c.sign_right()).count();
-        let med = median(self.changes.iter().map(Change::error_points).collect());
-        (right, self.changes.len(), med)
-    }
-
-    /// Median absolute error of the rows and of their scaling, percent.
-    pub fn row_errors(&self) -> (f64, f64) {
-        let abs = median(self.rows.iter().map(|r| r.error_pct.abs()).collect());
-        let shape = median(
-            self.rows
-                .iter()
-                .filter_map(|r| match (r.published_scaling, r.projected_scaling) {
-                    (Some(p), Some(q)) if r.tasks > 1 => Some(100.0 * (q - p).abs() / p),
-                    _ => None,
-                })
-                .collect(),
-        );
-        (abs, shape)
-    }
-
     /// The report as text.
     pub fn render(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} ({}) on {}",
-            self.table, self.experiment, self.machine
+            "{} ({}) on {}: {} means, as published; {} capture{} of each profile",
+            self.table,
+            self.experiment,
+            self.machine,
+            self.mean.name(),
+            self.captures,
+            if self.captures == 1 { "" } else { "s" }
         );
         let _ = writeln!(
             s,
-            "{:<22} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>9}",
+            "{:<22} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>9}  captures' range",
             "profile",
             "mode",
             "tasks",
@@ -195,13 +463,13 @@ impl TableReport {
             "projected",
             "error",
             "pub x1",
-            "proj x1"
+            "proj x1",
         );
         for r in &self.rows {
             let sc = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 s,
-                "{:<22} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9} {:>9}",
+                "{:<22} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9} {:>9}  {:.0}..{:.0}{}",
                 r.profile,
                 r.mode,
                 r.tasks,
@@ -210,45 +478,176 @@ impl TableReport {
                 r.projected,
                 r.error_pct,
                 sc(r.published_scaling),
-                sc(r.projected_scaling)
+                sc(r.projected_scaling),
+                r.projected_low,
+                r.projected_high,
+                if r.fitted {
+                    "  (trap_ns fitted here)"
+                } else if !r.projected.is_finite() {
+                    "  FAILED"
+                } else {
+                    ""
+                }
             );
         }
         if !self.changes.is_empty() {
             let _ = writeln!(s, "\nchanges against the baseline profile (points):");
             let _ = writeln!(
                 s,
-                "{:<22} {:<9} {:>5} {:<10} {:>10} {:>10} {:>6} {:>6}",
-                "profile", "mode", "tasks", "metric", "published", "projected", "sign", "error"
+                "{:<22} {:<9} {:>5} {:<10} {:>10} {:>10} {:>19} {:>7} {:>6} {:>6}",
+                "profile",
+                "mode",
+                "tasks",
+                "metric",
+                "published",
+                "projected",
+                "captures' range",
+                "noise",
+                "sign",
+                "error"
             );
             for c in &self.changes {
                 let _ = writeln!(
                     s,
-                    "{:<22} {:<9} {:>5} {:<10} {:>+9.2}% {:>+9.2}% {:>6} {:>6.2}",
+                    "{:<22} {:<9} {:>5} {:<10} {:>+9.2}% {:>+9.2}% {:>19} {:>7} {:>6} {:>6.2}",
                     c.profile,
                     c.mode,
                     c.tasks,
                     c.metric,
                     c.published_pct,
                     c.projected_pct,
-                    if c.sign_right() { "right" } else { "WRONG" },
+                    format!("[{:+.2}, {:+.2}]", c.projected_low, c.projected_high),
+                    if c.beyond_noise { "beyond" } else { "within" },
+                    if c.failed() {
+                        "FAILED"
+                    } else if c.sign_right() {
+                        "right"
+                    } else {
+                        "WRONG"
+                    },
                     c.error_points()
                 );
             }
         }
-        let (right, n, med) = self.summary();
-        let (abs, shape) = self.row_errors();
-        let _ = writeln!(
-            s,
-            "\nsummary: {right} of {n} changes with the published sign; median absolute error of the changes {med:.2} points; median absolute row error {abs:.1}% (of the scaling relative to one task: {shape:.1}%)"
-        );
+        s.push('\n');
+        s.push_str(&self.summary.render(&self.table));
         s
     }
 }
 
+/// The range of the percent change from `base` to `new` over every pairing of one of `base`'s
+/// values with one of `new`'s: `pct_change` is monotonic in each argument, so the extremes come
+/// from the extremes. NaN when either side is empty or not finite.
+pub fn change_range(base: &[f64], new: &[f64]) -> (f64, f64) {
+    let ext = |v: &[f64]| {
+        if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+            None
+        } else {
+            Some(
+                v.iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                        (l.min(x), h.max(x))
+                    }),
+            )
+        }
+    };
+    match (ext(base), ext(new)) {
+        (Some((bl, bh)), Some((nl, nh))) => {
+            let c = [
+                pct_change(bl, nl, true),
+                pct_change(bl, nh, true),
+                pct_change(bh, nl, true),
+                pct_change(bh, nh, true),
+            ];
+            (
+                c.iter().copied().fold(f64::INFINITY, f64::min),
+                c.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            )
+        }
+        _ => (f64::NAN, f64::NAN),
+    }
+}
+
+/// Compares projected rows with a published table: `projected(profile, mode, tasks)` is the
+/// projection of that row (`None` if there is none), `base` the baseline profile whose one-task
+/// rows `trap_ns` is fitted to.
+pub fn compare_table(
+    p: &Published,
+    rows: &[PubRow],
+    base: &str,
+    projected: &dyn Fn(&str, Mode, usize) -> Option<ProjRow>,
+) -> Result<(Vec<Compared>, Vec<Change>), String> {
+    let proj = |profile: &str, mode: Mode, tasks: usize, metric: &str| {
+        projected(profile, mode, tasks).map(|r| {
+            (
+                p.mean.of(&r.values(metric)),
+                r.capture_means(metric, p.mean == MeanKind::Harmonic),
+            )
+        })
+    };
+    let published = |profile: &str, mode: Mode, tasks: usize, metric: &str| -> Option<&PubRow> {
+        rows.iter().find(|r| {
+            r.profile == profile && r.mode == mode && r.tasks == tasks && r.metric == metric
+        })
+    };
+    let (mut compared, mut changes) = (Vec::new(), Vec::new());
+    for r in rows {
+        let Some((q, q_caps)) = proj(&r.profile, r.mode, r.tasks, &r.metric) else {
+            return Err(format!(
+                "published table {}: no projection of `{}` {} {} tasks `{}` in experiment {}",
+                p.name, r.profile, r.mode, r.tasks, r.metric, p.experiment
+            ));
+        };
+        let one_pub = published(&r.profile, r.mode, 1, &r.metric).map(|b| b.value);
+        let one_proj = proj(&r.profile, r.mode, 1, &r.metric).map(|b| b.0);
+        let (lo, hi) = q_caps
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                (l.min(x), h.max(x))
+            });
+        compared.push(Compared {
+            profile: r.profile.clone(),
+            mode: r.mode.to_string(),
+            tasks: r.tasks,
+            metric: r.metric.clone(),
+            published: r.value,
+            projected: q,
+            projected_low: lo,
+            projected_high: hi,
+            error_pct: 100.0 * (q - r.value) / r.value,
+            published_scaling: one_pub.map(|b| r.value / b),
+            projected_scaling: one_proj.map(|b| q / b).filter(|v| v.is_finite()),
+            fitted: r.profile == base && r.tasks == 1,
+        });
+        if r.profile != base
+            && let (Some(pb), Some((qb, qb_caps))) = (
+                published(base, r.mode, r.tasks, &r.metric),
+                proj(base, r.mode, r.tasks, &r.metric),
+            )
+        {
+            let (low, high) = change_range(&qb_caps, &q_caps);
+            changes.push(Change {
+                profile: r.profile.clone(),
+                mode: r.mode.to_string(),
+                tasks: r.tasks,
+                metric: r.metric.clone(),
+                published_pct: pct_change(pb.value, r.value, true),
+                projected_pct: pct_change(qb, q, true),
+                projected_low: low,
+                projected_high: high,
+                beyond_noise: beyond_noise(pb, r),
+            });
+        }
+    }
+    Ok((compared, changes))
+}
+
 /// Projects one published table's experiment on its machine and compares.
+#[allow(clippy::too_many_arguments)]
 pub fn validate_table(
     p: &Published,
     samples: usize,
+    captures: usize,
     seed: u64,
     ops_per_cpu: u64,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -275,6 +674,7 @@ pub fn validate_table(
         modes,
         tasks,
         samples,
+        captures,
         seed,
         ops_per_cpu,
     };
@@ -282,69 +682,30 @@ pub fn validate_table(
     if interrupted {
         return Err("interrupted".into());
     }
-    let projected = |profile: &str, mode: Mode, tasks: usize, metric: &str| -> Option<f64> {
+    let projected = |profile: &str, mode: Mode, tasks: usize| -> Option<ProjRow> {
         let pr = proj.iter().find(|p| p.profile.name == profile)?;
-        let row = pr
-            .rows
+        pr.rows
             .iter()
-            .find(|r| r.mode == mode && r.tasks == tasks)?;
-        let (_, _, v) = row.metrics.iter().find(|(m, _, _)| m == metric)?;
-        Some(hmean(v))
+            .find(|r| r.mode == mode && r.tasks == tasks)
+            .cloned()
     };
-    let published = |profile: &str, mode: Mode, tasks: usize, metric: &str| -> Option<f64> {
-        rows.iter()
-            .find(|r| {
-                r.profile == profile && r.mode == mode && r.tasks == tasks && r.metric == metric
-            })
-            .map(|r| r.value)
-    };
-    let mut out = TableReport {
+    let (compared, changes) = compare_table(p, &rows, &e.profiles[0].name, &projected)?;
+    Ok(TableReport {
         table: p.name.to_string(),
         experiment: p.experiment.to_string(),
         machine: machine.name.clone(),
-        rows: Vec::new(),
-        changes: Vec::new(),
-        events: proj.iter().flat_map(|p| &p.rows).map(|r| r.events).sum(),
-        replay_seconds: proj.iter().flat_map(|p| &p.rows).map(|r| r.seconds).sum(),
-    };
-    let base = &e.profiles[0].name;
-    for r in &rows {
-        let Some(q) = projected(&r.profile, r.mode, r.tasks, &r.metric) else {
-            return Err(format!(
-                "published table {}: no projection of `{}` {} {} tasks `{}` in experiment {}",
-                p.name, r.profile, r.mode, r.tasks, r.metric, p.experiment
-            ));
-        };
-        let one_pub = published(&r.profile, r.mode, 1, &r.metric);
-        let one_proj = projected(&r.profile, r.mode, 1, &r.metric);
-        out.rows.push(Compared {
-            profile: r.profile.clone(),
-            mode: r.mode.to_string(),
-            tasks: r.tasks,
-            metric: r.metric.clone(),
-            published: r.value,
-            projected: q,
-            error_pct: 100.0 * (q - r.value) / r.value,
-            published_scaling: one_pub.map(|b| r.value / b),
-            projected_scaling: one_proj.map(|b| q / b),
-        });
-        if &r.profile != base
-            && let (Some(pb), Some(qb)) = (
-                published(base, r.mode, r.tasks, &r.metric),
-                projected(base, r.mode, r.tasks, &r.metric),
-            )
-        {
-            out.changes.push(Change {
-                profile: r.profile.clone(),
-                mode: r.mode.to_string(),
-                tasks: r.tasks,
-                metric: r.metric.clone(),
-                published_pct: pct_change(pb, r.value, true),
-                projected_pct: pct_change(qb, q, true),
-            });
-        }
-    }
-    Ok(out)
+        mean: p.mean,
+        captures,
+        summary: Summaries::of(&compared, &changes),
+        rows: compared,
+        changes,
+        events: proj.iter().flat_map(|p| &p.rows).map(ProjRow::events).sum(),
+        replay_seconds: proj
+            .iter()
+            .flat_map(|p| &p.rows)
+            .map(ProjRow::seconds)
+            .sum(),
+    })
 }
 
 /// One self-consistency row: the engine measured here against this host projected.
@@ -364,6 +725,8 @@ pub struct SelfRow {
 pub struct SelfCheck {
     pub machine: String,
     pub profile: String,
+    /// The host as measured for this check (kernel costs zero), replayed as it is.
+    pub host: Machine,
     pub rows: Vec<SelfRow>,
 }
 
@@ -374,6 +737,27 @@ impl SelfCheck {
             s,
             "self-consistency: {} on the engine here against {} projected (kernel costs zero, as the engine pays none)",
             self.profile, self.machine
+        );
+        let h = &self.host;
+        let curve: Vec<String> = h
+            .memory
+            .loaded_latency
+            .iter()
+            .map(|[u, ns]| format!("{ns} ns at {u}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "this host, measured now: {} GHz, {} ns between cores, {} ns an atomic, clearing {} GB/s one core and {} GB/s the node, loaded latency {}",
+            h.cpu.ghz,
+            h.latency.core_ns,
+            h.latency.atomic_ns,
+            h.memory.core_bandwidth_gbs,
+            h.memory.node_bandwidth_gbs,
+            if curve.is_empty() {
+                "not measured".to_string()
+            } else {
+                curve.join(", ")
+            }
         );
         let _ = writeln!(
             s,
@@ -393,20 +777,35 @@ impl SelfCheck {
     }
 }
 
-/// Projects this host (`dev-host`, as the engine runs on it) at 1 and 2 tasks and measures the
-/// engine here with the same profile: page_fault1 in both modes, pft in threads mode.
+/// Projects this host at 1 and 2 tasks and measures the engine here with the same profile:
+/// page_fault1 in both modes, pft in threads mode. The host is measured first
+/// ([`crate::calibrate::measure_host_for_engine`]: the machine the engine runs on, not a
+/// description embedded at build time), and replayed with its own parameters.
 pub fn self_check(
+    seed: u64,
+    progress: &mut dyn FnMut(&str),
+    stop: &AtomicBool,
+) -> Result<SelfCheck, String> {
+    progress("measuring this host (pagelab calibrate, the engine's costs)");
+    let (host, _) = crate::calibrate::measure_host_for_engine("this-host", &mut |w| progress(w))?;
+    self_check_on(&host, seed, progress, stop)
+}
+
+/// [`self_check`] on a machine already measured.
+pub fn self_check_on(
+    host: &Machine,
     seed: u64,
     progress: &mut dyn FnMut(&str),
     stop: &AtomicBool,
 ) -> Result<SelfCheck, String> {
     use pagelab_bench::run::{RunRequest, Sizes, Target};
     use pagelab_workloads::runner::SampleSpec;
-    let machine = Machine::load("dev-host")?.as_engine();
+    let machine = host.as_engine();
     let profile = pagelab_bench::profiles::load("linux-6.7")?;
     let mut out = SelfCheck {
         machine: machine.name.clone(),
         profile: profile.name.clone(),
+        host: machine.clone(),
         rows: Vec::new(),
     };
     let cases = [
@@ -447,38 +846,53 @@ pub fn self_check(
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        // The engine clears pages word by word, slower than the host's memset that calibrate
-        // measures: as the engine runs, one core clears at the rate the trace itself shows.
-        let (bytes, ns) = trace.events.iter().fold((0.0, 0.0), |(b, t), e| match *e {
-            crate::trace::Event::Write { bytes, host_ns } => (b + f64::from(bytes), t + host_ns),
-            _ => (b, t),
-        });
-        let mut machine = machine.clone();
-        if ns > 0.0 {
-            machine.memory.core_bandwidth_gbs = bytes / ns;
-            machine.memory.node_bandwidth_gbs = machine
-                .memory
-                .node_bandwidth_gbs
-                .max(machine.memory.core_bandwidth_gbs);
-        }
-        for r in rows {
-            let proj =
-                crate::project::replay_row(&machine, &trace, r.mode, r.tasks, 5, seed, 8192)?;
-            for m in &r.metrics {
-                let Some((_, _, pv)) = proj.metrics.iter().find(|(n, _, _)| *n == m.name) else {
-                    continue;
-                };
-                let (measured, projected) = (hmean(&m.samples), hmean(pv));
-                out.rows.push(SelfRow {
-                    workload: w.to_string(),
-                    mode: r.mode.to_string(),
-                    tasks: r.tasks,
-                    metric: m.name.clone(),
-                    measured,
-                    projected,
-                    error_pct: 100.0 * (projected - measured) / measured,
-                });
-            }
+        let measured: Vec<Measured> = rows
+            .into_iter()
+            .map(|r| Measured {
+                mode: r.mode,
+                tasks: r.tasks,
+                metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
+            })
+            .collect();
+        out.rows
+            .extend(project_measured(&machine, &trace, &measured, seed)?);
+    }
+    Ok(out)
+}
+
+/// One row the engine measured: mode, tasks, and each metric's samples.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub mode: Mode,
+    pub tasks: usize,
+    pub metrics: Vec<(String, Vec<f64>)>,
+}
+
+/// The self-check's rows: `trace` replayed on `machine` exactly as given (its own bandwidths
+/// and curve, nothing taken from the trace) for every measured row, compared.
+pub fn project_measured(
+    machine: &Machine,
+    trace: &crate::trace::Trace,
+    measured: &[Measured],
+    seed: u64,
+) -> Result<Vec<SelfRow>, String> {
+    let mut out = Vec::new();
+    for r in measured {
+        let proj = crate::project::replay_row(machine, trace, r.mode, r.tasks, 5, seed, 8192)?;
+        for (name, samples) in &r.metrics {
+            let Some((_, _, pv)) = proj.metrics.iter().find(|(n, _, _)| n == name) else {
+                continue;
+            };
+            let (measured, projected) = (hmean(samples), hmean(pv));
+            out.push(SelfRow {
+                workload: trace.meta.workload.clone(),
+                mode: r.mode.to_string(),
+                tasks: r.tasks,
+                metric: name.clone(),
+                measured,
+                projected,
+                error_pct: 100.0 * (projected - measured) / measured,
+            });
         }
     }
     Ok(out)
@@ -520,40 +934,255 @@ mod tests {
         assert!(published("nope").unwrap_err().contains("page_fault1-2018"));
     }
 
+    /// The self-check replays the machine it is given with that machine's own parameters: a
+    /// measured host's clearing bandwidth decides the projection, whatever rate the trace's
+    /// writes took when captured.
     #[test]
-    fn changes_report_sign_and_points() {
-        let c = Change {
+    fn the_self_check_replays_the_measured_host_as_measured() {
+        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
+        let mut host = Machine::load("dev-host").unwrap().as_engine();
+        host.name = "injected-host".into();
+        host.memory.core_bandwidth_gbs = 4.096;
+        host.memory.node_bandwidth_gbs = 8.192;
+        host.memory.loaded_latency.clear();
+        // Each op: 1000 ns of compute and one page cleared, which took the capture 100 ns
+        // (40 GB/s); on the injected host it takes 1000 ns (4.096 GB/s).
+        let mut events = Vec::new();
+        for _ in 0..500 {
+            events.push(Event::Compute { ns: 1000.0 });
+            events.push(Event::Write {
+                bytes: 4096,
+                host_ns: 100.0,
+            });
+            events.push(Event::Ops { n: 1 });
+        }
+        let trace = Trace {
+            meta: TraceMeta {
+                workload: "page_fault1".into(),
+                profile: "linux-6.7".into(),
+                profile_toml: String::new(),
+                op_unit: "faults".into(),
+                window: Window::Cycle,
+                pinning: Pinning::Cores,
+                shared_vma: false,
+                kernel_cpus: 2,
+                host_cpu: "test".into(),
+                host_ghz: host.cpu.ghz,
+                ops: 500,
+                raw_events: 0,
+                overhead_ns_per_event: 0.0,
+                traced_ns: 1.0,
+                untraced_ns: 1.0,
+                compute_scale: 1.0,
+            },
+            instances: Vec::new(),
+            events,
+            fallbacks: Vec::new(),
+        };
+        let measured = vec![
+            Measured {
+                mode: Mode::Processes,
+                tasks: 1,
+                metrics: vec![("faults/sec".into(), vec![500_000.0; 3])],
+            },
+            Measured {
+                mode: Mode::Processes,
+                tasks: 2,
+                metrics: vec![("faults/sec".into(), vec![1_000_000.0; 3])],
+            },
+        ];
+        let rows = project_measured(&host, &trace, &measured, 1).unwrap();
+        assert_eq!(rows.len(), 2);
+        // One task: 1000 ns compute + 1000 ns clearing = 500,000 faults/s. Two: 4.096 GB/s
+        // each, the node's 8.192 shared without loss: 1,000,000.
+        for r in &rows {
+            assert!(
+                r.error_pct.abs() < 1.0,
+                "{} tasks: projected {} against {}",
+                r.tasks,
+                r.projected,
+                r.measured
+            );
+        }
+    }
+
+    fn change(published_pct: f64, projected_pct: f64, beyond_noise: bool) -> Change {
+        Change {
             profile: "b".into(),
             mode: "threads".into(),
             tasks: 4,
             metric: "faults/sec".into(),
-            published_pct: -9.51,
-            projected_pct: -4.0,
-        };
+            published_pct,
+            projected_pct,
+            projected_low: projected_pct,
+            projected_high: projected_pct,
+            beyond_noise,
+        }
+    }
+
+    #[test]
+    fn changes_report_sign_and_points() {
+        let c = change(-9.51, -4.0, true);
         assert!(c.sign_right());
         assert!((c.error_points() - 5.51).abs() < 1e-9);
-        let t = TableReport {
-            table: "t".into(),
-            experiment: "e".into(),
-            machine: "m".into(),
-            rows: Vec::new(),
-            changes: vec![
-                c.clone(),
-                Change {
-                    projected_pct: 3.0,
-                    ..c.clone()
-                },
-                Change {
-                    projected_pct: -10.0,
-                    ..c
-                },
-            ],
-            events: 0,
-            replay_seconds: 0.0,
+        let changes = vec![
+            c.clone(),
+            change(-9.51, 3.0, true),
+            change(-9.51, -10.0, true),
+        ];
+        let s = Summaries::of(&[], &changes);
+        let b = &s.beyond_noise;
+        assert_eq!((b.right_sign, b.within_10_points, b.changes), (2, 2, 3));
+        // Resolved: the whole range on the published side of zero.
+        assert_eq!(b.resolved_right_sign, 2);
+        let straddles = Change {
+            projected_high: 1.0,
+            ..change(-9.51, -4.0, true)
         };
-        let (right, n, med) = t.summary();
-        assert_eq!((right, n), (2, 3));
-        assert!((med - 5.51).abs() < 1e-9, "{med}");
-        assert!(t.render().contains("WRONG"));
+        assert!(straddles.sign_right() && !straddles.resolved_right());
+        assert!((b.median_error_points.unwrap() - 5.51).abs() < 1e-9);
+        assert_eq!(s.within_noise.changes, 0);
+    }
+
+    fn pub_row(profile: &str, tasks: usize, value: f64, stddev: Option<f64>) -> PubRow {
+        PubRow {
+            profile: profile.into(),
+            mode: Mode::Processes,
+            tasks,
+            metric: "faults/sec".into(),
+            value,
+            stddev,
+        }
+    }
+
+    /// Beyond the noise: 5 points or more, or mean +/- stddev apart; within otherwise.
+    #[test]
+    fn changes_are_classed_by_the_published_noise() {
+        let base = pub_row("a", 4, 1000.0, Some(5.0));
+        // +2%, stddevs 5 and 5: 20 apart, ranges do not overlap: beyond.
+        assert!(beyond_noise(&base, &pub_row("b", 4, 1020.0, Some(5.0))));
+        // +2%, stddevs 15 and 15: ranges overlap: within.
+        let wide = pub_row("a", 4, 1000.0, Some(15.0));
+        assert!(!beyond_noise(&wide, &pub_row("b", 4, 1020.0, Some(15.0))));
+        // -5%: beyond whatever the stddevs.
+        assert!(beyond_noise(&wide, &pub_row("b", 4, 950.0, Some(100.0))));
+        // No stddevs (an mmtests table): only the 5 points count.
+        let bare = pub_row("a", 4, 1000.0, None);
+        assert!(!beyond_noise(&bare, &pub_row("b", 4, 1040.0, None)));
+        assert!(beyond_noise(&bare, &pub_row("b", 4, 1060.0, None)));
+    }
+
+    fn proj_row(tasks: usize, captures: &[&[f64]]) -> ProjRow {
+        ProjRow {
+            mode: Mode::Processes,
+            tasks,
+            captures: captures
+                .iter()
+                .map(|v| crate::project::Row {
+                    mode: Mode::Processes,
+                    tasks,
+                    metrics: vec![("faults/sec".into(), true, v.to_vec())],
+                    classes: Vec::new(),
+                    events: 0,
+                    seconds: 0.0,
+                })
+                .collect(),
+        }
+    }
+
+    const TABLE: Published = Published {
+        name: "hand-built",
+        experiment: "e",
+        machine: "m",
+        mean: MeanKind::Arithmetic,
+        csv: "profile,mode,tasks,metric,value,stddev
+a,processes,1,faults/sec,1000,1
+b,processes,1,faults/sec,1010,1
+a,processes,4,faults/sec,4000,10
+b,processes,4,faults/sec,4400,10
+a,processes,8,faults/sec,8000,100
+b,processes,8,faults/sec,8080,100
+",
+    };
+
+    /// A NaN row is a failure, named, counted in its class and never sorted away; the rows
+    /// `trap_ns` is fitted to (the baseline's one-task row) are named and left out of the row
+    /// errors.
+    #[test]
+    fn failures_are_named_and_fitted_rows_excluded() {
+        let rows = TABLE.rows().unwrap();
+        assert_eq!(rows[0].stddev, Some(1.0));
+        let projected = |profile: &str, _mode: Mode, tasks: usize| -> Option<ProjRow> {
+            Some(match (profile, tasks) {
+                // The fitted row is far off: it must not weigh in the row errors.
+                ("a", 1) => proj_row(1, &[&[2000.0]]),
+                ("b", 1) => proj_row(1, &[&[1010.0]]),
+                ("a", 4) => proj_row(4, &[&[4000.0], &[4000.0]]),
+                // b at 4 tasks: a window of 0 and a NaN make the row no number.
+                ("b", 4) => proj_row(4, &[&[f64::NAN], &[4400.0]]),
+                ("a", 8) => proj_row(8, &[&[8000.0]]),
+                _ => proj_row(8, &[&[8080.0]]),
+            })
+        };
+        let (compared, changes) = compare_table(&TABLE, &rows, "a", &projected).unwrap();
+        let s = Summaries::of(&compared, &changes);
+        assert_eq!(s.fitted_rows, ["a processes 1 faults/sec"]);
+        assert_eq!(s.failed_rows, ["b processes 4 faults/sec"]);
+        // Rows scored: b 1 (0%), a 4 (0%), b 4 (failed: infinite), a 8 (0%), b 8 (0%): the
+        // fitted row's +100% is not among them.
+        assert_eq!(s.median_row_error_pct, Some(0.0));
+        // b against a: +1% at 1 task (stddevs 1 and 1: beyond), +10% at 4 (beyond, failed),
+        // +1% at 8 (stddevs 100: within).
+        let b = &s.beyond_noise;
+        assert_eq!(b.changes, 2);
+        assert_eq!(b.failures, ["b processes 4 faults/sec"]);
+        assert_eq!(b.right_sign, 0, "1 task: +1% published, -49.5% projected");
+        assert_eq!(b.median_error_points, Some(f64::INFINITY));
+        let w = &s.within_noise;
+        assert_eq!((w.changes, w.right_sign, w.within_10_points), (1, 1, 1));
+        let text = s.render("hand-built");
+        assert!(
+            text.contains("FAILED (no finite projection): b processes 4 faults/sec"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rows trap_ns is fitted to, left out of these summaries: a processes 1 faults/sec"
+            ),
+            "{text}"
+        );
+    }
+
+    /// The 2018 table publishes arithmetic means of runs: the projection is compared on the
+    /// arithmetic mean of its samples, not the harmonic one; the pft table on the harmonic.
+    #[test]
+    fn the_2018_table_is_compared_on_arithmetic_means() {
+        let t = published("page_fault1-2018").unwrap();
+        assert_eq!(t.mean, MeanKind::Arithmetic);
+        assert_eq!(
+            published("pft-single-vma-2023").unwrap().mean,
+            MeanKind::Harmonic
+        );
+        let rows = t.rows().unwrap();
+        assert!(rows.iter().all(|r| r.stddev.is_some()));
+        // Samples 1e6 and 3e6 in two captures: amean 2e6, hmean 1.5e6.
+        let projected = |_: &str, mode: Mode, tasks: usize| -> Option<ProjRow> {
+            let mut r = proj_row(tasks, &[&[1e6], &[3e6]]);
+            r.mode = mode;
+            Some(r)
+        };
+        let (compared, changes) = compare_table(t, &rows, "linux-4.15", &projected).unwrap();
+        assert!(compared.iter().all(|c| c.projected == 2e6), "{compared:?}");
+        assert!(
+            compared
+                .iter()
+                .all(|c| c.projected_low == 1e6 && c.projected_high == 3e6)
+        );
+        // Each profile's captures range 1e6..3e6: the change ranges from -66.7% to +200%.
+        let c = &changes[0];
+        assert_eq!(c.projected_pct, 0.0);
+        assert!((c.projected_low + 100.0 * 2.0 / 3.0).abs() < 1e-9 && c.projected_high == 200.0);
+        // 4 profiles x 2 modes: the baseline's two one-task rows are fitted.
+        assert_eq!(compared.iter().filter(|c| c.fitted).count(), 2);
     }
 }

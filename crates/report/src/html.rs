@@ -520,7 +520,7 @@ fn plots(res: &Results) -> (Vec<PlotOut>, Vec<String>) {
                             }
                         ),
                         Kind::Change => format!(
-                            "{} {}: percent change against {baseline}, positive is better; * significant",
+                            "{} {}: percent change against {baseline}, positive is better; * significant (measured); bars on projected curves: range over the captures",
                             chart.workload, chart.metric
                         ),
                     };
@@ -569,7 +569,14 @@ fn sections(res: &Results, runs: &[&StoredRun]) -> Vec<SourceSection> {
                 Vec::new()
             } else {
                 match compare::build_from(&part.sets, &present, res.rule, &*part.best) {
-                    Ok(c) => comp_tables(&c),
+                    Ok(c) => {
+                        if c.has_projected() {
+                            notes.push(String::from(
+                                "The changes of mean rows here show [low, high], the range of the change over every pairing of a baseline capture's mean with one of the column's captures; they carry no significance asterisks: a projection's spread is the model's capture noise, not a sample of the machine. The change plots draw that range as error bars."
+                            ));
+                        }
+                        comp_tables(&c)
+                    }
                     Err(e) => {
                         notes.push(e);
                         Vec::new()
@@ -644,6 +651,12 @@ fn comp_tables(c: &Comparison) -> Vec<CompTable> {
                         .map(|cell| {
                             let significant = cell.significant == Some(true);
                             let (change, direction) = match cell.pct_change {
+                                // A projected column: the change and its range over the
+                                // captures' pairings, as `pagelab compare` prints it.
+                                Some(p) if p.is_finite() && cell.interval.is_some() => {
+                                    let (lo, hi) = cell.interval.unwrap_or_default();
+                                    (format!("({p:.2}% [{lo:.2}, {hi:.2}])"), "")
+                                }
                                 Some(p) if p.is_finite() && significant => (
                                     format!("*{p:.2}%*"),
                                     if p > 0.0 {
@@ -736,6 +749,14 @@ mod tests {
         );
         assert!(html.contains("vma_lock_abort"));
         assert!(html.contains("<td class=\"num\">42</td>"));
+        // The projected section: new is 10% worse at every task count, with no spread; its
+        // mean rows show the interval and no asterisk, and a note says what it is.
+        assert!(
+            html.contains("<td class=\"chg\">(-10.00% [-10.00, -10.00])</td>"),
+            "{html}"
+        );
+        assert!(!html.contains("*-10.00%*"), "{html}");
+        assert!(html.contains("range of the change over every pairing"));
     }
 
     #[test]

@@ -454,6 +454,7 @@ impl Figure {
                 let mut lo: f64 = 0.0;
                 let mut hi: f64 = 0.0;
                 let mut any_star = false;
+                let mut any_interval = false;
                 let mut all_changes = Vec::new();
                 for p in &chart.panels {
                     let changes = p.changes(chart.higher_is_better, ctx.rule);
@@ -461,9 +462,11 @@ impl Figure {
                     for c in &changes {
                         let (dash, marker) = look(&c.source);
                         for pt in &c.points {
-                            lo = lo.min(pt.pct);
-                            hi = hi.max(pt.pct);
+                            let (l, h) = pt.interval.unwrap_or((pt.pct, pt.pct));
+                            lo = lo.min(pt.pct).min(l);
+                            hi = hi.max(pt.pct).max(h);
                             any_star |= pt.significant;
+                            any_interval |= pt.interval.is_some();
                         }
                         curves.push(Curve {
                             colour: colour(c.colour),
@@ -477,7 +480,7 @@ impl Figure {
                                 .map(|p| Dot {
                                     x: lg(p.tasks),
                                     y: p.pct,
-                                    bar: None,
+                                    bar: p.interval,
                                     star: p.significant,
                                 })
                                 .collect(),
@@ -545,6 +548,12 @@ impl Figure {
                     legend_items.push((
                         Glyph::Star,
                         format!("significant ({})", rule_name(ctx.rule)),
+                    ));
+                }
+                if any_interval {
+                    legend_items.push((
+                        Glyph::Line(INK, Dash::Solid, None, 1),
+                        "bars on projected curves: range of the change over the captures' pairings (no significance test)".into(),
                     ));
                 }
                 let span = (hi - lo).max(2.0);

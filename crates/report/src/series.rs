@@ -10,6 +10,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use pagelab_bench::compare;
 use pagelab_bench::results::{Origin, StoredRun};
 use pagelab_bench::stats::{self, Significance, Summary};
 use serde::Serialize;
@@ -105,6 +106,10 @@ pub struct Point {
     pub spread: f64,
     /// The pooled sample set, for the significance of changes.
     pub summary: Summary,
+    /// The sample set of each pooled (run, repeat): a projected run's repeats are its
+    /// captures, whose means make a projected change's interval.
+    #[serde(skip)]
+    pub repeats: Vec<Summary>,
 }
 
 /// One curve: a label's samples from one source, in one mode.
@@ -185,14 +190,15 @@ pub fn colour_slots(res: &Results) -> Vec<usize> {
     slots
 }
 
-/// The charts of the selected results: one per (workload, metric), in the order the sample sets
-/// first name them (as compare orders its rows); sets of labels not selected are ignored.
+/// The charts of the selected results: one per (workload, metric), workloads in the order the
+/// sample sets first name them and metrics in compare's natural order (as compare orders its
+/// rows); sets of labels not selected are ignored.
 pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
     let source_of: HashMap<i64, Source> = res.runs.iter().map(|r| (r.id, Source::of(r))).collect();
     let slots = colour_slots(res);
     type Key<'a> = (&'a str, &'a str, bool);
     // (workload, metric, higher) -> mode -> (label index, source) -> tasks -> pooled set
-    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, Summary>>;
+    type Curves = BTreeMap<(usize, Source), BTreeMap<u32, (Summary, Vec<Summary>)>>;
     let mut order: Vec<Key> = Vec::new();
     let mut groups: HashMap<Key, BTreeMap<&str, Curves>> = HashMap::new();
     for s in &res.sets {
@@ -217,7 +223,7 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
         if !order.contains(&key) {
             order.push(key);
         }
-        groups
+        let pooled = groups
             .entry(key)
             .or_default()
             .entry(&s.key.mode)
@@ -225,9 +231,24 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
             .entry((label_index, source))
             .or_default()
             .entry(s.key.tasks)
-            .or_default()
-            .merge(&s.summary);
+            .or_default();
+        pooled.0.merge(&s.summary);
+        pooled.1.extend(s.repeats.iter().map(|(_, r)| *r));
     }
+    // Workloads in the order the sets first name them; within one, metrics in compare's
+    // natural order (send-128 before send-1024), which the store's text order is not.
+    let workloads: Vec<&str> = order.iter().fold(Vec::new(), |mut w, k| {
+        if !w.contains(&k.0) {
+            w.push(k.0);
+        }
+        w
+    });
+    order.sort_by(|a, b| {
+        let pos = |w: &str| workloads.iter().position(|x| *x == w);
+        pos(a.0)
+            .cmp(&pos(b.0))
+            .then_with(|| pagelab_bench::compare::natural_cmp(a.1, b.1))
+    });
     order
         .into_iter()
         .map(|key @ (workload, metric, higher_is_better)| {
@@ -245,13 +266,14 @@ pub fn charts(res: &Results, f: &Filter) -> Vec<Chart> {
                             source,
                             points: by_tasks
                                 .into_iter()
-                                .map(|(tasks, summary)| {
+                                .map(|(tasks, (summary, repeats))| {
                                     let (mean, spread) = summarise(&summary, higher_is_better);
                                     Point {
                                         tasks,
                                         mean,
                                         spread,
                                         summary,
+                                        repeats,
                                     }
                                 })
                                 .collect(),
@@ -275,8 +297,12 @@ pub struct Change {
     pub tasks: u32,
     /// Percent change of the mean against the baseline's, positive when better.
     pub pct: f64,
-    /// Whether the selected rule calls the difference significant (compare's asterisks).
+    /// Whether the selected rule calls the difference significant (compare's asterisks);
+    /// never for projected curves, which carry an interval instead.
     pub significant: bool,
+    /// Projected curves: the range of the change over every pairing of a baseline capture's
+    /// mean with one of this curve's (as `compare` prints it).
+    pub interval: Option<(f64, f64)>,
 }
 
 /// A label's change against its source's baseline label (see [`Panel::changes`]).
@@ -319,15 +345,26 @@ impl Panel {
                         } else {
                             stats::pct_change(b.mean, p.mean, higher_is_better)
                         };
+                        let projected = s.source.origin == Origin::Projected;
                         pct.is_finite().then(|| Change {
                             tasks: p.tasks,
                             pct,
-                            significant: stats::significant_summary(
-                                &b.summary,
-                                &p.summary,
-                                higher_is_better,
-                                rule,
-                            ),
+                            significant: !projected
+                                && stats::significant_summary(
+                                    &b.summary,
+                                    &p.summary,
+                                    higher_is_better,
+                                    rule,
+                                ),
+                            interval: if projected {
+                                compare::projected_interval(
+                                    &b.repeats,
+                                    &p.repeats,
+                                    higher_is_better,
+                                )
+                            } else {
+                                None
+                            },
                         })
                     })
                     .collect();
@@ -468,6 +505,22 @@ pub(crate) mod tests {
         assert_eq!(threads.series[1].points.len(), 4);
     }
 
+    /// Sets that name netpipe-like sizes in text order (the store's) give charts in size order.
+    #[test]
+    fn charts_order_metrics_with_numbers_as_numbers() {
+        let (labels, runs, _) = example_parts();
+        let mut s = Vec::new();
+        for m in ["send-1024", "send-128", "send-16384", "send-64"] {
+            s.extend(samples(&runs[0], "threads", 1, m, &[1.0, 2.0]));
+        }
+        let r = Results::from_samples(labels, runs, s, &[], Significance::Interval);
+        let metrics: Vec<String> = charts(&r, &Filter::default())
+            .into_iter()
+            .map(|c| c.metric)
+            .collect();
+        assert_eq!(metrics, ["send-64", "send-128", "send-1024", "send-16384"]);
+    }
+
     #[test]
     fn filters_narrow_to_one_metric_and_mode() {
         let (labels, runs, mut s) = example_parts();
@@ -517,6 +570,14 @@ pub(crate) mod tests {
         assert_eq!(ch[1].points.len(), 4);
         for p in &ch[1].points {
             assert!((p.pct + 10.0).abs() < 1e-9, "{p:?}");
+            // No spread either side, yet no asterisk: a projection is never tested for
+            // significance; its interval (one capture a side here) is the change itself.
+            assert!(!p.significant, "{p:?}");
+            let (lo, hi) = p.interval.unwrap();
+            assert!(
+                (lo + 10.0).abs() < 1e-9 && (hi + 10.0).abs() < 1e-9,
+                "{p:?}"
+            );
         }
         assert_eq!(ch[1].baseline, "base");
         // Lower is better: a smaller time is a positive change.
@@ -533,6 +594,7 @@ pub(crate) mod tests {
                         mean: 10.0,
                         spread: 0.0,
                         summary: Summary::of(&[10.0]),
+                        repeats: Vec::new(),
                     }],
                 },
                 Series {
@@ -545,6 +607,7 @@ pub(crate) mod tests {
                         mean: 8.0,
                         spread: 0.0,
                         summary: Summary::of(&[8.0]),
+                        repeats: Vec::new(),
                     }],
                 },
             ],
@@ -625,5 +688,33 @@ pub(crate) mod tests {
         assert_eq!(p.describe(), "projected for x");
         let r = run(9, "l", Origin::Measured, Some("ignored"));
         assert_eq!(Source::of(&r), m);
+    }
+
+    /// A projected curve's change carries the range over its captures (stored as repeats): two
+    /// captures of `new` at 80 and 120 against `base` at 100 give -20% to +20%.
+    #[test]
+    fn projected_changes_carry_the_captures_range() {
+        let pa = run(3, "base", Origin::Projected, Some("big-box"));
+        let pb = run(4, "new", Origin::Projected, Some("big-box"));
+        let mut s = samples(&pa, "threads", 4, "faults/sec", &[100.0, 100.0]);
+        for (r, v) in [80.0, 120.0].into_iter().enumerate() {
+            for mut x in samples(&pb, "threads", 4, "faults/sec", &[v, v]) {
+                x.repeat = r as u32;
+                x.seq += 2 * r as u32;
+                s.push(x);
+            }
+        }
+        let res = Results::from_samples(
+            vec!["base".into(), "new".into()],
+            vec![pa, pb],
+            s,
+            &[],
+            Significance::Interval,
+        );
+        let c = charts(&res, &Filter::default());
+        let ch = c[0].panels[0].changes(true, Significance::Interval);
+        let p = &ch[0].points[0];
+        assert_eq!(p.interval, Some((-20.0, 20.0)), "{p:?}");
+        assert!(!p.significant);
     }
 }

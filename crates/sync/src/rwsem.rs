@@ -307,6 +307,16 @@ impl<T> RwSem<T> {
         if self.forced_to_fail(Access::Shared) {
             return None;
         }
+        // `down_read_trylock` reads the count before its compare-and-exchange: under
+        // contention that read fetches the line shared and the exchange must then invalidate
+        // the other copies, a second transfer the replay's coherence model charges.
+        trace::line(
+            self.hdr.class,
+            self as *const Self as usize,
+            LockModel::RwSem,
+            false,
+            trace::Sym::Here,
+        );
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
             if cur & READ_FAIL_MASK != 0 {

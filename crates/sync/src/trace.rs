@@ -215,6 +215,31 @@ pub enum Kind {
     TlbFlush,
     /// `n` operations of the workload completed (what its metric counts).
     Ops(u32),
+    /// A plain read (`write == false`) or write of a shared cache line, or of the line a
+    /// symbolic reference names ([`Sym`]): what the replay's coherence model costs by who
+    /// touched that line last.
+    Line { write: bool, sym: Sym },
+}
+
+/// Which cache line a [`Kind::Line`] event touches, relative to its instance.
+///
+/// Some lines cannot be named by address in a one-task capture, because whose they are
+/// depends on the interleaving: the entry at the head of a shared list was put there by
+/// whichever CPU added last, a buddy block was freed by someone. Such lines are recorded
+/// symbolically, relative to the list head they hang off (the event's instance), and the
+/// replay resolves them against its own record of who last wrote them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sym {
+    /// The line at the instance's address itself (a list head, a counter, a sequence count,
+    /// a lock word read before its compare-and-exchange).
+    Here,
+    /// The line of the current first entry of the list headed at the instance: the
+    /// `struct page` whose `lru.prev` a `list_add` or a splice rewrites, or which a
+    /// `list_del` of the first entry takes off (`__rmqueue_smallest`).
+    First,
+    /// The line of some other entry of the list headed at the instance: the buddy block a
+    /// free merges with (`__free_one_page` unlinking the buddy from its free list).
+    Entry,
 }
 
 /// One recorded event.
@@ -372,6 +397,36 @@ pub fn atomic(class: &'static LockClass, instance: usize) {
     if active() && class.scope.is_shared() {
         push(Kind::Atomic, class, instance, LockModel::Line);
     }
+}
+
+/// A plain access to a shared cache line: `write` or read, of the line at `instance` or of
+/// the line `sym` names relative to it. `model` is the instance's lock algorithm when the
+/// line is a lock word (an rwsem count read before its compare-and-exchange), else
+/// [`LockModel::Line`].
+#[inline]
+pub fn line(class: &'static LockClass, instance: usize, model: LockModel, write: bool, sym: Sym) {
+    if active() && class.scope.is_shared() {
+        push(Kind::Line { write, sym }, class, instance, model);
+    }
+}
+
+/// A plain read of the shared line at `instance` (a sequence count, a counter).
+#[inline]
+pub fn line_read(class: &'static LockClass, instance: usize) {
+    line(class, instance, LockModel::Line, false, Sym::Here);
+}
+
+/// A plain write of the shared line at `instance` (a list head, a counter written under a
+/// lock, a sequence count).
+#[inline]
+pub fn line_write(class: &'static LockClass, instance: usize) {
+    line(class, instance, LockModel::Line, true, Sym::Here);
+}
+
+/// A write of the line `sym` names relative to the list head at `anchor` (see [`Sym`]).
+#[inline]
+pub fn line_sym_write(class: &'static LockClass, anchor: usize, sym: Sym) {
+    line(class, anchor, LockModel::Line, true, sym);
 }
 
 /// A page-fault exception (the engine's software MMU found no usable entry).
@@ -532,6 +587,57 @@ mod tests {
         assert_eq!(ev[2].kind, Kind::Ops(3));
         assert!(ev.windows(2).all(|w| w[0].t <= w[1].t));
         assert!(stop().is_empty());
+    }
+
+    #[test]
+    fn line_events_carry_access_reference_and_model_and_skip_unshared_classes() {
+        static PRIVATE: LockClass = LockClass::new("p", Scope::Cpu);
+        line_read(&PRIVATE, 5);
+        start(16);
+        line_read(&A, 1);
+        line_write(&A, 2);
+        line_sym_write(&A, 3, Sym::First);
+        line(&A, 4, LockModel::RwSem, false, Sym::Here);
+        line_write(&PRIVATE, 6);
+        let ev = stop();
+        let got: Vec<_> = ev.iter().map(|e| (e.kind, e.instance, e.model)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    Kind::Line {
+                        write: false,
+                        sym: Sym::Here
+                    },
+                    1,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: true,
+                        sym: Sym::Here
+                    },
+                    2,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: true,
+                        sym: Sym::First
+                    },
+                    3,
+                    LockModel::Line
+                ),
+                (
+                    Kind::Line {
+                        write: false,
+                        sym: Sym::Here
+                    },
+                    4,
+                    LockModel::RwSem
+                ),
+            ]
+        );
     }
 
     #[test]

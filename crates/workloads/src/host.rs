@@ -15,6 +15,8 @@ use rustix::mm::{MapFlags, ProtFlags};
 use crate::WorkloadError;
 use crate::vm::Vm;
 
+const PAGE: u64 = 4096;
+
 fn host_err(what: &str, e: impl std::fmt::Display) -> WorkloadError {
     WorkloadError::Host(format!("{what}: {e}"))
 }
@@ -26,6 +28,9 @@ fn host_err(what: &str, e: impl std::fmt::Display) -> WorkloadError {
 struct Region {
     addr: u64,
     len: u64,
+    /// Cleared when the region is split ([`HostVm::munmap`] of part of it): its pieces own
+    /// the range from then on, so dropping this handle must not unmap anything.
+    owns: bool,
 }
 
 impl Region {
@@ -36,8 +41,12 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: the region is a mapping this module made, and this is its last handle: no
-        // task can reach it any more, so no later store can hit the unmapped range.
+        if !self.owns {
+            return;
+        }
+        // SAFETY: the region is a mapping this module made (or a piece of one, which it owns
+        // alone since the split), and this is its last handle: no task can reach it any more,
+        // so no later store can hit the unmapped range.
         let _ = unsafe { rustix::mm::munmap(self.addr as *mut _, self.len as usize) };
     }
 }
@@ -94,7 +103,11 @@ impl HostVm {
     }
 
     fn record(&self, addr: u64, len: u64) -> u64 {
-        let r = Arc::new(Region { addr, len });
+        let r = Arc::new(Region {
+            addr,
+            len,
+            owns: true,
+        });
         self.space
             .regions
             .write()
@@ -204,23 +217,83 @@ impl Vm for HostVm {
         }
     }
 
+    /// `munmap` of whole mappings, or of a page-aligned part of mappings (the kernel splits
+    /// the VMA; here the region is split into pieces that each own their range, and the
+    /// piece in the hole is dropped, which unmaps it). Splitting needs the region to be held
+    /// by no other thread (they let go at their barriers): a thread that still held it could
+    /// otherwise store into the hole. Holes in the range are skipped, as the kernel does.
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
-        let taken = {
+        let page = PAGE;
+        if !addr.is_multiple_of(page) || len == 0 {
+            return Err(WorkloadError::Fault(format!(
+                "munmap of {addr:#x}+{len:#x}: not page-aligned or empty"
+            )));
+        }
+        let end = addr + len.div_ceil(page) * page;
+        // Forget our own handles to what we unmap first, so that only other threads' handles
+        // can stand in the way of a split.
+        self.cache
+            .borrow_mut()
+            .retain(|r| r.addr + r.len <= addr || r.addr >= end);
+        let holes = {
             let mut regions = self
                 .space
                 .regions
                 .write()
                 .expect("no thread panics holding the region list");
-            let Some(i) = regions.iter().position(|r| r.addr == addr && r.len == len) else {
+            let hit: Vec<usize> = (0..regions.len())
+                .filter(|&i| regions[i].addr < end && regions[i].addr + regions[i].len > addr)
+                .collect();
+            if hit.is_empty() {
                 return Err(WorkloadError::Fault(format!(
                     "munmap of {addr:#x}+{len:#x}, not a mapping of this address space"
                 )));
-            };
-            regions.swap_remove(i)
+            }
+            // Exact whole regions are handed over as they are (another thread may still hold
+            // one: the mapping then goes when it lets go). A region cut in part must be ours
+            // alone.
+            for &i in &hit {
+                let r = &regions[i];
+                let whole = r.addr >= addr && r.addr + r.len <= end;
+                if !whole && Arc::strong_count(r) > 1 {
+                    return Err(WorkloadError::Fault(format!(
+                        "munmap of part of {:#x}+{:#x} while another thread still holds it",
+                        r.addr, r.len
+                    )));
+                }
+            }
+            let mut holes = Vec::new();
+            let mut pieces = Vec::new();
+            for &i in hit.iter().rev() {
+                let r = regions.swap_remove(i);
+                let (ra, re) = (r.addr, r.addr + r.len);
+                if ra >= addr && re <= end {
+                    holes.push(r);
+                    continue;
+                }
+                let mut whole = Arc::try_unwrap(r).expect("checked: the list held the only handle");
+                whole.owns = false;
+                let piece = |a: u64, e: u64| {
+                    Arc::new(Region {
+                        addr: a,
+                        len: e - a,
+                        owns: true,
+                    })
+                };
+                if ra < addr {
+                    pieces.push(piece(ra, addr));
+                }
+                holes.push(piece(ra.max(addr), re.min(end)));
+                if re > end {
+                    pieces.push(piece(end, re));
+                }
+            }
+            regions.extend(pieces);
+            holes
         };
-        self.cache.borrow_mut().retain(|r| !Arc::ptr_eq(r, &taken));
-        // The mapping goes here unless another thread still holds it (until its next idle).
-        drop(taken);
+        // The holes go here (outside the list's lock), unless another thread still holds a
+        // whole region (until its next idle).
+        drop(holes);
         Ok(())
     }
 
@@ -273,5 +346,35 @@ mod tests {
         let b = p.mmap_anon(1 << 20).unwrap();
         assert!(q.store(b).is_err());
         assert!(p.store(b + 3).is_err(), "unaligned store refused");
+    }
+
+    /// Unmapping part of a mapping splits it: the hole is gone (stores refused), the pieces
+    /// either side stay usable, and unmapping across pieces and holes removes what is left.
+    /// Part of a region another thread still holds is refused until it lets go.
+    #[test]
+    fn partial_munmap_splits_the_region() {
+        let page = PAGE;
+        let vms = HostVm::threads(2);
+        let a = vms[0].mmap_anon(8 * page).unwrap();
+        vms[0].store(a + 3 * page).unwrap();
+        vms[0].munmap(a + 3 * page, page).unwrap();
+        assert!(vms[0].store(a + 3 * page).is_err());
+        vms[0].store(a + 2 * page).unwrap();
+        vms[0].store(a + 4 * page).unwrap();
+        // The other thread holds the piece it stored into: it cannot be cut under it.
+        vms[1].store(a + 5 * page).unwrap();
+        let e = vms[0].munmap(a + 5 * page, page).unwrap_err();
+        assert!(e.to_string().contains("still holds"), "{e}");
+        vms[1].idle();
+        vms[0].munmap(a + 5 * page, page).unwrap();
+        vms[1].store(a + 6 * page).unwrap();
+        vms[1].idle();
+        // Across pieces and holes.
+        vms[0].munmap(a, 8 * page).unwrap();
+        for p in 0..8 {
+            assert!(vms[0].store(a + p * page).is_err() && vms[1].store(a + p * page).is_err());
+        }
+        assert!(vms[0].munmap(a, 8 * page).is_err(), "nothing left to unmap");
+        assert_eq!(vms[0].space.regions.read().unwrap().len(), 0);
     }
 }

@@ -16,19 +16,27 @@
 //! - [`netpipe`]: netperf UDP_STREAM reduced to its allocations: sender/receiver pairs on
 //!   different CPUs pass kmalloc'd buffers of the netperf send sizes (64 to 16384 bytes), the
 //!   receiver freeing on its own CPU; messages per second per send size (engine only).
+//! - [`mapbench`]: RadixVM's mapbench: each task maps, touches and unmaps a region of its own
+//!   in a loop (`mapbench`), or the tasks share one region per round (`mapbench-shared`).
+//! - [`cortenmm`]: CortenMM's microbenchmarks `mmap`, `mmap-pf`, `pf` and `munmap`, timed
+//!   rounds of small requests by threads of one process, in their own slots (low contention)
+//!   or shuffled over everyone's (high contention; [`rounds`] runs them).
 //!
 //! Tasks run as threads of one address space or as processes with their own (on the engine a
 //! process is a task with its own `Mm`).
 
+pub mod cortenmm;
 pub mod engine;
 pub mod host;
 pub mod host_proc;
 pub mod kvcache;
 pub mod lameter;
+pub mod mapbench;
 pub mod netpipe;
 pub mod page_fault;
 pub mod pft;
 pub mod pin;
+pub mod rounds;
 pub mod runner;
 pub mod vm;
 
@@ -88,10 +96,18 @@ pub enum WorkloadKind {
     Lameter,
     Netpipe,
     Kvcache,
+    Mapbench,
+    MapbenchShared,
+    CortenmmMmap,
+    CortenmmMmapPf,
+    CortenmmPfLow,
+    CortenmmPfHigh,
+    CortenmmMunmapLow,
+    CortenmmMunmapHigh,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 8] = [
+    pub const ALL: [WorkloadKind; 16] = [
         WorkloadKind::PageFault1,
         WorkloadKind::PageFault2,
         WorkloadKind::PageFault3,
@@ -100,6 +116,14 @@ impl WorkloadKind {
         WorkloadKind::Lameter,
         WorkloadKind::Netpipe,
         WorkloadKind::Kvcache,
+        WorkloadKind::Mapbench,
+        WorkloadKind::MapbenchShared,
+        WorkloadKind::CortenmmMmap,
+        WorkloadKind::CortenmmMmapPf,
+        WorkloadKind::CortenmmPfLow,
+        WorkloadKind::CortenmmPfHigh,
+        WorkloadKind::CortenmmMunmapLow,
+        WorkloadKind::CortenmmMunmapHigh,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,7 +136,35 @@ impl WorkloadKind {
             WorkloadKind::Lameter => "lameter",
             WorkloadKind::Netpipe => "netpipe",
             WorkloadKind::Kvcache => "kvcache",
+            WorkloadKind::Mapbench => "mapbench",
+            WorkloadKind::MapbenchShared => "mapbench-shared",
+            WorkloadKind::CortenmmMmap => "cortenmm-mmap",
+            WorkloadKind::CortenmmMmapPf => "cortenmm-mmap-pf",
+            WorkloadKind::CortenmmPfLow => "cortenmm-pf-low",
+            WorkloadKind::CortenmmPfHigh => "cortenmm-pf-high",
+            WorkloadKind::CortenmmMunmapLow => "cortenmm-munmap-low",
+            WorkloadKind::CortenmmMunmapHigh => "cortenmm-munmap-high",
         }
+    }
+
+    /// The CortenMM test this is, if it is one.
+    pub fn cortenmm(self) -> Option<(cortenmm::Op, cortenmm::Contention)> {
+        use cortenmm::{Contention, Op};
+        Some(match self {
+            WorkloadKind::CortenmmMmap => (Op::Mmap, Contention::Low),
+            WorkloadKind::CortenmmMmapPf => (Op::MmapPf, Contention::Low),
+            WorkloadKind::CortenmmPfLow => (Op::Pf, Contention::Low),
+            WorkloadKind::CortenmmPfHigh => (Op::Pf, Contention::High),
+            WorkloadKind::CortenmmMunmapLow => (Op::Munmap, Contention::Low),
+            WorkloadKind::CortenmmMunmapHigh => (Op::Munmap, Contention::High),
+            _ => return None,
+        })
+    }
+
+    /// Workloads whose tasks share one address space by definition: they have no processes
+    /// mode.
+    pub fn threads_only(self) -> bool {
+        matches!(self, WorkloadKind::MapbenchShared) || self.cortenmm().is_some()
     }
 }
 

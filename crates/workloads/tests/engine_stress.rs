@@ -93,7 +93,13 @@ fn policies() -> Vec<(String, Policy)> {
         p.alloc.prezero = true;
         p.alloc.prezero_pool = 256;
     });
+    out.push(("llfree profile".to_string(), llfree()));
     out
+}
+
+/// The shipped LLFree profile: the lock-free allocator in place of the buddy lists and pcps.
+fn llfree() -> Policy {
+    Policy::from_toml_str(include_str!("../../../profiles/llfree.toml")).unwrap()
 }
 
 /// Everything must be back once the run's address spaces are gone.
@@ -189,12 +195,90 @@ fn pft_and_lameter_under_every_switch() {
     }
 }
 
+/// RadixVM's mapbench and CortenMM's tests under every switch: the shared forms split one VMA
+/// under faults of other tasks, munmap splits it page by page, and after each run the engine
+/// must be whole.
+#[test]
+fn research_workloads_under_every_switch() {
+    use pagelab_workloads::cortenmm::{Contention, Corten, CortenParams, Op};
+    use pagelab_workloads::mapbench;
+    use pagelab_workloads::rounds::run_rounds;
+    let stop = AtomicBool::new(false);
+    let spec = SampleSpec {
+        samples: 1,
+        warmup: 0,
+        interval: Duration::from_millis(30),
+    };
+    // Hooks that do nothing; their closures live to the end of the call they are built in.
+    macro_rules! hooks {
+        () => {
+            Hooks {
+                measure_start: &mut || {},
+                sample: &mut |_, _, _| {},
+            }
+        };
+    }
+    for (name, policy) in policies() {
+        for mode in [Mode::Processes, Mode::Threads] {
+            let what = format!("{name} mapbench {mode}");
+            let k = engine::boot(&policy, 64 << 20, TASKS).unwrap();
+            let (erun, vms) = engine::tasks(&k, TASKS, mode, false).unwrap();
+            // As long as the page-fault runs above: a liveness check on a loaded host.
+            let spec = SampleSpec {
+                interval: Duration::from_millis(100),
+                ..spec
+            };
+            let r = run_continuous(vms, spec, &stop, hooks!(), |vm, c, halt| {
+                mapbench::local_loop(vm, 2, c, halt)
+            })
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(r.per_task.iter().sum::<u64>() > 0, "{what}: no progress");
+            check_whole(&k, erun, &what);
+        }
+        let what = format!("{name} mapbench-shared");
+        let k = engine::boot(&policy, 64 << 20, TASKS).unwrap();
+        let (erun, vms) = engine::tasks(&k, TASKS, Mode::Threads, false).unwrap();
+        let r = run_rounds(vms, spec, &stop, hooks!(), &mapbench::Shared { pages: 3 })
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(r.rounds > 0, "{what}: no progress");
+        check_whole(&k, erun, &what);
+        for (op, contention) in [
+            (Op::Mmap, Contention::Low),
+            (Op::MmapPf, Contention::Low),
+            (Op::Pf, Contention::Low),
+            (Op::Pf, Contention::High),
+            (Op::Munmap, Contention::Low),
+            (Op::Munmap, Contention::High),
+        ] {
+            let what = format!("{name} cortenmm {op:?} {contention:?}");
+            let k = engine::boot(&policy, 64 << 20, TASKS).unwrap();
+            let (erun, vms) = engine::tasks(&k, TASKS, Mode::Threads, false).unwrap();
+            let params = CortenParams {
+                op,
+                contention,
+                requests: 16,
+            };
+            let body = Corten::new(params, TASKS).unwrap();
+            let r = run_rounds(vms, spec, &stop, hooks!(), &body)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(r.rounds > 0, "{what}: no progress");
+            check_whole(&k, erun, &what);
+        }
+    }
+}
+
 /// A workload that needs more memory than the arena has stops with an out-of-memory error
 /// instead of hanging or panicking, and leaves the engine whole.
 #[test]
 fn out_of_memory_stops_cleanly() {
+    for (name, policy) in [("default", Policy::default()), ("llfree", llfree())] {
+        out_of_memory_stops_cleanly_under(name, &policy);
+    }
+}
+
+fn out_of_memory_stops_cleanly_under(name: &str, policy: &Policy) {
     let stop = AtomicBool::new(false);
-    let k = engine::boot(&Policy::default(), 16 << 20, 2).unwrap();
+    let k = engine::boot(policy, 16 << 20, 2).unwrap();
     let (erun, vms) = engine::tasks(&k, 2, Mode::Processes, false).unwrap();
     let r = run_continuous(
         vms,
@@ -212,7 +296,7 @@ fn out_of_memory_stops_cleanly() {
     );
     match r {
         Err(pagelab_workloads::WorkloadError::OutOfMemory(_)) => {}
-        other => panic!("expected out of memory, got {other:?}"),
+        other => panic!("{name}: expected out of memory, got {other:?}"),
     }
-    check_whole(&k, erun, "oom");
+    check_whole(&k, erun, &format!("{name} oom"));
 }

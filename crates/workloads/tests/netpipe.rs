@@ -47,6 +47,45 @@ fn zone_lock_holds(k: &Kernel) -> u64 {
     .sum()
 }
 
+/// The high-order callers (slab pages and `kmalloc_large` blocks of orders 1 to 3) on the
+/// LLFree allocator: every message delivered, every page allocated and freed without a zone
+/// lock or a per-CPU list, nothing leaked.
+#[test]
+fn every_size_runs_on_llfree_without_zone_lock() {
+    let policy = Policy::from_toml_str(include_str!("../../../profiles/llfree.toml")).unwrap();
+    for size in SEND_SIZES {
+        let ctx = format!("llfree send-{size}");
+        let k = engine::boot(&policy, ARENA, 2).unwrap();
+        let mem = k.mem();
+        let base = mem.check().unwrap();
+        let np = Netpipe::new(&k, &NetpipeParams::new(1, size)).unwrap();
+        mem.reset_stats();
+        np.run_messages(MESSAGES).unwrap();
+        assert_eq!(
+            np.totals(),
+            [PairTotals {
+                sent: MESSAGES,
+                received: MESSAGES
+            }],
+            "{ctx}"
+        );
+        let ev = mem.events();
+        assert!(ev.sum(VmEvent::PgAlloc) > 0, "{ctx}");
+        assert_eq!(zone_lock_holds(&k), 0, "{ctx}");
+        assert_eq!(ev.sum(VmEvent::PcpAllocHit), 0, "{ctx}");
+        let census = np
+            .quiesce()
+            .unwrap()
+            .expect("the llfree profile runs no kthreads");
+        assert_eq!(census.allocated, base.allocated, "{ctx}: {census:?}");
+        assert_eq!(
+            census.llfree + census.allocated,
+            mem.managed_pages(),
+            "{ctx}"
+        );
+    }
+}
+
 #[test]
 fn every_size_delivers_every_message_in_order_and_leaks_nothing() {
     for name in PROFILES {

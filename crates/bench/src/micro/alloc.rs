@@ -6,7 +6,11 @@
 //!   acquisitions per operation can be read against `batch`;
 //! - orders 1 to 3, pairs, with and without high-order per-CPU lists;
 //! - a producer on CPU 0 allocating and a consumer on CPU 1 freeing (the network receive
-//!   pattern): pages/s, zone->lock acquisitions, contention and wait time.
+//!   pattern): pages/s, zone->lock acquisitions, contention and wait time;
+//! - concurrent 4 KiB allocation and free on 1 and 2 CPUs at once, as pairs and as bursts,
+//!   Linux 6.7's buddy allocator with its adaptive per-CPU lists against the LLFree allocator
+//!   (`alloc.allocator = "llfree"`), with the ratio of their times (the LLFree paper's
+//!   headline comparison, at the CPU counts this host has).
 //!
 //! Timings are medians over rounds, with the policies interleaved within every round. Lock
 //! counts come from a separate pass with lock statistics on, so the timed passes do not pay for
@@ -20,7 +24,7 @@ use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 use crossbeam_queue::ArrayQueue;
 use pagelab_mm::alloc::pcp::PcpParams;
 use pagelab_mm::alloc::slab::{KMALLOC_SIZES, SlabAllocator};
-use pagelab_mm::policy::{Count, PcpLists, PcpTune};
+use pagelab_mm::policy::{Allocator, Count, PcpLists, PcpTune};
 use pagelab_mm::vmstat::VmEvent;
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
 use pagelab_sync::LockStatsSnapshot;
@@ -129,6 +133,8 @@ pub struct AllocBenchReport {
     /// `(order, rows)`.
     pub high_order: Vec<(u32, Vec<Row>)>,
     pub producer_consumer: Vec<Row>,
+    /// Concurrent order-0 allocation and free: buddy+pcp against LLFree.
+    pub concurrent: Vec<ConcurrentRow>,
     /// Slab: per size class, `(size, order, rows)` where each row's `ns` is a kmalloc+kfree
     /// pair and `rate` holds ns per object of a burst.
     pub slab: Vec<SlabRow>,
@@ -136,6 +142,84 @@ pub struct AllocBenchReport {
     pub ops: u64,
     pub rounds: usize,
     pub interrupted: bool,
+}
+
+/// One concurrent pattern at one thread count: both allocators.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConcurrentRow {
+    /// `pairs` (alloc then free, one page at a time) or `bursts` (1024 allocations, then
+    /// 1024 frees).
+    pub pattern: &'static str,
+    pub threads: usize,
+    /// Median wall time per page (one allocation and its free) per thread, ns.
+    pub buddy_ns: f64,
+    pub llfree_ns: f64,
+    /// zone->lock acquisitions per 1000 pages under buddy+pcp (counting pass); LLFree takes none.
+    pub buddy_zone_locks_per_kpage: f64,
+}
+
+impl ConcurrentRow {
+    /// LLFree's time as a fraction of buddy+pcp's (below 1: LLFree is faster).
+    pub fn time_ratio(&self) -> f64 {
+        self.llfree_ns / self.buddy_ns
+    }
+}
+
+/// The two allocators of the concurrent comparison: Linux 6.7's buddy lists behind adaptive
+/// per-CPU lists, and LLFree (which replaces both).
+pub fn concurrent_variants() -> [Variant; 2] {
+    let buddy = pcp_policy(
+        PcpLists::HighOrder,
+        Count::Auto,
+        Count::Auto,
+        PcpTune::Adaptive,
+    );
+    let mut llfree = pcp_policy(PcpLists::None, Count::Auto, Count::Auto, PcpTune::Fixed);
+    llfree.alloc.allocator = Allocator::Llfree;
+    [
+        Variant {
+            name: "buddy+pcp (6.7)".into(),
+            policy: buddy,
+        },
+        Variant {
+            name: "llfree".into(),
+            policy: llfree,
+        },
+    ]
+}
+
+/// `threads` threads, thread `t` on CPU `t` (pinned to core `t` when `pin`), each doing
+/// `pages` order-0 allocations and frees in `pattern`, started together. Returns the wall time
+/// per page per thread, ns: the slowest thread's time over its pages.
+fn concurrent(mem: &Mem, threads: usize, pattern: &str, pages: u64, pin: bool) -> f64 {
+    let barrier = std::sync::Barrier::new(threads);
+    let times: Vec<f64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    if pin {
+                        pin_to_core(t);
+                    }
+                    mem.enter_lock_stats();
+                    let cpu = CpuId(t as u16);
+                    let mut buf = Vec::with_capacity(BURST);
+                    barrier.wait();
+                    let ns = if pattern == "pairs" {
+                        ns_per_op(pages, || pairs(mem, cpu, 0, pages))
+                    } else {
+                        ns_per_op(pages, || bursts(mem, cpu, pages, &mut buf))
+                    };
+                    if pin {
+                        unpin();
+                    }
+                    ns
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    times.into_iter().fold(0.0, f64::max)
 }
 
 /// One slab size class measured under one policy.
@@ -392,7 +476,51 @@ pub fn run(
         rep.producer_consumer
             .push(row(b, 1e9 / rate, Some(rate), pages, zl, tf));
     }
-    // 5. slab: the order-0-only policy against high-order per-CPU lists, per size class.
+    // 5. concurrent order-0: buddy+pcp against LLFree, 1 and 2 threads, interleaved.
+    progress("concurrent 4 KiB alloc+free: buddy+pcp against llfree, 1 and 2 threads");
+    let conc: Vec<Built> = concurrent_variants()
+        .into_iter()
+        .map(|v| {
+            Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy)
+                .map(|m| Built {
+                    name: v.name.clone(),
+                    mem: std::sync::Arc::new(m),
+                })
+                .map_err(|e| format!("{}: {e}", v.name))
+        })
+        .collect::<Result<_, _>>()?;
+    unpin();
+    for pattern in ["pairs", "bursts"] {
+        let pages = (cfg.ops / BURST as u64).max(1) * BURST as u64;
+        for threads in [1usize, 2] {
+            let mut times = [Vec::new(), Vec::new()];
+            for _ in 0..cfg.rounds {
+                for (i, b) in conc.iter().enumerate() {
+                    concurrent(&b.mem, threads, pattern, pages / 10, pinned); // warm-up
+                    times[i].push(concurrent(&b.mem, threads, pattern, pages, pinned));
+                }
+                if stopped() {
+                    rep.interrupted = true;
+                    return Ok(rep);
+                }
+            }
+            let (zl, _) = counted(&conc[0].mem, || {
+                concurrent(&conc[0].mem, threads, pattern, pages, pinned);
+            });
+            rep.concurrent.push(ConcurrentRow {
+                pattern,
+                threads,
+                buddy_ns: median(&mut times[0]),
+                llfree_ns: median(&mut times[1]),
+                buddy_zone_locks_per_kpage: zl.acquisitions as f64 * 1000.0
+                    / (pages * threads as u64) as f64,
+            });
+        }
+    }
+    built.extend(conc);
+    pin_to_core(0);
+
+    // 6. slab: the order-0-only policy against high-order per-CPU lists, per size class.
     progress("slab kmalloc/kfree per size class");
     let slab_variants: Vec<&Built> = built
         .iter()
@@ -596,6 +724,33 @@ impl AllocBenchReport {
                 }
             );
         }
+        if !self.concurrent.is_empty() {
+            let mut t = table(&[
+                "pattern",
+                "threads",
+                "buddy+pcp ns/page",
+                "llfree ns/page",
+                "llfree time / buddy",
+                "buddy zone->lock per 1k pages",
+            ]);
+            for r in &self.concurrent {
+                t.add_row(vec![
+                    r.pattern.to_string(),
+                    r.threads.to_string(),
+                    format!("{:.1}", r.buddy_ns),
+                    format!("{:.1}", r.llfree_ns),
+                    format!(
+                        "{:.2} ({:+.0}%)",
+                        r.time_ratio(),
+                        (r.time_ratio() - 1.0) * 100.0
+                    ),
+                    format!("{:.1}", r.buddy_zone_locks_per_kpage),
+                ]);
+            }
+            out += &format!(
+                "\nConcurrent 4 KiB alloc+free, each thread on its own CPU (pairs: alloc then free; bursts: {BURST} allocations then {BURST} frees); per-thread wall time per page\n{t}\n"
+            );
+        }
         if let Some(first) = self.slab.first() {
             let mut header = vec!["size".to_string(), "slab order".to_string()];
             for (name, _, _) in &first.by_policy {
@@ -647,6 +802,22 @@ mod tests {
         assert_eq!(rep.producer_consumer.len(), n);
         assert_eq!(rep.slab.len(), KMALLOC_SIZES.len());
         assert!(rep.slab.iter().all(|r| r.by_policy.len() == 2));
+        // Both patterns at 1 and 2 threads, both allocators timed; the run's final check
+        // found LLFree whole too (its Mem is among those checked).
+        let shape: Vec<_> = rep
+            .concurrent
+            .iter()
+            .map(|r| (r.pattern, r.threads))
+            .collect();
+        assert_eq!(
+            shape,
+            [("pairs", 1), ("pairs", 2), ("bursts", 1), ("bursts", 2)]
+        );
+        assert!(
+            rep.concurrent
+                .iter()
+                .all(|r| r.buddy_ns > 0.0 && r.llfree_ns > 0.0)
+        );
         // Zone only: every operation takes zone->lock.
         let zone_only = &rep.order0_burst[0];
         assert!(zone_only.zone_locks_per_kop >= 999.0, "{zone_only:?}");
@@ -664,6 +835,7 @@ mod tests {
         let text = rep.render();
         assert!(text.contains("zone only") && text.contains("Producer/consumer"));
         assert!(text.contains("kmalloc+kfree"));
+        assert!(text.contains("llfree time / buddy"));
     }
 
     #[test]

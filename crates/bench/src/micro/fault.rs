@@ -40,6 +40,9 @@ pub struct LockStatCost {
     pub profile: String,
     /// Geometric mean over rounds of (ns/fault with counting) / (ns/fault without).
     pub on_off_ratio: f64,
+    /// Lock acquisitions counted per fault in the counted passes: what the ratio is paid for
+    /// (each is one increment of the thread's own counter block).
+    pub acquisitions_per_fault: f64,
 }
 
 /// The whole report.
@@ -66,6 +69,16 @@ fn touch_ns<V: Vm>(vm: &V, bytes: u64) -> Result<f64, WorkloadError> {
     let ns = t.elapsed().as_nanos() as f64 / (bytes / 4096) as f64;
     vm.munmap(a, bytes)?;
     Ok(ns)
+}
+
+/// Lock acquisitions counted so far in the engine's statistics domain (all classes, both sides).
+fn acquisitions(k: &pagelab_mm::Kernel) -> u64 {
+    k.mem()
+        .lock_stat_domain()
+        .classes()
+        .iter()
+        .map(|(_, s)| s.total().acquisitions)
+        .sum()
 }
 
 /// Run `rounds` rounds over `profiles`, mapping `bytes` per pass, each profile once per
@@ -109,6 +122,9 @@ fn run_settings(
     let mut fault = vec![vec![Vec::new(); lock_stat.len()]; engines.len()];
     let mut zero = vec![vec![Vec::new(); lock_stat.len()]; engines.len()];
     let mut hostv = Vec::new();
+    // Lock acquisitions counted during the counted passes, per engine.
+    let mut counted = vec![0u64; engines.len()];
+    let mut counted_faults = vec![0u64; engines.len()];
     let mut interrupted = false;
     // One warm-up pass each (with counting on, so that its per-thread blocks exist).
     pagelab_sync::stats::set_enabled(true);
@@ -125,7 +141,12 @@ fn run_settings(
             for j in order {
                 let on = lock_stat[j];
                 pagelab_sync::stats::set_enabled(on);
+                let before = acquisitions(k);
                 fault[i][j].push(touch_ns(vm, bytes).map_err(|e| e.to_string())?);
+                if on {
+                    counted[i] += acquisitions(k) - before;
+                    counted_faults[i] += pages;
+                }
                 // Zeroing alone: take as many frames from the allocator, zero them, free them.
                 let mem = k.mem();
                 let mut frames = Vec::with_capacity(pages as usize);
@@ -165,6 +186,7 @@ fn run_settings(
             lock_stat_cost.push(LockStatCost {
                 profile: name.clone(),
                 on_off_ratio: (logs.iter().sum::<f64>() / logs.len() as f64).exp(),
+                acquisitions_per_fault: counted[i] as f64 / counted_faults[i].max(1) as f64,
             });
         }
         for (j, &setting) in lock_stat.iter().enumerate() {
@@ -224,10 +246,11 @@ impl FaultReport {
         );
         for c in &self.lock_stat_cost {
             out += &format!(
-                "engine:{}: lock statistics on/off = {:.3} ({:+.1}%; geometric mean of per-round ratios)\n",
+                "engine:{}: lock statistics on/off = {:.3} ({:+.1}%; geometric mean of per-round ratios), {:.2} lock acquisitions counted per fault\n",
                 c.profile,
                 c.on_off_ratio,
-                (c.on_off_ratio - 1.0) * 100.0
+                (c.on_off_ratio - 1.0) * 100.0,
+                c.acquisitions_per_fault
             );
         }
         if self.interrupted {
@@ -253,10 +276,17 @@ mod tests {
         assert!(r.rows.iter().all(|r| r.fault_ns > 0.0 && r.zero_ns > 0.0));
         assert_eq!(r.lock_stat_cost.len(), 1);
         assert!(r.lock_stat_cost[0].on_off_ratio > 0.0);
+        // A fault takes at least its VMA (or mmap_lock) and page-table locks, and only a few.
+        let per_fault = r.lock_stat_cost[0].acquisitions_per_fault;
+        assert!((2.0..20.0).contains(&per_fault), "{per_fault}");
         let text = r.render();
         assert!(text.contains("host kernel"), "{text}");
         assert!(text.contains("(lock stat off)"), "{text}");
         assert!(text.contains("lock statistics on/off"), "{text}");
+        assert!(
+            text.contains("lock acquisitions counted per fault"),
+            "{text}"
+        );
         let one = run(&profiles, 4 << 20, 1, &[false], &stop).unwrap();
         assert_eq!(one.rows.len(), 1);
         assert!(one.lock_stat_cost.is_empty());

@@ -23,6 +23,7 @@
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, Ordering::Relaxed};
 
 use pagelab_sync::SpinLock;
+use pagelab_sync::trace::{self, Sym};
 
 use crate::list::PageList;
 use crate::page::{PageArray, Pfn, pg};
@@ -30,6 +31,16 @@ use crate::page::{PageArray, Pfn, pg};
 /// `zone->lock`: one per zone, and a zone belongs to one node (a task allocates from its own).
 pub static ZONE_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("zone->lock", pagelab_sync::Scope::Node);
+
+/// The lines of a zone's free lists (`zone->free_area[order].free_list[mt]` heads, the
+/// per-order `nr_free`, and symbolically the blocks on them), written under `zone->lock`.
+pub static FREE_AREA: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("free_area", pagelab_sync::Scope::Node);
+
+/// `NR_FREE_PAGES`: the zone's free page count, updated atomically under `zone->lock` and read
+/// locklessly by watermark checks.
+pub static NR_FREE_PAGES: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("NR_FREE_PAGES", pagelab_sync::Scope::Node);
 
 /// Largest block order (`MAX_PAGE_ORDER`): 4 MiB blocks.
 pub const MAX_ORDER: u32 = 10;
@@ -186,6 +197,13 @@ impl Zone {
         self.nr_free.load(Relaxed)
     }
 
+    /// Add `delta` to `NR_FREE_PAGES` for an allocator that keeps no free lists here (the
+    /// LLFree policy folds its per-CPU deltas into it, as `__mod_zone_page_state` does).
+    #[inline]
+    pub fn mod_free_pages(&self, delta: i64) {
+        self.nr_free.fetch_add(delta, Relaxed);
+    }
+
     #[inline]
     pub fn test_flag(&self, f: u32) -> bool {
         self.flags.load(Relaxed) & f != 0
@@ -235,6 +253,20 @@ impl Zone {
         p.set_order(order);
         p.index.store(mt as u64, Relaxed);
         p.set_nonatomic(pg::BUDDY);
+        if trace::active() {
+            // `list_add` rewrites the first block's link (freed by whoever freed it) and the
+            // head; `nr_free` is next to it.
+            let list = &fa.lists[order as usize][mt as usize];
+            let head = list as *const PageList as usize;
+            if !list.is_empty() {
+                trace::line_sym_write(&FREE_AREA, head, Sym::First);
+            }
+            trace::line_write(&FREE_AREA, head);
+            trace::line_write(
+                &FREE_AREA,
+                &fa.nr_free[order as usize] as *const u64 as usize,
+            );
+        }
         fa.lists[order as usize][mt as usize].push_front(pages, pfn);
         fa.nr_free[order as usize] += 1;
     }
@@ -242,6 +274,26 @@ impl Zone {
     fn del_from_free_list(&self, fa: &mut FreeArea, pages: &PageArray, pfn: Pfn, order: u32) {
         let p = &pages[pfn];
         let mt = p.index.load(Relaxed) as usize;
+        if trace::active() {
+            // The block's own `struct page` was last written by whoever freed it: the first
+            // block when allocating (`__rmqueue_smallest`), another one when a free merges
+            // with its buddy.
+            let list = &fa.lists[order as usize][mt];
+            let head = list as *const PageList as usize;
+            let first = list.first() == Some(pfn);
+            trace::line_sym_write(
+                &FREE_AREA,
+                head,
+                if first { Sym::First } else { Sym::Entry },
+            );
+            if first {
+                trace::line_write(&FREE_AREA, head);
+            }
+            trace::line_write(
+                &FREE_AREA,
+                &fa.nr_free[order as usize] as *const u64 as usize,
+            );
+        }
         fa.lists[order as usize][mt].remove(pages, pfn);
         p.clear_nonatomic(pg::BUDDY);
         fa.nr_free[order as usize] -= 1;
@@ -282,6 +334,7 @@ impl Zone {
             self.pageblock_migratetype(pfn)
         };
         self.add_to_free_list(fa, pages, pfn, order, mt);
+        trace::atomic(&NR_FREE_PAGES, &self.nr_free as *const AtomicI64 as usize);
         self.nr_free.fetch_add(nr, Relaxed);
     }
 
@@ -389,6 +442,7 @@ impl Zone {
             *fallback_used = true;
             self.rmqueue_fallback(fa, pages, order, mt)
         })?;
+        trace::atomic(&NR_FREE_PAGES, &self.nr_free as *const AtomicI64 as usize);
         self.nr_free.fetch_sub(1 << order, Relaxed);
         Some(pfn)
     }

@@ -11,8 +11,16 @@
 //! pcp and the prezero pool and retries at the min watermark, after waking kswapd
 //! ([`crate::reclaim::kswapd`]) for every zone under its low watermark. Direct reclaim is the
 //! fault path's next step when that fails ([`crate::reclaim::vmscan`]).
+//!
+//! With `alloc.allocator = "llfree"` ([`llfree`]) each zone's frames are managed by an
+//! LLFree-style lock-free allocator instead of the buddy lists and the pcps: the zonelist walk,
+//! the watermark checks (on the zone's `NR_FREE_PAGES`, which LLFree keeps per CPU and folds),
+//! the slow path, `prep_new_page` and the memcg uncharge on free are the same, only `rmqueue`
+//! and the final step of the free go to the zone's LLFree, and a drain gives back CPU
+//! reservations instead of pcp pages.
 
 pub mod buddy;
+pub mod llfree;
 pub mod pcp;
 pub mod prezero;
 pub mod slab;
@@ -27,10 +35,11 @@ use crate::arena::{Arena, ArenaConfig, ArenaError};
 use crate::cpu::CpuId;
 use crate::kthread::Kthread;
 use crate::page::{PageArray, Pfn, pg};
-use crate::policy::Policy;
+use crate::policy::{Allocator, Policy};
 use crate::reclaim::memcg::MemCgroups;
 use crate::vmstat::{VmEvent, VmEvents};
 use buddy::{MAX_ORDER, MigrateType, Wmark, ZONE_BELOW_HIGH, Zone};
+use llfree::LlFree;
 use pcp::{PcpParams, PcpState};
 use prezero::PrezeroPool;
 
@@ -151,13 +160,15 @@ pub struct Census {
     pub pcp: u64,
     /// Frames in the prezeroed pool.
     pub prezeroed: u64,
+    /// Frames free in the LLFree allocator (`alloc.allocator = "llfree"`).
+    pub llfree: u64,
     /// Frames handed out (the rest).
     pub allocated: u64,
 }
 
 impl Census {
     pub fn free(&self) -> u64 {
-        self.buddy + self.pcp + self.prezeroed
+        self.buddy + self.pcp + self.prezeroed + self.llfree
     }
 }
 
@@ -183,6 +194,8 @@ pub struct Mem {
     zonelists: Box<[Box<[usize]>]>,
     events: VmEvents,
     prezero: Option<PrezeroPool>,
+    /// One LLFree allocator per zone when the policy replaces the buddy lists and pcps with it.
+    llfree: Option<Box<[LlFree]>>,
     /// The memory cgroups' page counters: a page's charge is dropped where it is freed.
     memcgs: MemCgroups,
     /// Wakes a node's kswapd (`wakeup_kswapd`); unset when no kernel runs kswapd.
@@ -225,7 +238,7 @@ impl PageAllocator {
             })?;
             kthreads.push(k);
         }
-        if mem.pcp_params.iter().any(|p| p.adaptive) {
+        if mem.llfree.is_none() && mem.pcp_params.iter().any(|p| p.adaptive) {
             let m = mem.clone();
             let k = Kthread::spawn("pagelab-vmstat", Duration::from_secs(1), move || {
                 m.enter_lock_stats();
@@ -330,9 +343,23 @@ impl Mem {
             .enumerate()
             .map(|(n, (start, end, share))| Zone::new(n, n, Pfn(start), Pfn(end), share, kind))
             .collect();
-        for z in zones.iter() {
-            z.free_all_bootmem(&pages);
-        }
+        let llfree = match policy.alloc.allocator {
+            Allocator::Buddy => {
+                for z in zones.iter() {
+                    z.free_all_bootmem(&pages);
+                }
+                None
+            }
+            Allocator::Llfree => Some(
+                zones
+                    .iter()
+                    .map(|z| {
+                        z.mod_free_pages(z.managed as i64);
+                        LlFree::new(z.start_pfn, z.end_pfn, cfg.nr_cpus)
+                    })
+                    .collect(),
+            ),
+        };
         let pcp_params: Box<[PcpParams]> = zones
             .iter()
             .map(|z| {
@@ -377,6 +404,7 @@ impl Mem {
             // One extra slot for background threads.
             events: VmEvents::new(cfg.nr_cpus + 1),
             prezero,
+            llfree,
             memcgs: MemCgroups::with_policy(cfg.nr_memcgs, cfg.nr_cpus, &policy.memcg),
             kswapd_waker: std::sync::OnceLock::new(),
             policy: policy.clone(),
@@ -536,6 +564,9 @@ impl Mem {
     #[inline]
     fn rmqueue(&self, cpu: CpuId, z: usize, order: u32, mt: MigrateType) -> Option<Pfn> {
         let zone = &self.zones[z];
+        if let Some(ll) = &self.llfree {
+            return ll[z].alloc(cpu, order, zone);
+        }
         if self.pcp_params[z].allowed(order) {
             if let Some(mut pcp) = self.pcp(z, cpu).try_lock() {
                 let (pfn, refilled, fallback) = pcp.rmqueue(zone, &self.pages, order, mt)?;
@@ -692,6 +723,10 @@ impl Mem {
         self.events.count(cpu, VmEvent::PgFree, u64::from(nr));
         let z = self.zone_of(pfn);
         let zone = &self.zones[z];
+        if let Some(ll) = &self.llfree {
+            ll[z].free(cpu, pfn, order, zone);
+            return;
+        }
         let mt = zone.pageblock_migratetype(pfn);
         if self.pcp_params[z].allowed(order) {
             if let Some(mut pcp) = self.pcp(z, cpu).try_lock() {
@@ -714,6 +749,10 @@ impl Mem {
     /// Empty the pcp of (`zone`, `cpu`) into the zone (`drain_pages_zone`). Works for any CPU:
     /// a remote drain takes the pcp lock that the owner only trylocks.
     pub fn drain_pages_zone(&self, zone: usize, cpu: CpuId) {
+        if let Some(ll) = &self.llfree {
+            ll[zone].drain(cpu, &self.zones[zone]);
+            return;
+        }
         let mut pcp = self.pcp(zone, cpu).lock();
         if pcp.count > 0 {
             pcp.drain(&self.zones[zone], &self.pages);
@@ -732,9 +771,21 @@ impl Mem {
 
     /// `drain_all_pages`: every CPU's pcps, remotely (5.19+).
     pub fn drain_all_pages(&self) {
+        if let Some(ll) = &self.llfree {
+            // Every reservation, the kernel threads' included, and every counter delta.
+            for (l, z) in ll.iter().zip(self.zones.iter()) {
+                l.drain_all(z);
+            }
+            return;
+        }
         for c in 0..self.nr_cpus {
             self.drain_local_pages(CpuId(c as u16));
         }
+    }
+
+    /// The zone's LLFree allocator, when the policy chose it.
+    pub fn llfree(&self, zone: usize) -> Option<&LlFree> {
+        self.llfree.as_ref().map(|l| &l[zone])
     }
 
     /// The vmstat worker's pass: `decay_pcp_high` on every adaptive pcp.
@@ -805,6 +856,19 @@ impl Mem {
         let n = self.pages.len();
         let mut seen = vec![false; n];
         let mut census = Census::default();
+        if let Some(ll) = &self.llfree {
+            for (z, (l, zone)) in ll.iter().zip(self.zones.iter()).enumerate() {
+                l.fold_all(zone);
+                let free = l.check().map_err(|e| format!("zone {z}: {e}"))?;
+                if free as i64 != zone.free_pages() {
+                    return Err(format!(
+                        "zone {z}: NR_FREE_PAGES {} but {free} frames free in LLFree",
+                        zone.free_pages()
+                    ));
+                }
+                census.llfree += free;
+            }
+        }
         let mut mark = |pfn: Pfn, nr: u32, what: &str| -> Result<(), String> {
             for i in 0..nr {
                 let s = &mut seen[pfn.idx() + i as usize];
@@ -867,7 +931,7 @@ impl Mem {
                 }
                 zone_free += blocks << order;
             }
-            if zone_free as i64 != zone.free_pages() {
+            if self.llfree.is_none() && zone_free as i64 != zone.free_pages() {
                 return Err(format!(
                     "zone {}: NR_FREE_PAGES {} but {zone_free} frames on the free lists",
                     zone.id,

@@ -37,6 +37,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crossbeam_utils::CachePadded;
+use pagelab_sync::trace::{self, Sym};
 use pagelab_sync::{LockKind, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock};
 
 use super::LruList;
@@ -78,9 +79,37 @@ impl Lruvec {
         c.store(c.load(Relaxed).wrapping_add_signed(delta), Relaxed);
     }
 
+    /// The address of `lru`'s head (its line is the list's instance in traces).
+    #[inline]
+    fn head_addr(&self, lru: LruList) -> usize {
+        &self.heads[lru as usize] as *const ListHead<AtomicU32> as usize
+    }
+
+    #[inline]
+    fn len_addr(&self, lru: LruList) -> usize {
+        &self.len[lru as usize] as *const AtomicU64 as usize
+    }
+
+    /// Records the shared lines a link at the hot (`front`) or cold end of `lru` writes: the
+    /// end entry's link (whose line is whoever linked it: symbolic), the head and the size
+    /// counter (`list_add` and `update_lru_size` under `lru_lock`).
+    #[inline]
+    fn trace_link(&self, pages: &PageArray, lru: LruList, front: bool) {
+        if trace::active() {
+            let list = self.list(pages, lru);
+            if !list.is_empty() {
+                let sym = if front { Sym::First } else { Sym::Entry };
+                trace::line_sym_write(&LRU_LIST, self.head_addr(lru), sym);
+            }
+            trace::line_write(&LRU_LIST, self.head_addr(lru));
+            trace::line_write(&LRU_LIST, self.len_addr(lru));
+        }
+    }
+
     /// `lruvec_add_folio`: link `pfn` at the hot end of `lru`.
     #[inline]
     pub fn add_front(&mut self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+        self.trace_link(pages, lru, true);
         self.list(pages, lru).push_front(pfn.0);
         self.add_len(lru, 1);
     }
@@ -88,6 +117,7 @@ impl Lruvec {
     /// `lruvec_add_folio_tail`: link `pfn` at the cold end of `lru`.
     #[inline]
     pub fn add_back(&mut self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+        self.trace_link(pages, lru, false);
         self.list(pages, lru).push_back(pfn.0);
         self.add_len(lru, 1);
     }
@@ -95,6 +125,15 @@ impl Lruvec {
     /// `lruvec_del_folio`: unlink `pfn`, which is on `lru`.
     #[inline]
     pub fn del(&mut self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+        if trace::active() {
+            // Taking off the first entry rewrites the head and the next entry's link. The
+            // neighbours of an entry further in are not recorded (see docs/model.md).
+            if self.list(pages, lru).first() == Some(pfn.0) {
+                trace::line_sym_write(&LRU_LIST, self.head_addr(lru), Sym::First);
+                trace::line_write(&LRU_LIST, self.head_addr(lru));
+            }
+            trace::line_write(&LRU_LIST, self.len_addr(lru));
+        }
         self.list(pages, lru).remove(pfn.0);
         self.add_len(lru, -1);
     }
@@ -102,6 +141,7 @@ impl Lruvec {
     /// Splice a local chain onto the hot end of `lru` in O(1).
     #[inline]
     pub fn splice_front(&mut self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+        self.trace_link(pages, lru, true);
         self.list(pages, lru).splice_front(chain);
         self.add_len(lru, i64::from(chain.len()));
     }
@@ -109,6 +149,7 @@ impl Lruvec {
     /// Splice a local chain onto the cold end of `lru` in O(1).
     #[inline]
     pub fn splice_back(&mut self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+        self.trace_link(pages, lru, false);
         self.list(pages, lru).splice_back(chain);
         self.add_len(lru, i64::from(chain.len()));
     }
@@ -118,6 +159,8 @@ impl Lruvec {
     #[inline]
     pub fn smp_del(&self, pages: &PageArray, lru: LruList, pfn: Pfn) -> u32 {
         let waits = self.list(pages, lru).smp_del(pfn.0);
+        // The size is updated atomically by every concurrent remover: one shared line.
+        trace::atomic(&LRU_LIST, self.len_addr(lru));
         self.len[lru as usize].fetch_sub(1, Relaxed);
         waits
     }
@@ -174,6 +217,11 @@ impl Lruvec {
         Ok(n)
     }
 }
+
+/// The lines of an lruvec's lists: list heads, size counters and (symbolically, relative to a
+/// head) the entries at its ends. Per node: a task links its pages on its own node's lruvec.
+pub static LRU_LIST: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("lru list", pagelab_sync::Scope::Node);
 
 /// `lru_lock` when one protects every lruvec (`lock_scope = "global"`).
 pub static LRU_LOCK_GLOBAL: pagelab_sync::LockClass =

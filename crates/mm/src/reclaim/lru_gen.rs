@@ -90,7 +90,7 @@ pub fn try_to_inc_max_seq(
         // write there, as for reclaim's rmap walks.
         let _rmap = mm.rmap_lock.read();
         st.walked += 1;
-        st.ptes += mm.pgtable.walk_young(|_, pfn| {
+        st.ptes += mm.pgtable.walk_young(cpu, |_, pfn| {
             // The zero page belongs to no generation.
             if k.is_zero_pfn(pfn) {
                 return false;

@@ -394,6 +394,9 @@ fn swap_out_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
     let Some(slot) = pt.walk(addr) else {
         return Verdict::Keep;
     };
+    // The rmap walk and try_to_unmap below take this table's lock on `cpu`: a taker like the
+    // faults that mapped the page, so a table reclaimed by another CPU is traced as shared.
+    pt.note_pte_user(slot, cpu);
     // folio_referenced + folio_check_references.
     {
         let _ptl = pt.pte_lock(slot);

@@ -368,7 +368,7 @@ impl Mm {
         let mem = self.k.mem();
         let (mut anon, mut file) = (0i64, 0i64);
         let mut swapped = Vec::new();
-        self.pgtable.zap_range(start, end, |_, pte: Pte| {
+        self.pgtable.zap_range(cpu, start, end, |_, pte: Pte| {
             if !pte.present() {
                 if let Some(e) = SwapEntry::from_pte(pte) {
                     swapped.push(e);
@@ -761,5 +761,43 @@ mod tests {
             "a new table forgets the old one's users"
         );
         t0.munmap(b, len).unwrap();
+    }
+
+    /// munmap's zap takes the PTE lock of every table it clears: a zap on another CPU than
+    /// the one that faulted the table is a second taker, and the lock is shared from then on,
+    /// as its cache line has moved between the two CPUs.
+    #[test]
+    fn a_zap_by_another_cpu_marks_the_pte_lock_shared() {
+        use pagelab_sync::Scope;
+
+        let k = Kernel::new(&MemConfig::new(32 << 20, 2), &Policy::default()).unwrap();
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let t1 = k.new_task(mm.clone(), CpuId(1));
+        // One thread plays both CPUs: the one not working stops running the mm, so that the
+        // other's TLB flushes do not wait for it.
+        t1.idle();
+        let page = PAGE_SIZE as u64;
+        let a = t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap();
+        assert!(
+            a.is_multiple_of(PMD_SIZE),
+            "one PTE table spans the mapping"
+        );
+        for i in 0..8 {
+            t0.store(a + i * page, i).unwrap();
+        }
+        let scope = || mm.pgtable.pte_lock_scope(mm.pgtable.walk(a).unwrap());
+        assert_eq!(scope(), Scope::Private, "one CPU faulted it");
+        // A zap on CPU 0 itself changes nothing.
+        t0.munmap(a + 6 * page, page).unwrap();
+        assert_eq!(scope(), Scope::Private, "the faulting CPU zapped");
+        // CPU 1 unmaps the upper half; the lower half keeps the table alive.
+        t0.idle();
+        t1.resume();
+        t1.munmap(a + PMD_SIZE / 2, PMD_SIZE / 2).unwrap();
+        assert_eq!(scope(), Scope::Mm, "CPU 1's zap took the lock too");
+        t1.idle();
+        t0.resume();
+        t0.munmap(a, PMD_SIZE / 2).unwrap();
     }
 }

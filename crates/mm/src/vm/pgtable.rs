@@ -949,21 +949,27 @@ impl PageTable {
     /// `zap_pte_range`. Hence `f` must not take page-table locks (nor call `walk_alloc`).
     /// Missing tables are skipped a whole span at a time (2 MiB, 1 GiB or 512 GiB). Tables are
     /// not freed: that is [`PageTable::free_pgtables`]'s job.
-    pub fn zap_range(&self, start: u64, end: u64, mut f: impl FnMut(u64, Pte)) {
+    ///
+    /// The zap runs on `cpu` and takes each table's lock there, so it counts as a taker of
+    /// the lock ([`SplitPtl::note_user`]): a munmap on one CPU of a table another CPU faulted
+    /// bounces the lock's line between them exactly as a second faulting CPU does.
+    pub fn zap_range(&self, cpu: CpuId, start: u64, end: u64, mut f: impl FnMut(u64, Pte)) {
         let page_mask = PAGE_SIZE as u64 - 1;
         assert!(
             start & page_mask == 0 && end & page_mask == 0 && start <= end && end <= TASK_SIZE,
             "bad zap range {start:#x}..{end:#x}"
         );
         if start < end {
-            self.zap_level(self.pgd, LEVEL_PGD, 0, start, end, &mut f);
+            self.zap_level(cpu, self.pgd, LEVEL_PGD, 0, start, end, &mut f);
         }
     }
 
     /// Zap the part of `[start, end)` mapped by the level-`level` table `table`, which spans
     /// from `base`.
+    #[allow(clippy::too_many_arguments)]
     fn zap_level<F: FnMut(u64, Pte)>(
         &self,
+        cpu: CpuId,
         table: Pfn,
         level: u32,
         base: u64,
@@ -975,6 +981,9 @@ impl PageTable {
         let shift = entry_shift(level);
         let (first, last) = index_range(base, level, start, end);
         if level == LEVEL_PTE {
+            if let Some(s) = &self.split {
+                s.note_user(table, cpu);
+            }
             let _ptl = self.lock_table(table);
             for (i, w) in words.iter().enumerate().take(last + 1).skip(first) {
                 // Relaxed: a zero entry becomes nonzero only under the lock, or (in
@@ -992,7 +1001,7 @@ impl PageTable {
             let e = w.load(Acquire);
             if e & Pte::PRESENT != 0 {
                 let child_base = base + ((i as u64) << shift);
-                self.zap_level(entry_table(e), level - 1, child_base, start, end, f);
+                self.zap_level(cpu, entry_table(e), level - 1, child_base, start, end, f);
             }
         }
     }
@@ -1132,19 +1141,22 @@ impl PageTable {
     /// `true`): a page `f` leaves alone (another memcg's or node's, or one an isolator holds)
     /// keeps its bit for whoever judges it next. One PTE-lock hold per PTE table. Returns the
     /// PTEs looked at. The caller holds `mmap_lock` for read, so no table is freed under the
-    /// walk; tables installed meanwhile by faults are seen or not.
-    pub fn walk_young(&self, mut f: impl FnMut(u64, Pfn) -> bool) -> u64 {
-        self.young_level(self.pgd, LEVEL_PGD, 0, &mut f)
+    /// walk; tables installed meanwhile by faults are seen or not. The walk runs on `cpu`, a
+    /// taker of each table's lock like any other ([`SplitPtl::note_user`]).
+    pub fn walk_young(&self, cpu: CpuId, mut f: impl FnMut(u64, Pfn) -> bool) -> u64 {
+        self.young_level(cpu, self.pgd, LEVEL_PGD, 0, &mut f)
     }
 
     fn young_level(
         &self,
+        cpu: CpuId,
         table: Pfn,
         level: u32,
         base: u64,
         f: &mut impl FnMut(u64, Pfn) -> bool,
     ) -> u64 {
         if level == LEVEL_PTE {
+            self.note_pte_user(PteSlot { table, index: 0 }, cpu);
             let _ptl = self.pte_lock(PteSlot { table, index: 0 });
             let mut seen = 0;
             for index in 0..PTRS_PER_TABLE {
@@ -1167,7 +1179,7 @@ impl PageTable {
                 continue;
             }
             let addr = base + ((i as u64) << entry_shift(level));
-            seen += self.young_level(entry_table(e), level - 1, addr, f);
+            seen += self.young_level(cpu, entry_table(e), level - 1, addr, f);
         }
         seen
     }

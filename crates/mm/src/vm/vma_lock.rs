@@ -27,7 +27,7 @@
 //! (`tests/loom_vma.rs`).
 
 use pagelab_sync::shim::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use pagelab_sync::trace::{Access, LockModel};
+use pagelab_sync::trace::{self, Access, LockModel, Sym};
 use pagelab_sync::{Backoff, RwSem, RwSemReadGuard};
 
 use crate::vm::vma_rcu::VmaSeq;
@@ -70,6 +70,17 @@ enum Inner {
 /// The per-VMA lock (the rwsem of 6.4, or `vm_refcnt` of 6.15): one per VMA.
 pub static VMA_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("vma lock", pagelab_sync::Scope::Vma);
+
+/// `vma->vm_lock_seq`: read by every per-VMA-lock fault (`vma_start_read`), written by the
+/// writer that write-locks the VMA (`vma_start_write`). A line of the VMA's, so shared by the
+/// threads that fault one VMA.
+pub static VM_LOCK_SEQ: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("vm_lock_seq", pagelab_sync::Scope::Vma);
+
+/// `mm->mm_lock_seq`: read by every per-VMA-lock fault, advanced by `mmap_write_unlock`
+/// (`vma_end_write_all`). A line of the mm's, shared by its threads.
+pub static MM_LOCK_SEQ: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("mm_lock_seq", pagelab_sync::Scope::Mm);
 
 /// A per-VMA read hold; dropping it is `vma_end_read`.
 pub enum VmaReadGuard<'a> {
@@ -123,6 +134,7 @@ impl MmLockSeq {
     /// caller still holds mmap_lock for write.
     #[inline]
     pub fn end_write_all(&self) {
+        trace::line_write(&MM_LOCK_SEQ, self as *const Self as usize);
         let s = self.0.load(Ordering::Relaxed);
         self.0.store(s + 1, Ordering::Release);
     }
@@ -161,6 +173,9 @@ impl VmaLock {
     /// refuses (its faults use [`VmaLock::rcu_seq`]).
     #[inline]
     pub fn start_read(&self, mm_seq: &MmLockSeq) -> Result<VmaReadGuard<'_>, ReadLockFail> {
+        // The sequence counts' lines: another CPU's write-lock or unmap made them its own.
+        trace::line_read(&VM_LOCK_SEQ, &self.vm_lock_seq as *const AtomicU64 as usize);
+        trace::line_read(&MM_LOCK_SEQ, mm_seq as *const MmLockSeq as usize);
         // Racy pre-check: a write-locked VMA is refused without touching its lock line.
         if self.vm_lock_seq.load(Ordering::Relaxed) == mm_seq.0.load(Ordering::Relaxed) {
             return Err(ReadLockFail::Locked);
@@ -182,6 +197,14 @@ impl VmaLock {
                     return Err(ReadLockFail::Locked);
                 }
                 // refcount_inc_not_zero_limited: refuse detached (0) and writer-held counts.
+                // The count is read before the compare-and-exchange (a shared fetch first).
+                trace::line(
+                    &VMA_LOCK,
+                    refcnt as *const AtomicU32 as usize,
+                    LockModel::Refcount,
+                    false,
+                    Sym::Here,
+                );
                 let mut cur = refcnt.load(Ordering::Relaxed);
                 loop {
                     if cur == 0 {
@@ -243,6 +266,7 @@ impl VmaLock {
         match &self.inner {
             Inner::Rwsem { lock, .. } => {
                 let g = lock.write();
+                trace::line_write(&VM_LOCK_SEQ, &self.vm_lock_seq as *const AtomicU64 as usize);
                 self.vm_lock_seq.store(seq, Ordering::Relaxed);
                 drop(g);
             }
@@ -254,6 +278,7 @@ impl VmaLock {
                 while refcnt.load(Ordering::Acquire) != target {
                     b.snooze();
                 }
+                trace::line_write(&VM_LOCK_SEQ, &self.vm_lock_seq as *const AtomicU64 as usize);
                 self.vm_lock_seq.store(seq, Ordering::Relaxed);
                 refcnt.fetch_sub(VMA_LOCK_OFFSET, Ordering::Release);
             }

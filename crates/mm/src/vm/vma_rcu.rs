@@ -42,6 +42,13 @@
 //! same lock hold and an undo of the PTE, and orders nothing more.
 
 use pagelab_sync::shim::atomic::{AtomicBool, AtomicU64, Ordering};
+use pagelab_sync::trace;
+
+/// The sequence line lock-free faults read and munmap writes: per VMA, met by the threads
+/// that fault that VMA, so a trace records it and the replay makes a read cheap while no
+/// writer touches it (the line stays shared in every reader's cache).
+pub static VM_SEQUENCE: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("vm_sequence", pagelab_sync::Scope::Vma);
 
 use crate::vm::vma_lock::{MmLockSeq, ReadLockFail, VmaLock};
 
@@ -81,6 +88,7 @@ impl VmaSeq {
     /// which, for the counters only).
     #[inline]
     pub fn begin(&self, lock: &VmaLock, mm_seq: &MmLockSeq) -> Result<u64, ReadLockFail> {
+        trace::line_read(&VM_SEQUENCE, &self.seq as *const AtomicU64 as usize);
         let s = self.seq.load(Ordering::Acquire);
         if s & 1 == 0 {
             return Ok(s);
@@ -95,6 +103,7 @@ impl VmaSeq {
     /// munmap's bump (made before its zap takes the same lock) before this load.
     #[inline]
     pub fn validate(&self, snapshot: u64) -> bool {
+        trace::line_read(&VM_SEQUENCE, &self.seq as *const AtomicU64 as usize);
         self.seq.load(Ordering::Acquire) == snapshot
     }
 
@@ -102,6 +111,7 @@ impl VmaSeq {
     /// writers are serialised), before the VMA's PTEs are zapped. No reader to drain. The
     /// count becomes odd (or, already odd, moves on and stays odd).
     pub fn write_begin(&self) {
+        trace::line_write(&VM_SEQUENCE, &self.seq as *const AtomicU64 as usize);
         let s = self.seq.load(Ordering::Relaxed);
         self.seq.store((s + 1) | 1, Ordering::Release);
     }

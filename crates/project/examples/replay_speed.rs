@@ -1,0 +1,90 @@
+//! Replay speed: simulated events per second of CPU time, for a saved trace on a machine.
+//!
+//! `cargo run --release -p pagelab-project --example replay_speed -- TRACE MACHINE TASKS...`
+//! replays the trace in processes and threads mode at each task count and prints the events
+//! and the process CPU time they took (`CLOCK_PROCESS_CPUTIME_ID`), which a loaded shared
+//! host does not inflate as it does wall time. `REPLAY_CLASSES=1` prints the rate and each
+//! class's waits; `REPLAY_STRIP_LINES=1` drops the line events first (the replay as it was
+//! before the coherence model, on the same capture).
+
+use std::path::Path;
+
+use pagelab_project::machine::Machine;
+use pagelab_project::replay::{Replay, ReplaySpec};
+use pagelab_project::trace::{Event, Trace};
+
+fn cpu_seconds() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [trace, machine, tasks @ ..] = args.as_slice() else {
+        return Err("usage: replay_speed TRACE MACHINE TASKS...".into());
+    };
+    let mut t = Trace::load(Path::new(trace)).map_err(|e| e.to_string())?;
+    if std::env::var_os("REPLAY_STRIP_LINES").is_some() {
+        // The trace as the replay saw it before line events: no plain line accesses, and no
+        // atomics on the data lines they introduced (lock words and RSS counters stay).
+        let data = [
+            "lru list",
+            "free_area",
+            "NR_FREE_PAGES",
+            "vm_lock_seq",
+            "mm_lock_seq",
+        ];
+        let inst = t.instances.clone();
+        t.events.retain(|e| match e {
+            Event::Line { .. } => false,
+            Event::Atomic { inst: i } => !data.contains(&inst[*i as usize].class.as_str()),
+            _ => true,
+        });
+    }
+    let m = Machine::load(machine)?;
+    let (mut events, mut cpu) = (0u64, 0.0);
+    for n in tasks {
+        let n: usize = n.parse().map_err(|e| format!("task count `{n}`: {e}"))?;
+        for threads in [false, true] {
+            let spec = ReplaySpec {
+                tasks: n,
+                threads,
+                seed: 1,
+                samples: 3,
+                ops_per_cpu: Some(8192),
+            };
+            let r = Replay::new(&m, &t, spec)?;
+            let c0 = cpu_seconds();
+            let out = r.run(1)?;
+            let c = cpu_seconds() - c0;
+            events += out.events;
+            cpu += c;
+            println!(
+                "{n:>4} {:<9} {:>12} events {:>7.2} s CPU {:>6.1} M events/s",
+                if threads { "threads" } else { "processes" },
+                out.events,
+                c,
+                out.events as f64 / 1e6 / c.max(1e-9)
+            );
+            if std::env::var_os("REPLAY_CLASSES").is_some() {
+                let rate = out.samples.iter().sum::<f64>() / out.samples.len().max(1) as f64;
+                println!("     {rate:.0} ops/s");
+                for k in &out.classes {
+                    println!(
+                        "     {:<24} {:>10} acq {:>10} contended {:>12.1} ns waited per op",
+                        k.name,
+                        k.acquisitions,
+                        k.contended,
+                        k.wait_ns / out.ops.max(1) as f64
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "all: {:.1} M events in {cpu:.2} s CPU: {:.1} M events/s",
+        events as f64 / 1e6,
+        events as f64 / 1e6 / cpu.max(1e-9)
+    );
+    Ok(())
+}

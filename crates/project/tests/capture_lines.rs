@@ -1,0 +1,178 @@
+//! The line events on the real engine: a capture records the shared data lines a fault
+//! touches (list heads and their first entries, counters, sequence counts, the lock word read
+//! before its exchange), where the kernel touches them (under the lock that protects them).
+
+use pagelab_bench::profiles;
+use pagelab_mm::policy::LruAdd;
+use pagelab_project::capture::{CaptureSpec, capture};
+use pagelab_project::trace::{Event, Trace};
+use pagelab_sync::Scope;
+use pagelab_sync::trace::{LockModel, Sym};
+use pagelab_workloads::WorkloadKind;
+
+fn page_fault1(profile: &str, per_page: bool) -> Trace {
+    let mut p = profiles::load(profile).unwrap();
+    if per_page {
+        p.policy.lru.add = LruAdd::PerPage;
+        // `lru.batch` is refused with per-page adds unless it is the default (15).
+        p.policy.lru.batch = 15;
+    }
+    let mut spec = CaptureSpec::new(WorkloadKind::PageFault1, p, 16);
+    spec.cycles = 1;
+    capture(&spec).unwrap()
+}
+
+/// Line events of `class` matching `f`, per operation.
+fn per_op(t: &Trace, class: &str, f: impl Fn(bool, Sym) -> bool) -> f64 {
+    let n = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Line { inst, write, sym } if t.instances[*inst as usize].class == class && f(*write, *sym)))
+        .count();
+    n as f64 / t.meta.ops as f64
+}
+
+/// Every `class` line write of the trace happens while an instance of `lock` is held.
+fn written_under(t: &Trace, class: &str, lock: &str) -> bool {
+    let mut held = 0i32;
+    let mut seen = false;
+    for e in &t.events {
+        match *e {
+            Event::Acquire { inst, .. } if t.instances[inst as usize].class == lock => held += 1,
+            Event::Release { inst, .. } if t.instances[inst as usize].class == lock => held -= 1,
+            Event::Line {
+                inst, write: true, ..
+            } if t.instances[inst as usize].class == class => {
+                seen = true;
+                if held <= 0 {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    seen
+}
+
+#[test]
+fn lru_adds_write_the_list_head_and_first_entry_once_per_lru_lock_hold() {
+    let per_page = page_fault1("lru-lock-base", true);
+    let batch = page_fault1("lru-lock-base", false);
+    let splice = page_fault1("lru-lock-splice", false);
+    for t in [&per_page, &batch, &splice] {
+        assert!(
+            written_under(t, "lru list", "lru_lock"),
+            "{}: an LRU list line written outside lru_lock",
+            t.meta.profile
+        );
+        let i = t.instances.iter().find(|i| i.class == "lru list").unwrap();
+        assert_eq!((i.scope, i.model), (Scope::Node, LockModel::Line));
+    }
+    // Every fault adds one page. One lock hold per page writes the list's first entry (the
+    // page the previous adder linked) and its head once per page; a batch of 14 or a splice
+    // of 14 writes them once per hold: the other 13 pages' links are the task's own lines
+    // (the trace keeps a line once per exclusive section).
+    let first = |t: &Trace| per_op(t, "lru list", |w, s| w && s == Sym::First);
+    let heads = |t: &Trace| per_op(t, "lru list", |w, s| w && s == Sym::Here);
+    assert!(
+        (first(&per_page) - 1.0).abs() < 0.01,
+        "per page {}",
+        first(&per_page)
+    );
+    for t in [&batch, &splice] {
+        assert!(
+            (first(t) - 1.0 / 14.0).abs() < 0.01,
+            "{}: {}",
+            t.meta.profile,
+            first(t)
+        );
+        assert!(
+            heads(t) < heads(&per_page) / 8.0,
+            "{} {}",
+            heads(t),
+            heads(&per_page)
+        );
+    }
+    // All three release pages concurrently (the 2018 RFC): the list size is one atomic per
+    // page that every remover shares.
+    let size_atomics = |t: &Trace| {
+        t.events
+            .iter()
+            .filter(|e| matches!(e, Event::Atomic { inst } if t.instances[*inst as usize].class == "lru list"))
+            .count() as f64
+            / t.meta.ops as f64
+    };
+    assert!(
+        (size_atomics(&batch) - 1.0).abs() < 0.01,
+        "{}",
+        size_atomics(&batch)
+    );
+}
+
+#[test]
+fn the_buddy_free_lists_are_written_under_zone_lock_once_per_list_and_hold() {
+    let t = page_fault1("lru-lock-base", false);
+    assert!(written_under(&t, "free_area", "zone->lock"));
+    // pcp refills take blocks off the free lists' heads and frees back to the buddy push them:
+    // once per list and hold (the rest of a bulk refill or free is the task's own lines).
+    // Merges with buddies (`entry` writes) resolve to the list's first-entry writer, which
+    // is this task after its first push of the hold, so they are kept only before it.
+    let first = per_op(&t, "free_area", |w, s| w && s == Sym::First);
+    let holds = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Acquire { inst, .. } if t.instances[*inst as usize].class == "zone->lock"))
+        .count() as f64
+        / t.meta.ops as f64;
+    assert!(
+        first > 0.0 && first < 12.0 * holds,
+        "{first} per op, {holds} holds"
+    );
+    let nr_free = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Atomic { inst } if t.instances[*inst as usize].class == "NR_FREE_PAGES"))
+        .count();
+    assert!(nr_free > 0);
+}
+
+#[test]
+fn per_vma_lock_faults_read_both_sequence_counts_and_the_lock_word_before_its_exchange() {
+    let p = profiles::load("pvl-v2").unwrap();
+    let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
+    spec.pft_bytes = 16 << 20;
+    let t = capture(&spec).unwrap();
+    let vma_acquires = t
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Acquire { inst, .. } if t.instances[*inst as usize].class == "vma lock"))
+        .count() as f64
+        / t.meta.ops as f64;
+    assert!(vma_acquires > 0.99, "{vma_acquires}");
+    // Every per-VMA-lock fault reads vm_lock_seq and mm_lock_seq, and the rwsem's count before
+    // its compare-and-exchange (the same instance as the lock, which stays an rwsem).
+    let reads = |class: &str| per_op(&t, class, |w, s| !w && s == Sym::Here);
+    assert!(
+        reads("vm_lock_seq") >= vma_acquires,
+        "{}",
+        reads("vm_lock_seq")
+    );
+    assert!(
+        reads("mm_lock_seq") >= vma_acquires,
+        "{}",
+        reads("mm_lock_seq")
+    );
+    assert!(
+        (reads("vma lock") - vma_acquires).abs() < 0.01,
+        "{}",
+        reads("vma lock")
+    );
+    let vma = t.instances.iter().find(|i| i.class == "vma lock").unwrap();
+    assert_eq!((vma.scope, vma.model), (Scope::Vma, LockModel::RwSem));
+    let seq = t
+        .instances
+        .iter()
+        .find(|i| i.class == "vm_lock_seq")
+        .unwrap();
+    assert_eq!(seq.scope, Scope::Vma);
+}

@@ -1,0 +1,240 @@
+//! The replay's coherence model against closed forms: a critical section that touches shared
+//! lines lengthens by one transfer per line the previous holder wrote; symbolic list entries
+//! resolve to the CPU that last wrote the list's first entry; reading a line before writing it
+//! costs the invalidation of every copy the readers took.
+
+use pagelab_project::machine::Machine;
+use pagelab_project::replay::{Replay, ReplaySpec};
+use pagelab_project::trace::{Event, Instance, Pinning, Trace, TraceMeta, Window};
+use pagelab_sync::Scope;
+use pagelab_sync::trace::{LockModel, Sym};
+
+/// A one-socket machine of `cores` cores: every transfer between two cores is `core_ns`.
+fn machine(cores: usize, core_ns: f64, atomic_ns: f64) -> Machine {
+    Machine::parse(
+        &format!(
+            r#"
+name = "test"
+description = "test machine"
+[cpu]
+model = "test"
+ghz = 2.0
+[topology]
+sockets = 1
+cores_per_socket = {cores}
+threads_per_core = 1
+[numa]
+distance = [[10]]
+[latency]
+smt_ns = 1.0
+core_ns = {core_ns}
+atomic_ns = {atomic_ns}
+[latency.remote_ns]
+[memory]
+node_bandwidth_gbs = 100.0
+core_bandwidth_gbs = 100.0
+[kernel]
+trap_ns = 300.0
+wakeup_ns = 2000.0
+ipi_ns = 1000.0
+ipi_handler_ns = 500.0
+"#
+        ),
+        "test",
+    )
+    .unwrap()
+}
+
+fn meta(ops: u64) -> TraceMeta {
+    TraceMeta {
+        workload: "synthetic".into(),
+        profile: "test".into(),
+        profile_toml: String::new(),
+        op_unit: "ops".into(),
+        window: Window::Cycle,
+        pinning: Pinning::Cores,
+        shared_vma: false,
+        kernel_cpus: 1,
+        host_cpu: "test".into(),
+        host_ghz: 2.0,
+        ops,
+        raw_events: 0,
+        overhead_ns_per_event: 0.0,
+        traced_ns: 1.0,
+        untraced_ns: 1.0,
+        compute_scale: 1.0,
+    }
+}
+
+fn inst(class: &str, model: LockModel, sleeps: bool) -> Instance {
+    Instance {
+        class: class.into(),
+        scope: Scope::Machine,
+        model,
+        sleeps,
+        rwsem: None,
+    }
+}
+
+fn rate(m: &Machine, t: &Trace, tasks: usize) -> f64 {
+    let r = Replay::new(
+        m,
+        t,
+        ReplaySpec {
+            tasks,
+            threads: true,
+            seed: 3,
+            samples: 4,
+            ops_per_cpu: None,
+        },
+    )
+    .unwrap()
+    .run(3)
+    .unwrap();
+    r.samples.iter().sum::<f64>() / r.samples.len() as f64
+}
+
+/// A cycle of `n` operations: think `think_ns`, take a queued spinlock (instance 0), run
+/// `inside` (line events), hold `hold_ns`, release.
+fn critical_section(n: usize, think_ns: f64, hold_ns: f64, inside: &[Event]) -> Trace {
+    let mut events = Vec::new();
+    for _ in 0..n {
+        events.push(Event::Compute { ns: think_ns });
+        events.push(Event::Acquire {
+            inst: 0,
+            shared: false,
+            trylock: false,
+        });
+        events.extend_from_slice(inside);
+        events.push(Event::Compute { ns: hold_ns });
+        events.push(Event::Release {
+            inst: 0,
+            shared: false,
+        });
+        events.push(Event::Ops { n: 1 });
+    }
+    let mut instances = vec![inst("the lock", LockModel::Queued, false)];
+    for i in 1..=8 {
+        instances.push(inst(&format!("line {i}"), LockModel::Line, false));
+    }
+    Trace {
+        meta: meta(n as u64),
+        instances,
+        events,
+        fallbacks: Vec::new(),
+    }
+}
+
+fn write(inst: u32, sym: Sym) -> Event {
+    Event::Line {
+        inst,
+        write: true,
+        sym,
+    }
+}
+
+#[test]
+fn a_contended_critical_section_lengthens_by_one_transfer_per_line_it_writes() {
+    // Saturated: 8 CPUs, a think time far below the hold. The lock passes from CPU to CPU, one
+    // transfer (80 ns) per hand-off, and every line the section writes was written last by the
+    // previous holder: one more transfer each. The lock serves one section per
+    // hold + (k + 1) transfers.
+    let (x, hold) = (80.0, 400.0);
+    let m = machine(16, x, 5.0);
+    for k in [0u32, 1, 3, 6] {
+        let inside: Vec<Event> = (1..=k).map(|i| write(i, Sym::Here)).collect();
+        let t = critical_section(2000, 1.0, hold, &inside);
+        let closed = 1e9 / (hold + f64::from(k + 1) * x);
+        let got = rate(&m, &t, 8);
+        assert!(
+            (got - closed).abs() / closed < 0.02,
+            "k = {k}: {got:.0} ops/s, closed form {closed:.0}"
+        );
+        // One CPU keeps every line: the section costs its hold only.
+        let one = rate(&m, &t, 1);
+        let alone = 1e9 / (hold + 1.0);
+        assert!(
+            (one - alone).abs() / alone < 0.01,
+            "k = {k}: {one} vs {alone}"
+        );
+    }
+}
+
+#[test]
+fn list_entries_resolve_to_whoever_last_wrote_the_first_entry() {
+    let (x, hold) = (80.0, 400.0);
+    let m = machine(16, x, 5.0);
+    let saturated = |inside: &[Event]| rate(&m, &critical_section(2000, 1.0, hold, inside), 8);
+    let per_transfers = |k: f64| 1e9 / (hold + k * x);
+    let close = |a: f64, b: f64| (a - b).abs() / b < 0.02;
+    // A list_add rewrites the first entry, which the previous holder put there: one transfer
+    // beyond the hand-off.
+    let add = saturated(&[write(1, Sym::First)]);
+    assert!(close(add, per_transfers(2.0)), "{add}");
+    // An entry further in resolves to the first entry's writer; nobody ever wrote the first
+    // entry here, so it comes from memory at no modelled cost.
+    let entry = saturated(&[write(1, Sym::Entry)]);
+    assert!(close(entry, per_transfers(1.0)), "{entry}");
+    // After this CPU's own add, the entry is its own line: the second access is a hit.
+    let add_then_entry = saturated(&[write(1, Sym::First), write(1, Sym::Entry)]);
+    assert!(
+        close(add_then_entry, per_transfers(2.0)),
+        "{add_then_entry}"
+    );
+    // A batch of adds under one hold (a pcp refill, an LRU flush) pays for the first only;
+    // per operation, a batch of 8 is cheaper than 8 holds of one add each.
+    let batch = saturated(&[write(1, Sym::First); 8]);
+    assert!(close(batch, per_transfers(2.0)), "{batch}");
+    // The head and the first entry are different lines: a head write moves the head too.
+    let head_and_first = saturated(&[write(1, Sym::First), write(1, Sym::Here)]);
+    assert!(
+        close(head_and_first, per_transfers(3.0)),
+        "{head_and_first}"
+    );
+}
+
+#[test]
+fn a_read_before_the_exchange_makes_the_exchange_invalidate_the_readers_copies() {
+    // Cyclic: think, read the count line, then an atomic on it (an rwsem's reader count,
+    // `down_read_trylock`). With many CPUs reading between two exchanges, each exchange must
+    // invalidate the readers' copies, so the line serves fewer exchanges per second than with
+    // the atomic alone.
+    let m = machine(32, 80.0, 5.0);
+    let mk = |read: bool| {
+        let mut events = Vec::new();
+        for _ in 0..2000 {
+            events.push(Event::Compute { ns: 200.0 });
+            if read {
+                events.push(Event::Line {
+                    inst: 0,
+                    write: false,
+                    sym: Sym::Here,
+                });
+            }
+            events.push(Event::Atomic { inst: 0 });
+            events.push(Event::Ops { n: 1 });
+        }
+        Trace {
+            meta: meta(2000),
+            instances: vec![inst("count", LockModel::Line, false)],
+            events,
+            fallbacks: Vec::new(),
+        }
+    };
+    let (plain, read_first) = (mk(false), mk(true));
+    // One CPU: the reads hit, nothing changes.
+    let (p1, r1) = (rate(&m, &plain, 1), rate(&m, &read_first, 1));
+    assert!((p1 - r1).abs() / p1 < 0.001, "{p1} vs {r1}");
+    // 24 CPUs: the atomic alone saturates at one transfer + one atomic per op (85 ns); with
+    // the reads, copies spread between exchanges and each exchange invalidates them.
+    let (p24, r24) = (rate(&m, &plain, 24), rate(&m, &read_first, 24));
+    let line_bound = 1e9 / (80.0 + 5.0);
+    assert!(
+        (p24 - line_bound).abs() / line_bound < 0.03,
+        "{p24} vs {line_bound}"
+    );
+    assert!(
+        r24 < 0.95 * p24,
+        "read first {r24} against atomic only {p24}"
+    );
+}
