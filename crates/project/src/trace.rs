@@ -413,13 +413,27 @@ impl Trace {
             }
         }
         meta.compute_scale = 1.0;
-        if meta.untraced_ns > writes && compute > 0.0 {
-            let f = (meta.untraced_ns - writes) / compute;
+        // The untraced window is timed in thread CPU time, which preemption cannot inflate;
+        // the traced one in wall time. Normally only the compute absorbs the difference. When
+        // the traced writes alone outlast the whole untraced window, the traced window was
+        // preempted during its writes as well (clearing a page takes the same CPU time traced
+        // or not), so every measured time in it is scaled alike, writes included: leaving the
+        // compute unscaled would hand the replay the host's preemption as compute.
+        let (f, writes_too) = if meta.untraced_ns > writes && compute > 0.0 {
+            ((meta.untraced_ns - writes) / compute, false)
+        } else if meta.untraced_ns > 0.0 && compute + writes > 0.0 {
+            (meta.untraced_ns / (compute + writes), true)
+        } else {
+            (1.0, false)
+        };
+        if f != 1.0 {
             meta.compute_scale = f;
             let segments = fallbacks.iter_mut().flat_map(|f| f.segments.iter_mut());
             for e in out.iter_mut().chain(segments.flatten()) {
-                if let Event::Compute { ns } = e {
-                    *ns *= f;
+                match e {
+                    Event::Compute { ns } => *ns *= f,
+                    Event::Write { host_ns, .. } if writes_too => *host_ns *= f,
+                    _ => {}
                 }
             }
         }
@@ -1115,6 +1129,45 @@ mod tests {
         b[n..].copy_from_slice(&crc.to_le_bytes());
         let e = Trace::decode(&b, "f").unwrap_err().to_string();
         assert!(e.contains("unknown line reference 7"), "{e}");
+    }
+
+    /// A traced window preempted during its writes: the writes alone (1000 ns) outlast the
+    /// untraced window (600 ns of CPU time), so compute and writes are scaled alike to add up
+    /// to it, where before the compute kept the host's preemption.
+    #[test]
+    fn a_traced_window_whose_writes_outlast_the_untraced_one_is_scaled_whole() {
+        static CLASS: LockClass = LockClass::new("c", Scope::Node);
+        let tpn = raw::ticks_per_ns();
+        let at = |ns: f64| (ns * tpn).round() as u64;
+        let ev = |t, kind| raw::Event {
+            t,
+            kind,
+            class: &CLASS,
+            instance: 0,
+            model: LockModel::Line,
+        };
+        let events = [
+            ev(at(0.0), raw::Kind::Trap),
+            ev(
+                at(100.0),
+                raw::Kind::Write {
+                    bytes: 4096,
+                    end: at(1100.0),
+                },
+            ),
+            ev(at(1200.0), raw::Kind::Ops(1)),
+        ];
+        let mut meta = sample().meta;
+        meta.overhead_ns_per_event = 0.0;
+        meta.untraced_ns = 600.0;
+        let t = Trace::from_raw(meta.clone(), &events);
+        assert!((t.host_ns() - 600.0).abs() < 1.0, "{}", t.host_ns());
+        assert!((t.meta.compute_scale - 0.5).abs() < 0.01);
+        // With room for the compute, only the compute is scaled: the writes keep their time.
+        meta.untraced_ns = 1400.0;
+        let t = Trace::from_raw(meta, &events);
+        assert!((t.host_ns() - 1400.0).abs() < 1.0, "{}", t.host_ns());
+        assert!((t.meta.compute_scale - 2.0).abs() < 0.01);
     }
 
     #[test]
