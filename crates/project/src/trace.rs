@@ -1342,7 +1342,10 @@ mod tests {
         ];
         let mut m = meta();
         m.overhead_ns_per_event = 10.0;
+        // An untraced run of exactly what the gaps and the write add up to: no scaling.
+        m.untraced_ns = 3.0 * 90.0 + 300.0;
         let t = Trace::from_raw(m, &raw_events);
+        assert!((t.meta.compute_scale - 1.0).abs() < 0.01);
         assert_eq!(t.instances.len(), 2, "two addresses, two instances");
         assert_eq!(t.meta.ops, 1);
         assert_eq!(t.meta.raw_events, 5);
