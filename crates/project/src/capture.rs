@@ -106,6 +106,10 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
 /// the neighbours than about the engine).
 const ROUNDS: usize = 3;
 
+/// The recording buffer's room per fault (events), allocated and made resident before a
+/// window opens.
+pub const EVENTS_PER_FAULT: usize = 40;
+
 /// The trylock classes whose failure path a capture with `policy` records (see the module
 /// docs), in the order their windows run.
 pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
@@ -372,9 +376,12 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         .map_err(|e| format!("capture: {e}"))?;
     let (_run, vms) =
         engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
+    // Events a window may record: the profiles record 19 to 26 a fault today (pvl-v2's
+    // pft the most), so 40 leaves room for more line events without the buffer ever
+    // growing inside a window (see `raw::start`).
     let capacity = match window {
-        Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * 24,
-        Window::Once => (spec.pft_bytes as usize / 4096) * 24,
+        Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * EVENTS_PER_FAULT,
+        Window::Once => (spec.pft_bytes as usize / 4096) * EVENTS_PER_FAULT,
     };
     let mut ctl = Ctl::new(
         window,

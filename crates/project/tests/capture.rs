@@ -137,6 +137,14 @@ fn pft_with_per_vma_locks_shares_its_one_vma_between_threads() {
             .count()
     };
     assert_eq!(count("vma lock"), 4096 - count("mmap_lock"));
+    // The window fitted in the buffer made resident before it opened: it never grew (and
+    // copied itself) while recording.
+    assert!(
+        t.meta.raw_events <= t.meta.ops * pagelab_project::capture::EVENTS_PER_FAULT as u64,
+        "{} events for {} faults",
+        t.meta.raw_events,
+        t.meta.ops
+    );
     assert!(count("mmap_lock") < 8, "{}", count("mmap_lock"));
     let m = Machine::load("icelake-2s-64c").unwrap();
     let row = replay_row(&m, &t, Mode::Threads, 32, 2, 1, 2048).unwrap();
