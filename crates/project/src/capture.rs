@@ -106,6 +106,15 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
 /// the neighbours than about the engine).
 const ROUNDS: usize = 3;
 
+/// Whether timed window `w` (below `2 * ROUNDS`) is recorded: they alternate with the untraced
+/// ones (untraced first), so that a stretch in which this host ran the task slowly (a
+/// neighbour on the other hyper-thread of a vCPU, a frequency change) weighs on both kinds
+/// alike. With all untraced windows first, one such stretch made the untraced time twice the
+/// traced one, and the compute was then scaled up by 1.9.
+fn recorded(w: usize) -> bool {
+    w % 2 == 1
+}
+
 /// The recording buffer's room per fault (events), allocated and made resident before a
 /// window opens.
 pub const EVENTS_PER_FAULT: usize = 40;
@@ -132,8 +141,8 @@ type Best = Option<(f64, f64, Vec<raw::Event>)>;
 ///
 /// The run is cut into windows at the workload's boundaries: after every unmap for the
 /// will-it-scale loops (a window is `cycles` iterations), at a repetition's first store and
-/// its unmap for pft. After `warmup` boundaries come `ROUNDS` untraced windows, then `ROUNDS`
-/// recorded ones.
+/// its unmap for pft. After `warmup` boundaries come `ROUNDS` untraced and `ROUNDS` recorded
+/// windows, in turns.
 struct Ctl {
     window: Window,
     warmup: usize,
@@ -208,7 +217,7 @@ impl Ctl {
         2 * ROUNDS + self.fallback_classes.len()
     }
 
-    /// Opens window `w` (untraced for `w < ROUNDS`, recorded after; from `2 * ROUNDS` on, with
+    /// Opens window `w` (untraced and recorded in turns, see [`recorded`]; from `2 * ROUNDS` on, with
     /// one fallback class's trylocks failing).
     fn open(&self, w: usize) {
         if let Some(&class) = w
@@ -219,7 +228,7 @@ impl Ctl {
             raw::start(self.capacity);
             return;
         }
-        if w >= ROUNDS {
+        if recorded(w) {
             let mut o = self.overhead.lock().unwrap();
             if o.is_none() {
                 *o = Some(raw::measure_overhead());
@@ -237,13 +246,13 @@ impl Ctl {
             self.fallbacks.lock().unwrap().push(events);
             return;
         }
-        let events = if w >= ROUNDS { raw::stop() } else { Vec::new() };
+        let events = if recorded(w) { raw::stop() } else { Vec::new() };
         let Some((t0, c0)) = self.opened.lock().unwrap().take() else {
             return;
         };
         let wall = t0.elapsed().as_nanos() as f64;
         let cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
-        if w < ROUNDS {
+        if !recorded(w) {
             self.untraced.lock().unwrap().push(cpu);
         } else {
             let lost = (wall - cpu).max(0.0);
