@@ -60,6 +60,7 @@ pub const MACHINES: &[&str] = &[
     "icelake-2s-64c",
     "epyc-bergamo-2s-256c",
     "dev-host",
+    "altix-3700-512p",
 ];
 
 /// The file as written.
@@ -425,6 +426,7 @@ mod tests {
             ("page_fault1-lru-lock-2018", Some("broadwell-2s-44c")),
             ("pft-pvl-2023", Some("icelake-2s-64c")),
             ("pft-pvl-vma-per-thread-2023", Some("icelake-2s-64c")),
+            ("lameter-2005", Some("altix-3700-512p")),
             ("mglru-bulk-2023", None),
             ("netpipe-hopcpu-2016", None),
         ] {

@@ -453,6 +453,9 @@ impl<'a> Replay<'a> {
                 Some(b)
             })
             .collect();
+        // Both are powers of two, the machine's at least the engine's (`Machine::check`).
+        let page_ratio = (machine.memory.page_size / pagelab_mm::page::PAGE_SIZE as u64)
+            .clamp(1, u64::from(u32::MAX)) as u32;
         let mut progs = Vec::new();
         let mut all_alts = Vec::new();
         let mut all_alt_ops = Vec::new();
@@ -564,6 +567,13 @@ impl<'a> Replay<'a> {
                     }
                     _ => Op::Try(r, shared, NONE),
                 };
+            }
+            // A traced write is the engine's page (or pages); on the machine each fault
+            // clears one of its pages, so the bytes scale by the page sizes' ratio.
+            for op in prog.iter_mut().chain(alt_ops.iter_mut()) {
+                if let Op::Write(b) = op {
+                    *b = b.saturating_mul(page_ratio);
+                }
             }
             all_alts.push(alts);
             all_alt_ops.push(alt_ops);
