@@ -102,7 +102,8 @@ pub(crate) struct ProjectArgs {
     captures: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Fixed-work workloads (pft): faults per replayed CPU.
+    /// Fixed-work workloads (pft): faults per replayed CPU. For lameter with --experiment, the
+    /// most: each CPU faults its slice of the experiment's size in the machine's pages.
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..))]
     ops_per_cpu: u64,
     /// Store under this label instead of `<profile>@<machine>` (one profile only).
