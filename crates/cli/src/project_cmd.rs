@@ -53,7 +53,7 @@ pub(crate) struct CalibrateArgs {
 
 #[derive(Args)]
 pub(crate) struct CaptureArgs {
-    /// page_fault1, page_fault2, page_fault3, pft or pft-vma-per-thread.
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread or lameter.
     workload: String,
     /// The profile (a shipped name or a .toml path).
     #[arg(long, default_value = "linux-6.7")]
@@ -102,7 +102,8 @@ pub(crate) struct ProjectArgs {
     captures: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Fixed-work workloads (pft): faults per replayed CPU.
+    /// Fixed-work workloads (pft): faults per replayed CPU. For lameter with --experiment, the
+    /// most: each CPU faults its slice of the experiment's size in the machine's pages.
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..))]
     ops_per_cpu: u64,
     /// Store under this label instead of `<profile>@<machine>` (one profile only).
@@ -320,6 +321,9 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
 pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), String> {
     let m = Machine::load(&a.machine)?;
     let format = parse_format(&a.format)?;
+    // Lameter's test faults one region per repetition, split between the threads: each
+    // replayed CPU faults its slice of the experiment's size, in the machine's pages.
+    let mut region_bytes = None;
     let (workload, profs, modes, experiment, rule) = match (&a.experiment, &a.workload) {
         (Some(_), Some(_)) => {
             return Err("give an experiment or a workload with profiles, not both".into());
@@ -329,6 +333,9 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
                 return Err("--profile does not go with --experiment (it names its own)".into());
             }
             let e = experiments::load(e)?;
+            if e.workload == WorkloadKind::Lameter {
+                region_bytes = e.size;
+            }
             (
                 e.workload,
                 e.profiles.clone(),
@@ -385,6 +392,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         captures: a.captures as usize,
         seed: a.seed,
         ops_per_cpu: a.ops_per_cpu,
+        region_bytes,
     };
     spec.check()?;
     // Open the store first: a store that cannot be written fails before minutes of work.

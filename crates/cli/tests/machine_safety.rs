@@ -279,3 +279,76 @@ fn validate_json_refuses_the_store_before_validating() {
     );
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
 }
+
+/// The Altix's router fabric and page size, and an experiment's machine, refused by key from the
+/// command line: one line, a non-zero exit, the store untouched.
+#[test]
+fn fabrics_page_sizes_and_experiment_machines_are_refused_by_key() {
+    let d = Dir::new("ms-fabric");
+    let db = store_with_a_run(&d);
+    let altix = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../machines/altix-3700-512p.toml"
+    ))
+    .unwrap()
+    .replacen("name = \"altix-3700-512p\"", "name = \"my-altix\"", 1);
+    let cases = [
+        (
+            "nodes = 256\n",
+            "nodes = 512\n",
+            "numa.fabric describes 512 nodes",
+        ),
+        (
+            "nodes = 32\n",
+            "nodes = 30\n",
+            "numa.fabric.levels[1].nodes (30) must be a multiple",
+        ),
+        (
+            "page_size = 16384",
+            "page_size = 10000",
+            "memory.page_size must be a power of two",
+        ),
+        (
+            "cores_per_socket = 2",
+            "cores_per_socket = 32",
+            "is 8192 CPUs; at most 4096",
+        ),
+    ];
+    for (i, (from, to, want)) in cases.iter().enumerate() {
+        assert!(altix.contains(from), "{from}");
+        let f = d.path(&format!("a{i}.toml"));
+        std::fs::write(&f, altix.replacen(from, to, 1)).unwrap();
+        let f = f.to_str().unwrap();
+        fails(&db, &["machines", f], want);
+        fails(
+            &db,
+            &["project", "--machine", f, "lameter", "--tasks", "1"],
+            want,
+        );
+    }
+    // An experiment naming a machine that does not ship.
+    let exp = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../experiments/lameter-2005.toml"
+    ))
+    .unwrap()
+    .replacen("name = \"lameter-2005\"", "name = \"my-lameter\"", 1)
+    .replacen(
+        "machine = \"altix-3700-512p\"",
+        "machine = \"altix-3700-1024p\"",
+        1,
+    );
+    let e = d.path("my-lameter.toml");
+    std::fs::write(&e, exp).unwrap();
+    fails(
+        &db,
+        &[
+            "project",
+            "--machine",
+            "altix-3700-512p",
+            "--experiment",
+            e.to_str().unwrap(),
+        ],
+        "machine = \"altix-3700-1024p\" names no shipped machine",
+    );
+}

@@ -753,7 +753,10 @@ fn measure(
             threads_per_core,
             nodes_per_socket,
         },
-        numa: Numa { distance },
+        numa: Numa {
+            distance,
+            fabric: None,
+        },
         latency: Latency {
             smt_ns: round(smt_ns, 1),
             core_ns: round(core_ns, 1),
@@ -764,6 +767,7 @@ fn measure(
             node_bandwidth_gbs: round(node_bw, 2),
             core_bandwidth_gbs: round(core_bw, 2),
             loaded_latency,
+            page_size: pagelab_mm::page::PAGE_SIZE as u64,
         },
         kernel: KernelCosts {
             trap_ns: round(trap, 0),

@@ -8,9 +8,9 @@
 //! - will-it-scale's page-fault tests loop map-touch-unmap until stopped: after one warm-up
 //!   iteration, windows of `cycles` iterations are timed without recording, then recorded;
 //!   the trace is whole iterations (unmaps included), which replay cycles through.
-//! - pft times the faulting of a region between two barriers: a warm-up repetition, then
-//!   repetitions timed without recording, then recorded from their first store to their unmap
-//!   (not included, as pft does not time it).
+//! - pft (and Lameter's 2005 test, which it grew from) times the faulting of a region between
+//!   two barriers: a warm-up repetition, then repetitions timed without recording, then
+//!   recorded from their first store to their unmap (not included, as pft does not time it).
 //!
 //! Then, for each trylock whose failure path the replay takes (the per-VMA lock when the
 //! profile has one, the pcp lock when it has per-CPU lists), one more recorded window runs with
@@ -42,6 +42,7 @@ use std::time::Instant;
 
 use pagelab_bench::profiles::Profile;
 use pagelab_bench::run::{Sizes, engine_arena};
+use pagelab_mm::page::PAGE_SIZE;
 use pagelab_mm::policy::{PcpLists, Policy, VmaLock};
 use pagelab_sync::LockClass;
 use pagelab_sync::trace as raw;
@@ -95,8 +96,11 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
         }
         WorkloadKind::Pft => Ok((Window::Once, Pinning::Spread, true)),
         WorkloadKind::PftVmaPerThread => Ok((Window::Once, Pinning::Spread, false)),
+        // Lameter's 2005 test is pft's ancestor and repeats as it does: a region mapped, its
+        // pages faulted by all threads at once (each its slice of the one VMA), unmapped.
+        WorkloadKind::Lameter => Ok((Window::Once, Pinning::Spread, true)),
         other => Err(format!(
-            "the projector replays page_fault1, page_fault2, page_fault3, pft and pft-vma-per-thread, not {other}"
+            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread and lameter, not {other}"
         )),
     }
 }
@@ -389,8 +393,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     // pft the most), so 40 leaves room for more line events without the buffer ever
     // growing inside a window (see `raw::start`).
     let capacity = match window {
-        Window::Cycle => spec.cycles * (MEMSIZE as usize / 4096) * EVENTS_PER_FAULT,
-        Window::Once => (spec.pft_bytes as usize / 4096) * EVENTS_PER_FAULT,
+        Window::Cycle => spec.cycles * (MEMSIZE as usize / PAGE_SIZE) * EVENTS_PER_FAULT,
+        Window::Once => (spec.pft_bytes as usize / PAGE_SIZE) * EVENTS_PER_FAULT,
     };
     let mut ctl = Ctl::new(
         window,

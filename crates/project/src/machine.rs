@@ -75,11 +75,168 @@ pub struct Topology {
     pub nodes_per_socket: usize,
 }
 
+/// The NUMA distances: a matrix as written (`distance`), or a router fabric (`fabric`) the loader
+/// expands into one. Either way `distance` holds the matrix once loaded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "NumaFile", into = "NumaFile")]
 pub struct Numa {
     /// `distance[a][b]`, SLIT values: 10 on the diagonal, more than 10 elsewhere.
     pub distance: Vec<Vec<u32>>,
+    /// The router hierarchy the matrix was built from, when the file describes one (written
+    /// back instead of the matrix).
+    pub fabric: Option<Fabric>,
+}
+
+/// `[numa]` as a file writes it: a matrix or a fabric, not both.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NumaFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    distance: Option<Vec<Vec<u32>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fabric: Option<Fabric>,
+}
+
+impl TryFrom<NumaFile> for Numa {
+    type Error = String;
+
+    fn try_from(f: NumaFile) -> Result<Numa, String> {
+        match (f.distance, f.fabric) {
+            (Some(distance), None) => Ok(Numa {
+                distance,
+                fabric: None,
+            }),
+            (None, Some(fabric)) => Ok(Numa {
+                distance: fabric.distances()?,
+                fabric: Some(fabric),
+            }),
+            (Some(_), Some(_)) => Err(
+                "numa: give numa.distance or numa.fabric, not both (the fabric is expanded into the matrix)"
+                    .into(),
+            ),
+            (None, None) => Err(
+                "numa: give numa.distance (the SLIT matrix) or numa.fabric (a router hierarchy)"
+                    .into(),
+            ),
+        }
+    }
+}
+
+impl From<Numa> for NumaFile {
+    fn from(n: Numa) -> NumaFile {
+        match n.fabric {
+            Some(f) => NumaFile {
+                distance: None,
+                fabric: Some(f),
+            },
+            None => NumaFile {
+                distance: Some(n.distance),
+                fabric: None,
+            },
+        }
+    }
+}
+
+/// A router fabric, for machines whose nodes meet through a hierarchy of routers (SGI's
+/// NUMAlink: a node's hub, the routers of its brick, rack routers, metarouters). Writing out the
+/// SLIT of 256 nodes would take 65 536 numbers; the hierarchy that determines it takes a few.
+///
+/// Nodes are grouped level by level, innermost first: the first `levels[0].nodes` nodes share
+/// the innermost routers, and so on, every level's group a whole number of the level below's.
+/// Two nodes whose smallest common group is level `i` are `levels[i].routers` routers apart (the
+/// routers a request crosses one way), and their SLIT distance is
+/// `10 + ROUTER_DISTANCE x routers`: in proportion to the routers crossed, as the firmware of
+/// such machines reports it. The latency a distance costs is the machine's
+/// `latency.remote_ns` entry for it, so a file states the per-router latency there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fabric {
+    pub levels: Vec<FabricLevel>,
+}
+
+/// One level of a [`Fabric`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FabricLevel {
+    /// What a group of this level is (`brick`, `rack`), for reading the file.
+    pub name: String,
+    /// Nodes in one group of this level.
+    pub nodes: usize,
+    /// Routers crossed between two nodes whose smallest common group is this level's.
+    pub routers: u32,
+}
+
+/// SLIT units per router crossed, in a distance matrix built from a [`Fabric`].
+pub const ROUTER_DISTANCE: u32 = 10;
+
+impl Fabric {
+    /// Nodes in all (the outermost level's group).
+    pub fn nodes(&self) -> usize {
+        self.levels.last().map_or(0, |l| l.nodes)
+    }
+
+    /// Routers crossed between nodes `a` and `b` (0 for the same node).
+    pub fn routers(&self, a: usize, b: usize) -> u32 {
+        if a == b {
+            return 0;
+        }
+        self.levels
+            .iter()
+            .find(|l| a / l.nodes == b / l.nodes)
+            .map_or(u32::MAX, |l| l.routers)
+    }
+
+    /// Checks the hierarchy (one line naming the key) and expands it into a SLIT matrix.
+    pub fn distances(&self) -> Result<Vec<Vec<u32>>, String> {
+        let key = "numa.fabric.levels";
+        if self.levels.is_empty() {
+            return Err(format!(
+                "{key} is empty; give at least one level of routers"
+            ));
+        }
+        let max_routers = (MAX_DISTANCE - LOCAL_DISTANCE) / ROUTER_DISTANCE;
+        for (i, l) in self.levels.iter().enumerate() {
+            if l.nodes < 2 || l.nodes > MAX_CPUS {
+                return Err(format!(
+                    "{key}[{i}].nodes must be from 2 to {MAX_CPUS} (a group of nodes), not {}",
+                    l.nodes
+                ));
+            }
+            if !(1..=max_routers).contains(&l.routers) {
+                return Err(format!(
+                    "{key}[{i}].routers must be from 1 to {max_routers} (SLIT distances stop at {MAX_DISTANCE}), not {}",
+                    l.routers
+                ));
+            }
+            if i > 0 {
+                let p = &self.levels[i - 1];
+                if l.nodes <= p.nodes || !l.nodes.is_multiple_of(p.nodes) {
+                    return Err(format!(
+                        "{key}[{i}].nodes ({}) must be a multiple of {key}[{}].nodes ({}) and larger: each group is made of whole groups of the level below",
+                        l.nodes,
+                        i - 1,
+                        p.nodes
+                    ));
+                }
+                if l.routers < p.routers {
+                    return Err(format!(
+                        "{key}[{i}].routers ({}) is below {key}[{}].routers ({}); a larger group's nodes are not nearer",
+                        l.routers,
+                        i - 1,
+                        p.routers
+                    ));
+                }
+            }
+        }
+        let n = self.nodes();
+        Ok((0..n)
+            .map(|a| {
+                (0..n)
+                    .map(|b| LOCAL_DISTANCE + ROUTER_DISTANCE * self.routers(a, b))
+                    .collect()
+            })
+            .collect())
+    }
 }
 
 /// Cache-line transfer latencies: the time from a CPU's request until it owns a line that
@@ -113,7 +270,28 @@ pub struct Memory {
     /// equally.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loaded_latency: Vec<[f64; 2]>,
+    /// The kernel's page size on this machine, bytes (4096 unless the file says otherwise:
+    /// ia64 Linux on SGI Altix ran 16 KiB pages). A fault clears one page, so the bytes every
+    /// traced page write stands for follow it (the engine's pages are
+    /// [`pagelab_mm::page::PAGE_SIZE`]).
+    #[serde(
+        default = "default_page_size",
+        skip_serializing_if = "is_default_page_size"
+    )]
+    pub page_size: u64,
 }
+
+fn default_page_size() -> u64 {
+    DEFAULT_PAGE_SIZE
+}
+fn is_default_page_size(v: &u64) -> bool {
+    *v == DEFAULT_PAGE_SIZE
+}
+
+/// Page size when a machine file names none: x86's 4 KiB.
+pub const DEFAULT_PAGE_SIZE: u64 = 4096;
+/// The largest page size a machine may have: ia64's largest base page (64 KiB).
+pub const MAX_PAGE_SIZE: u64 = 64 << 10;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,13 +328,20 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../machines/epyc-bergamo-2s-256c.toml"),
     ),
     ("dev-host", include_str!("../../../machines/dev-host.toml")),
+    (
+        "altix-3700-512p",
+        include_str!("../../../machines/altix-3700-512p.toml"),
+    ),
 ];
 
 /// At most this many CPUs (sockets x cores x threads): Linux's `NR_CPUS` of distribution
 /// kernels of the era, and more than any machine a published table ran on.
 pub const MAX_CPUS: usize = 4096;
-/// Sockets of one machine (the largest shipping systems glue 32).
-pub const MAX_SOCKETS: usize = 64;
+/// Sockets of one machine. x86 machines glue at most 32, but the format counts an SGI Altix
+/// node (a SHUB with two single-socket CPUs on one front-side bus) as one socket of two cores,
+/// and such machines reached 256 nodes (512 CPUs) in one system image; ia64 Linux allowed 1024
+/// NUMA nodes (`NODES_SHIFT` up to 10). The CPU bound, [`MAX_CPUS`], is the one that counts.
+pub const MAX_SOCKETS: usize = 1024;
 /// NUMA nodes per socket (sub-NUMA clustering and NPS settings split a socket in up to 4).
 pub const MAX_NODES_PER_SOCKET: usize = 16;
 /// A node's SLIT distance to itself.
@@ -389,7 +574,21 @@ impl Machine {
                 ));
             }
         }
+        let p = self.memory.page_size;
+        if !(DEFAULT_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&p) || !p.is_power_of_two() {
+            return Err(format!(
+                "memory.page_size must be a power of two from {DEFAULT_PAGE_SIZE} to {MAX_PAGE_SIZE} bytes, not {p}"
+            ));
+        }
         let nodes = self.nr_nodes();
+        if let Some(f) = &self.numa.fabric
+            && f.nodes() != nodes
+        {
+            return Err(format!(
+                "numa.fabric describes {} nodes (its outermost level's), but the topology has {nodes} (sockets x nodes_per_socket)",
+                f.nodes()
+            ));
+        }
         let d = &self.numa.distance;
         if d.len() != nodes {
             return Err(format!(
@@ -883,8 +1082,8 @@ mod tests {
                 "topology.cores_per_socket must be at least 1 and at most 4096, not 4097",
             ),
             (
-                |t| t.sockets = 65,
-                "topology.sockets must be at least 1 and at most 64, not 65",
+                |t| t.sockets = 1025,
+                "topology.sockets must be at least 1 and at most 1024, not 1025",
             ),
             (
                 |t| t.nodes_per_socket = 32,
@@ -901,6 +1100,15 @@ mod tests {
                     t.cores_per_socket = 64;
                 },
                 "is 8192 CPUs; at most 4096",
+            ),
+            (
+                // 1024 sockets of 5 single-threaded cores: every count in range, 5120 CPUs not.
+                |t| {
+                    t.sockets = 1024;
+                    t.cores_per_socket = 5;
+                    t.threads_per_core = 1;
+                },
+                "is 5120 CPUs; at most 4096",
             ),
             (
                 |t| t.cores_per_socket = usize::MAX,
@@ -974,6 +1182,80 @@ mod tests {
             assert!(e.contains(want), "{e} (wanted {want})");
             assert!(!e.contains('\n'), "one line: {e}");
         }
+    }
+
+    /// A fabric instead of a matrix: refused with one line naming the key when it cannot be
+    /// expanded or does not fit the topology; and a page size that is not a power of two.
+    #[test]
+    fn fabrics_and_page_sizes_are_checked_by_key() {
+        let (_, text) = BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "altix-3700-512p")
+            .unwrap();
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "[numa]\n",
+                "[numa]\ndistance = [[10]]\n",
+                "give numa.distance or numa.fabric, not both",
+            ),
+            (
+                "nodes = 32\n",
+                "nodes = 30\n",
+                "numa.fabric.levels[1].nodes (30) must be a multiple of numa.fabric.levels[0].nodes (4)",
+            ),
+            (
+                "routers = 3\n",
+                "routers = 0\n",
+                "numa.fabric.levels[1].routers must be from 1 to 24",
+            ),
+            (
+                "routers = 5\n",
+                "routers = 2\n",
+                "numa.fabric.levels[2].routers (2) is below numa.fabric.levels[1].routers (3)",
+            ),
+            (
+                "nodes = 256\n",
+                "nodes = 512\n",
+                "numa.fabric describes 512 nodes (its outermost level's), but the topology has 256",
+            ),
+            (
+                "routers = 5\n",
+                "routers = 6\n",
+                "latency.remote_ns has no entry for distance 70",
+            ),
+            (
+                "page_size = 16384",
+                "page_size = 12288",
+                "memory.page_size must be a power of two from 4096 to 65536 bytes, not 12288",
+            ),
+            (
+                "page_size = 16384",
+                "page_size = 131072",
+                "memory.page_size must be a power of two",
+            ),
+            (
+                "page_size = 16384",
+                "page_size = 2048",
+                "memory.page_size must be a power of two",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(text.contains(from), "{from}");
+            let bad = text.replacen(from, to, 1);
+            let e = Machine::parse(&bad, "x.toml").unwrap_err();
+            assert!(e.contains(want), "{e} (wanted {want})");
+            assert!(e.starts_with("machine x.toml: "), "{e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        // Neither a matrix nor a fabric.
+        let start = text.find("[[numa.fabric.levels]]").unwrap();
+        let end = text.find("[latency]").unwrap();
+        let bare = format!("{}{}", &text[..start], &text[end..]);
+        let e = Machine::parse(&bare, "x.toml").unwrap_err();
+        assert!(
+            e.contains("give numa.distance (the SLIT matrix) or numa.fabric"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct ProjectSpec {
     pub seed: u64,
     /// Fixed-work workloads: operations per replayed CPU (a prefix of the trace).
     pub ops_per_cpu: u64,
+    /// Fixed-work workloads whose repetition is one region split between the tasks (Lameter's
+    /// test: `Gb` per repetition): its bytes. Each replayed CPU then faults its slice, in the
+    /// machine's pages (`region / (tasks x memory.page_size)`), at most `ops_per_cpu`; `None`
+    /// replays `ops_per_cpu` faults per CPU whatever the task count.
+    pub region_bytes: Option<u64>,
 }
 
 impl ProjectSpec {
@@ -64,6 +69,19 @@ impl ProjectSpec {
             return Err("a task count must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// Faults each replayed CPU makes at `tasks` tasks: `ops_per_cpu`, or its slice of the
+    /// region in the machine's pages when the spec has one (at least one fault).
+    pub fn ops_for(&self, tasks: usize) -> u64 {
+        match self.region_bytes {
+            Some(bytes) => {
+                let per =
+                    bytes / (tasks.max(1) as u64).saturating_mul(self.machine.memory.page_size);
+                per.clamp(1, self.ops_per_cpu)
+            }
+            None => self.ops_per_cpu,
+        }
     }
 }
 
@@ -345,7 +363,7 @@ pub fn project_traces(
                         tasks,
                         spec.samples,
                         capture_seed(spec, c),
-                        spec.ops_per_cpu,
+                        spec.ops_for(tasks),
                     );
                     let failed = r.is_err();
                     if tx.send((j, r)).is_err() || failed {
@@ -615,6 +633,7 @@ mod tests {
             captures: 2,
             seed: 1,
             ops_per_cpu: 64,
+            region_bytes: None,
         };
         let stop = AtomicBool::new(false);
         let (proj, interrupted) = project_traces(
@@ -680,6 +699,7 @@ mod tests {
             captures: 0,
             seed: 1,
             ops_per_cpu: 64,
+            region_bytes: None,
         };
         let stop = AtomicBool::new(false);
         let e = project_traces(&spec, vec![vec![trace()]], &mut |_| {}, &stop).unwrap_err();

@@ -453,6 +453,9 @@ impl<'a> Replay<'a> {
                 Some(b)
             })
             .collect();
+        // Both are powers of two, the machine's at least the engine's (`Machine::check`).
+        let page_ratio = (machine.memory.page_size / pagelab_mm::page::PAGE_SIZE as u64)
+            .clamp(1, u64::from(u32::MAX)) as u32;
         let mut progs = Vec::new();
         let mut all_alts = Vec::new();
         let mut all_alt_ops = Vec::new();
@@ -484,6 +487,15 @@ impl<'a> Replay<'a> {
             let flush = threads && spec.tasks > 1;
             // The k-th trylock of a class takes its fallback's segment k (modulo their number).
             let mut tried = vec![0usize; trace.fallbacks.len()];
+            // Fixed work runs a prefix of at most `ops_per_cpu` operations, cut (as `Sim::new`
+            // cuts it) after the first operation that reaches it with nothing held: compile no
+            // further, so that one program per node stays the prefix's size on a machine of
+            // hundreds of nodes (256 full programs of a lameter trace took 1.3 GB).
+            let cut = match (trace.meta.window, spec.ops_per_cpu) {
+                (Window::Once, Some(max)) => Some(max),
+                _ => None,
+            };
+            let (mut depth, mut seen) = (0i64, 0u64);
             for (e, _) in trace.events.iter().zip(&keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
@@ -509,6 +521,17 @@ impl<'a> Replay<'a> {
                         pending = 0.0;
                     }
                     prog.push(op);
+                    match op {
+                        Op::Acquire(..) | Op::Try(..) => depth += 1,
+                        Op::Release(..) => depth -= 1,
+                        Op::Ops(n) => {
+                            seen += u64::from(n);
+                            if depth == 0 && cut.is_some_and(|max| seen >= max) {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
                 }
             }
             if pending > 0.0 {
@@ -564,6 +587,13 @@ impl<'a> Replay<'a> {
                     }
                     _ => Op::Try(r, shared, NONE),
                 };
+            }
+            // A traced write is the engine's page (or pages); on the machine each fault
+            // clears one of its pages, so the bytes scale by the page sizes' ratio.
+            for op in prog.iter_mut().chain(alt_ops.iter_mut()) {
+                if let Op::Write(b) = op {
+                    *b = b.saturating_mul(page_ratio);
+                }
             }
             all_alts.push(alts);
             all_alt_ops.push(alt_ops);

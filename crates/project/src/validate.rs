@@ -677,6 +677,7 @@ pub fn validate_table(
         captures,
         seed,
         ops_per_cpu,
+        region_bytes: None,
     };
     let (proj, interrupted) = project(&spec, progress, stop)?;
     if interrupted {
