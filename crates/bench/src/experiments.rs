@@ -32,6 +32,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../experiments/pft-pvl-vma-per-thread-2023.toml"),
     ),
     (
+        "pft-pvl-refcount-2025",
+        include_str!("../../../experiments/pft-pvl-refcount-2025.toml"),
+    ),
+    (
         "lameter-2005",
         include_str!("../../../experiments/lameter-2005.toml"),
     ),
@@ -50,6 +54,17 @@ pub const BUILTIN: &[(&str, &str)] = &[
 /// key must name one of them: a misspelt table would silently leave the experiment out of
 /// `pagelab validate`. A test keeps the list equal to the directory.
 pub const PUBLISHED_TABLES: &[&str] = &["page_fault1-2018", "pft-single-vma-2023"];
+
+/// The names of the shipped machine descriptions (`machines/*.toml`, embedded by the projector,
+/// which depends on this crate and not the reverse). An experiment's `machine` key must name
+/// one of them, so that a misspelt machine fails when the file is read, not after the engine
+/// run that `reproduce` does before projecting. A test keeps the list equal to the directory.
+pub const SHIPPED_MACHINES: &[&str] = &[
+    "broadwell-2s-44c",
+    "dev-host",
+    "epyc-bergamo-2s-256c",
+    "icelake-2s-64c",
+];
 
 /// The file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -78,6 +93,9 @@ struct ExperimentFile {
     /// The name of the published table this experiment corresponds to (one of
     /// [`PUBLISHED_TABLES`]), for the projector's validation.
     published: Option<String>,
+    /// The machine the comparison was published on (one of [`SHIPPED_MACHINES`]): where
+    /// `reproduce` and `project --experiment` take it.
+    machine: Option<String>,
     /// kvcache's shape (the task counts give its server and client threads).
     kvcache: Option<KvcacheFile>,
 }
@@ -137,6 +155,8 @@ pub struct Experiment {
     pub size: Option<u64>,
     pub significance: Significance,
     pub published: Option<String>,
+    /// The machine the comparison was published on, a shipped machine's name.
+    pub machine: Option<String>,
     /// kvcache's shape, if the file sets one.
     pub kvcache: Option<KvParams>,
 }
@@ -201,6 +221,14 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
             PUBLISHED_TABLES.join(", ")
         )));
     }
+    if let Some(m) = &f.machine
+        && !SHIPPED_MACHINES.contains(&m.as_str())
+    {
+        return Err(ctx(format!(
+            "machine = \"{m}\" names no shipped machine; machines: {}",
+            SHIPPED_MACHINES.join(", ")
+        )));
+    }
     Ok(Experiment {
         workload: f.workload.parse().map_err(ctx)?,
         tasks: parse_tasks(&f.tasks).map_err(ctx)?,
@@ -227,6 +255,7 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         repeats: f.repeats,
         interval_ms: f.interval_ms.max(10),
         published: f.published,
+        machine: f.machine,
         kvcache: f.kvcache.as_ref().map(KvcacheFile::params),
     })
 }
@@ -279,6 +308,7 @@ fn differences(a: &Experiment, b: &Experiment) -> Vec<&'static str> {
         ("size", a.size == b.size),
         ("significance", a.significance == b.significance),
         ("published", a.published == b.published),
+        ("machine", a.machine == b.machine),
         ("kvcache", a.kvcache == b.kvcache),
     ]
     .into_iter()
@@ -370,6 +400,54 @@ mod tests {
         assert_eq!(
             on_disk, listed,
             "data/published/ and PUBLISHED_TABLES differ"
+        );
+    }
+
+    #[test]
+    fn shipped_machines_are_the_machine_files() {
+        let dir = format!("{}/../../machines", env!("CARGO_MANIFEST_DIR"));
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.unwrap().path();
+                (p.extension()? == "toml")
+                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+            })
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<&str> = SHIPPED_MACHINES.to_vec();
+        listed.sort();
+        assert_eq!(on_disk, listed, "machines/ and SHIPPED_MACHINES differ");
+    }
+
+    /// The machines the seed comparisons were published on, as the experiments name them.
+    #[test]
+    fn experiments_name_their_published_machine() {
+        for (name, machine) in [
+            ("page_fault1-lru-lock-2018", Some("broadwell-2s-44c")),
+            ("pft-pvl-2023", Some("icelake-2s-64c")),
+            ("pft-pvl-vma-per-thread-2023", Some("icelake-2s-64c")),
+            ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
+            ("mglru-bulk-2023", None),
+        ] {
+            assert_eq!(load(name).unwrap().machine.as_deref(), machine, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_experiment_naming_a_missing_machine_is_refused() {
+        let text = BUILTIN
+            .iter()
+            .find(|(n, _)| *n == "pft-pvl-2023")
+            .unwrap()
+            .1;
+        let bad = text.replace("icelake-2s-64c", "icelake-2s-46c");
+        let e = parse(&bad, "x").unwrap_err();
+        assert!(
+            e.starts_with("experiment pft-pvl-2023: machine = \"icelake-2s-46c\" names no shipped machine")
+                && e.contains("broadwell-2s-44c")
+                && !e.contains('\n'),
+            "{e}"
         );
     }
 
