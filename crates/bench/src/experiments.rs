@@ -444,8 +444,9 @@ mod tests {
         let bad = text.replace("icelake-2s-64c", "icelake-2s-46c");
         let e = parse(&bad, "x").unwrap_err();
         assert!(
-            e.starts_with("experiment pft-pvl-2023: machine = \"icelake-2s-46c\" names no shipped machine")
-                && e.contains("broadwell-2s-44c")
+            e.starts_with(
+                "experiment pft-pvl-2023: machine = \"icelake-2s-46c\" names no shipped machine"
+            ) && e.contains("broadwell-2s-44c")
                 && !e.contains('\n'),
             "{e}"
         );
