@@ -75,9 +75,10 @@ pub(crate) struct TraceArgs {
 
 #[derive(Args)]
 pub(crate) struct ProjectArgs {
-    /// The machine: a shipped name (`pagelab machines`) or a .toml path.
+    /// The machine: a shipped name (`pagelab machines`) or a .toml path (default with
+    /// --experiment: the machine the experiment names).
     #[arg(long)]
-    machine: String,
+    machine: Option<String>,
     /// Take workload, profiles and modes from this experiment (task counts default to the
     /// machine's: 1, 2, 4, ... up to its CPUs).
     #[arg(long)]
@@ -330,7 +331,14 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
 }
 
 pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), String> {
-    let m = Machine::load(&a.machine)?;
+    let machine = match (&a.machine, &a.experiment) {
+        (Some(m), _) => m.clone(),
+        (None, Some(e)) => experiments::load(e)?
+            .machine
+            .ok_or_else(|| format!("--machine is needed: experiment {e} names no machine"))?,
+        (None, None) => return Err("--machine is needed: the machine to project to".into()),
+    };
+    let m = Machine::load(&machine)?;
     let format = parse_format(&a.format)?;
     let (workload, profs, modes, experiment, rule) = match (&a.experiment, &a.workload) {
         (Some(_), Some(_)) => {

@@ -386,3 +386,39 @@ fn the_readme_agreement_table_is_what_validate_prints() {
         "--self-check-only",
     );
 }
+
+/// `project --experiment E` takes the machine E names; without one, --machine is needed.
+#[test]
+fn project_takes_the_experiments_machine() {
+    let d = Dir::new("repro-projmachine");
+    let db = d.db();
+    let with = tiny_pvl(&d, "tiny-proj", "machine = \"icelake-2s-64c\"\n");
+    let none = tiny_pvl(&d, "tiny-proj-none", "");
+    let out = ok(
+        &db,
+        &[
+            "project",
+            "--experiment",
+            &with,
+            "--tasks",
+            "1,4",
+            "--samples",
+            "1",
+            "--captures",
+            "1",
+            "--ops-per-cpu",
+            "64",
+        ],
+    );
+    assert!(out.contains("pvl-v2@icelake-2s-64c"), "{out}");
+    fails_untouched(
+        &db,
+        &["project", "--experiment", &none, "--tasks", "1"],
+        &format!("--machine is needed: experiment {none} names no machine"),
+    );
+    fails_untouched(
+        &db,
+        &["project", "pft", "--profile", "pvl-v2"],
+        "--machine is needed",
+    );
+}
