@@ -427,7 +427,12 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     let ids = measure_interleaved(&store, &e, &reqs, &stop)?;
     let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
     let c = compare::from_store(&store, &ids, &labels, rule)?;
-    print!("{}", crate::results_cmd::render(&c, format));
+    // JSON is one document with both tables, printed at the end; the others print the
+    // measured table now, before the projection's minute.
+    let json = format == crate::results_cmd::Format::Json;
+    if !json {
+        print!("{}", crate::results_cmd::render(&c, format));
+    }
     let (machine, no_projection, projected_ids) = match &plan {
         reproduce_cmd::Plan::Project(spec) => {
             let pids = reproduce_cmd::project_and_store(&store, &e, spec, &stop)?;
@@ -446,8 +451,16 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
         &projected,
         &c,
     )?;
-    println!();
-    print!("{}", side.render(format));
+    if json {
+        let doc = serde_json::json!({ "measured": c, "side_by_side": side });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!();
+        print!("{}", side.render(format));
+    }
     let all: Vec<i64> = ids.iter().chain(&projected_ids).copied().collect();
     let runs = store
         .runs(&RunFilter {

@@ -505,6 +505,7 @@ impl SideBySide {
         match format {
             Format::Text => self.render_text(),
             Format::Markdown => self.render_markdown(),
+            // `reproduce` puts the table in one JSON document with the measured comparison.
             Format::Json => serde_json::to_string_pretty(self).unwrap_or_default() + "\n",
             Format::Csv => self.render_csv(),
         }

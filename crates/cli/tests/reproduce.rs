@@ -180,6 +180,21 @@ fn an_experiment_without_a_machine_prints_the_measured_columns_and_says_why() {
     let pvl = side_row(&out, 2, "faults/cpu", "pvl-v2");
     assert_eq!(&pvl[..2], ["-", "-"], "{pvl:?}");
     assert!(has_value_and_change(&pvl[2]), "{pvl:?}");
+    // JSON: one document holding the measured comparison and the side-by-side rows.
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &db,
+        &["reproduce", &exp, "--samples", "2", "--format", "json"],
+    ))
+    .unwrap();
+    assert_eq!(json["measured"]["columns"][1]["label"], "pvl-v2", "{json}");
+    let rows = json["side_by_side"]["rows"].as_array().unwrap();
+    assert!(
+        rows.iter().any(|r| r["profile"] == "pvl-v2"
+            && r["tasks"] == 2
+            && r["measured"]["change_pct"].is_f64()
+            && r["projected"]["value"].is_null()),
+        "{json}"
+    );
     // A shipped experiment whose workload the projector cannot replay says so too.
     assert!(
         ok(&db, &["experiments", "mglru-bulk-2023"])
