@@ -32,6 +32,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../experiments/pft-pvl-vma-per-thread-2023.toml"),
     ),
     (
+        "pft-pvl-refcount-2025",
+        include_str!("../../../experiments/pft-pvl-refcount-2025.toml"),
+    ),
+    (
         "lameter-2005",
         include_str!("../../../experiments/lameter-2005.toml"),
     ),
@@ -427,6 +431,7 @@ mod tests {
             ("pft-pvl-2023", Some("icelake-2s-64c")),
             ("pft-pvl-vma-per-thread-2023", Some("icelake-2s-64c")),
             ("lameter-2005", Some("altix-3700-512p")),
+            ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
             ("mglru-bulk-2023", None),
             ("netpipe-hopcpu-2016", None),
         ] {

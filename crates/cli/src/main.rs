@@ -16,37 +16,8 @@ use pagelab_bench::store::Store;
 mod measure;
 mod project_cmd;
 mod report_cmd;
+mod reproduce_cmd;
 mod results_cmd;
-
-fn experiments_cmd(a: ExperimentsArgs) -> Result<(), String> {
-    use pagelab_bench::experiments;
-    match a.experiment {
-        None => {
-            for (name, _) in experiments::BUILTIN {
-                let e = experiments::load(name)?;
-                println!("{name:<30} {}", e.description);
-            }
-        }
-        Some(n) => {
-            let e = experiments::load(&n)?;
-            let names: Vec<&str> = e.profiles.iter().map(|p| p.name.as_str()).collect();
-            let modes: Vec<String> = e.modes.iter().map(|m| m.to_string()).collect();
-            let tasks: Vec<String> = e.tasks.iter().map(|t| t.to_string()).collect();
-            println!("{}: {}", e.name, e.description);
-            println!("published:  {}", e.source);
-            println!("workload:   {}", e.workload);
-            println!("profiles:   {} (baseline first)", names.join(", "));
-            println!("modes:      {}", modes.join(", "));
-            println!("tasks:      {}", tasks.join(", "));
-            println!(
-                "samples:    {} (warm-up {}), repeats {}",
-                e.samples, e.warmup, e.repeats
-            );
-            println!("significance: {:?}", e.significance);
-        }
-    }
-    Ok(())
-}
 
 /// A laboratory for Linux memory-management scalability: the kernel's page allocator, fault and
 /// reclaim paths re-implemented in userspace, with every scalability technique a policy switch.
@@ -81,9 +52,10 @@ enum Command {
     /// Run a workload on the engine (with a profile) or on the host kernel, over task counts,
     /// and store every sample.
     Run(RunArgs),
-    /// Run a published comparison (experiments/*.toml) and print its comparison table.
+    /// Run a published comparison (experiments/*.toml) here, project it to its machine, and
+    /// print the published, projected and measured numbers side by side.
     Reproduce(ReproduceArgs),
-    /// List the shipped experiments, or show one.
+    /// List the shipped experiments (seed, machine, what ships), or show one.
     Experiments(ExperimentsArgs),
     /// Compare stored results mmtests-style: the first label is the baseline.
     Compare(CompareArgs),
@@ -135,6 +107,8 @@ pub(crate) struct ReproduceArgs {
     /// text, markdown, json or csv.
     #[arg(long, default_value = "text")]
     pub(crate) format: String,
+    #[command(flatten)]
+    pub(crate) projection: reproduce_cmd::ProjectionArgs,
 }
 
 #[derive(Args)]
@@ -474,7 +448,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Import(a) => results_cmd::import_cmd(a, db),
         Command::Plot(a) => report_cmd::plot_cmd(a, db),
         Command::Report(a) => report_cmd::report_cmd(a, db),
-        Command::Experiments(a) => experiments_cmd(a),
+        Command::Experiments(a) => reproduce_cmd::experiments_cmd(a.experiment),
         Command::Machines(a) => project_cmd::machines_cmd(a),
         Command::Calibrate(a) => project_cmd::calibrate_cmd(a, db),
         Command::Capture(a) => project_cmd::capture_cmd(a, db),

@@ -23,6 +23,7 @@ use pagelab_workloads::{Mode, WorkloadKind};
 
 use pagelab_mm::reclaim::swap::Backing;
 
+use crate::reproduce_cmd;
 use crate::{ReproduceArgs, RunArgs, command_line, interrupt_flag, open_store, store_path};
 
 /// The run being measured, for a second Ctrl-C: the handler marks it incomplete before it quits.
@@ -398,6 +399,10 @@ fn experiment_request(
     })
 }
 
+/// `pagelab reproduce`: the experiment measured here (profiles interleaved repetition by
+/// repetition) and printed as compare prints it, then projected to the experiment's machine
+/// (unless `--no-project`, or it names none) and the published, projected and measured numbers
+/// printed side by side. Everything that can be refused is refused before the engine runs.
 pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     let e = experiments::load(&a.experiment)?;
     let rule = match &a.significance {
@@ -413,6 +418,8 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     for r in &reqs {
         check(r)?;
     }
+    let plan = reproduce_cmd::plan(&e, &a.projection)?;
+    let table = reproduce_cmd::table_of(&e)?;
     let store = open_store(db)?;
     let stop = interrupt_flag();
     eprintln!("pagelab: {} — {}", e.name, e.description);
@@ -420,10 +427,44 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     let ids = measure_interleaved(&store, &e, &reqs, &stop)?;
     let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
     let c = compare::from_store(&store, &ids, &labels, rule)?;
-    print!("{}", crate::results_cmd::render(&c, format));
+    // JSON is one document with both tables, printed at the end; the others print the
+    // measured table now, before the projection's minute.
+    let json = format == crate::results_cmd::Format::Json;
+    if !json {
+        print!("{}", crate::results_cmd::render(&c, format));
+    }
+    let (machine, no_projection, projected_ids) = match &plan {
+        reproduce_cmd::Plan::Project(spec) => {
+            let pids = reproduce_cmd::project_and_store(&store, &e, spec, &stop)?;
+            (Some(spec.machine.name.clone()), None, pids)
+        }
+        reproduce_cmd::Plan::Skip(why) => (None, Some(why.clone()), Vec::new()),
+    };
+    let (measured, _) = reproduce_cmd::stored_sets(&store, &ids)?;
+    let (_, projected) = reproduce_cmd::stored_sets(&store, &projected_ids)?;
+    let side = reproduce_cmd::side_by_side(
+        &e,
+        table,
+        machine.as_deref(),
+        no_projection,
+        &measured,
+        &projected,
+        &c,
+    )?;
+    if json {
+        let doc = serde_json::json!({ "measured": c, "side_by_side": side });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!();
+        print!("{}", side.render(format));
+    }
+    let all: Vec<i64> = ids.iter().chain(&projected_ids).copied().collect();
     let runs = store
         .runs(&RunFilter {
-            ids: ids.clone(),
+            ids: all,
             ..RunFilter::default()
         })
         .map_err(|e| e.to_string())?;

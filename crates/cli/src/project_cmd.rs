@@ -75,9 +75,10 @@ pub(crate) struct TraceArgs {
 
 #[derive(Args)]
 pub(crate) struct ProjectArgs {
-    /// The machine: a shipped name (`pagelab machines`) or a .toml path.
+    /// The machine: a shipped name (`pagelab machines`) or a .toml path (default with
+    /// --experiment: the machine the experiment names).
     #[arg(long)]
-    machine: String,
+    machine: Option<String>,
     /// Take workload, profiles and modes from this experiment (task counts default to the
     /// machine's: 1, 2, 4, ... up to its CPUs).
     #[arg(long)]
@@ -139,6 +140,18 @@ pub(crate) struct ValidateArgs {
     /// Also write the reports as JSON here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// text: every table's rows and changes, then the self-check. markdown-summary: only the
+    /// agreement per published comparison, as the README's table (no self-check).
+    #[arg(long, value_enum, default_value_t = ValidateFormat::Text, conflicts_with = "self_check_only")]
+    format: ValidateFormat,
+}
+
+/// What `validate` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ValidateFormat {
+    Text,
+    /// The README's agreement table: one row per shipped experiment.
+    MarkdownSummary,
 }
 
 /// `validate`'s default number of captures per profile.
@@ -319,7 +332,14 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
 }
 
 pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), String> {
-    let m = Machine::load(&a.machine)?;
+    let machine = match (&a.machine, &a.experiment) {
+        (Some(m), _) => m.clone(),
+        (None, Some(e)) => experiments::load(e)?
+            .machine
+            .ok_or_else(|| format!("--machine is needed: experiment {e} names no machine"))?,
+        (None, None) => return Err("--machine is needed: the machine to project to".into()),
+    };
+    let m = Machine::load(&machine)?;
     let format = parse_format(&a.format)?;
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
@@ -469,6 +489,8 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
     }
     let stop = interrupt_flag();
     let mut json = serde_json::Map::new();
+    let summary_only = a.format == ValidateFormat::MarkdownSummary;
+    let mut reports = Vec::new();
     if !a.self_check_only {
         let tables: Vec<&validate::Published> = match &a.table {
             Some(t) => vec![validate::published(t)?],
@@ -486,21 +508,30 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                 &mut progress_printer(&what),
                 &stop,
             )?;
-            print!("{}", r.render());
-            println!(
-                "replay: {:.1} M simulated events in {:.1} s ({:.1} M events/s)\n",
-                r.events as f64 / 1e6,
-                r.replay_seconds,
-                r.events as f64 / 1e6 / r.replay_seconds.max(1e-9)
-            );
+            if !summary_only {
+                print!("{}", r.render());
+                println!(
+                    "replay: {:.1} M simulated events in {:.1} s ({:.1} M events/s)\n",
+                    r.events as f64 / 1e6,
+                    r.replay_seconds,
+                    r.events as f64 / 1e6 / r.replay_seconds.max(1e-9)
+                );
+            }
             all_changes.extend(r.changes.iter().cloned());
             all_rows.extend(r.rows.iter().cloned());
             json.insert(
                 t.name.to_string(),
                 serde_json::to_value(&r).map_err(|e| e.to_string())?,
             );
+            reports.push(r);
         }
-        if !all_changes.is_empty() {
+        if summary_only {
+            let how = format!(
+                "--samples {} --captures {} --ops-per-cpu {} --seed {}",
+                a.samples, a.captures, a.ops_per_cpu, a.seed
+            );
+            print!("{}", agreement_table(&reports, &how)?);
+        } else if !all_changes.is_empty() {
             // The overall figures: every table's changes and rows together.
             let s = validate::Summaries::of(&all_rows, &all_changes);
             println!("{}", s.render("all tables"));
@@ -510,7 +541,7 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
             );
         }
     }
-    if !a.no_self_check {
+    if !a.no_self_check && !summary_only {
         let r = validate::self_check(
             a.seed,
             &mut |w| eprintln!("pagelab: self-check: {w}"),
@@ -527,4 +558,61 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
         write_file(&p, store_in_use(db).as_deref(), text.as_bytes()).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The first line of the README's agreement table, which its test finds the table by.
+pub(crate) const AGREEMENT_HEADER: &str = "| published comparison | experiment | machine | table | changes beyond the noise: published sign | within 10 points | median error (points) | changes within the noise: published sign | median row error |";
+
+/// The README's agreement table: one row per shipped experiment, in the order they ship, with
+/// the validation of its published table when one ships (`reports`, from `validate_table`), and
+/// the settings it was made with (`how`, as `validate`'s flags). Experiments without a table
+/// are listed too, saying so: the table says which comparisons pagelab can check at all.
+pub(crate) fn agreement_table(
+    reports: &[validate::TableReport],
+    how: &str,
+) -> Result<String, String> {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(s, "{AGREEMENT_HEADER}");
+    let _ = writeln!(s, "|---|---|---|---|---:|---:|---:|---:|---:|");
+    let frac = |k: usize, n: usize| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{k} of {n}")
+        }
+    };
+    let num = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1}{unit}"));
+    for (name, _) in experiments::BUILTIN {
+        let e = experiments::load(name)?;
+        let machine = e.machine.as_deref().unwrap_or("-");
+        let report = reports.iter().find(|r| r.experiment == e.name);
+        let cells = match (&e.published, report) {
+            (Some(t), Some(r)) => {
+                let (b, w) = (&r.summary.beyond_noise, &r.summary.within_noise);
+                format!(
+                    "{t} | {} | {} | {} | {} | {} |",
+                    frac(b.right_sign, b.changes),
+                    frac(b.within_10_points, b.changes),
+                    num(b.median_error_points, ""),
+                    frac(w.right_sign, w.changes),
+                    num(r.summary.median_row_error_pct, "%"),
+                )
+            }
+            (Some(t), None) => format!("{t} | not validated in this run | - | - | - | - |"),
+            (None, _) => "none ships | - | - | - | - | - |".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {machine} | {cells}",
+            e.source.replace('|', "/"),
+            e.name
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nGenerated by `pagelab validate --format markdown-summary` ({how}); pagelab {}.",
+        env!("CARGO_PKG_VERSION")
+    );
+    Ok(s)
 }
