@@ -49,6 +49,7 @@
 //! are on no list and in no other batch, and hold a reference.
 
 pub mod batch;
+pub mod batch_lock;
 pub mod isolate;
 pub mod lruvec;
 pub mod mglru;
@@ -182,6 +183,8 @@ pub struct LruCensus {
     pub lruvecs: Vec<[u64; LruList::COUNT]>,
     /// Pages in per-CPU add batches.
     pub batched: u64,
+    /// Pages on lists that are batch sentinels (`release = "batch-locks"`; else 0).
+    pub sentinels: u64,
     nr_memcgs: usize,
 }
 
@@ -217,6 +220,8 @@ pub struct Lru {
     nr_nodes: usize,
     nr_memcgs: usize,
     locks: Box<[LruLock]>,
+    /// The pages' batch tags and sentinel flags, under `release = "batch-locks"`.
+    tags: Option<Arc<batch_lock::PageTags>>,
     batches: PerCpu<SpinLock<Batch>>,
     events: LruEvents,
     /// A loom-visible operation run before each lockless page-metadata step; see
@@ -247,14 +252,17 @@ impl Lru {
             LruLockScope::Node => (nr_nodes, nr_memcgs),
             LruLockScope::MemcgNode => (nr_lruvecs, 1),
         };
-        let concurrent = policy.release == LruRelease::Concurrent;
+        let tags = (policy.release == LruRelease::BatchLocks)
+            .then(|| Arc::new(batch_lock::PageTags::new(mem.pages().len())));
         let locks = (0..nr_locks)
-            .map(|_| {
+            .map(|i| {
                 LruLock::new(
-                    concurrent,
+                    policy.release,
                     spinlock,
                     per_lock,
                     policy.lock_scope == LruLockScope::Global,
+                    tags.as_ref(),
+                    i as u32,
                 )
             })
             .collect();
@@ -269,6 +277,7 @@ impl Lru {
             nr_nodes,
             nr_memcgs,
             locks,
+            tags,
             batches: PerCpu::new(nr_cpus, |_| {
                 SpinLock::new(spinlock, Batch::new()).with_class(&LRU_BATCH)
             }),
@@ -395,7 +404,7 @@ impl Lru {
         let pages = self.mem.pages();
         let page = &pages[pfn];
         let Loc { lock, slot } = self.locate(pfn);
-        let mut guard = self.locks[lock].lock();
+        let guard = self.locks[lock].lock_for_add();
         if self.mglru.is_some() {
             self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
         }
@@ -415,9 +424,9 @@ impl Lru {
         f: impl FnOnce(&mut LruvecMut<'_>) -> R,
     ) -> R {
         let Loc { lock, slot } = self.loc_of(node, memcg);
-        let mut guard = self.locks[lock].lock();
+        let guard = self.locks[lock].lock();
         let mut view = LruvecMut {
-            lruvec: &mut guard[slot],
+            lruvec: &guard[slot],
             lru: self,
             lrugen: &self.lrugens[node * self.nr_memcgs + memcg],
             pages: self.mem.pages(),
@@ -444,6 +453,7 @@ impl Lru {
         let d = self.mem.lock_stat_domain();
         d.reset_class(&lruvec::LRU_LOCK_GLOBAL);
         d.reset_class(&lruvec::LRU_LOCK_NODE);
+        d.reset_class(&batch_lock::LRU_BATCH_LOCK);
         self.events.reset();
     }
 
@@ -526,6 +536,9 @@ impl Lru {
                         if rc < 1 {
                             return Err(here(format!("{pfn:?} on {lru:?} has refcount {rc}")));
                         }
+                        if lv.batches().is_some_and(|b| b.tags().is_sentinel(pfn.0)) {
+                            census.sentinels += 1;
+                        }
                     }
                     census.lists[lru.idx()] += len;
                     census.lruvecs[node * self.nr_memcgs + memcg][lru.idx()] += len;
@@ -570,7 +583,7 @@ impl Lru {
 /// `PG_active` where they move pages between active and inactive); `PG_lru` and references
 /// are the caller's, except in [`LruvecMut::isolate`], which does the scanners' whole step.
 pub struct LruvecMut<'a> {
-    lruvec: &'a mut Lruvec,
+    lruvec: &'a Lruvec,
     /// The LRU the lruvec belongs to (for its loom scheduling points).
     lru: &'a Lru,
     lrugen: &'a mglru::LruGen,
