@@ -631,9 +631,17 @@ fn batch_lock_release_takes_lru_lock_for_sentinels_only() {
         let c = lru.check().unwrap();
         assert_eq!(c.on_lru(), 280);
         // Two sentinels per batch, and the batch in progress (if any) is all sentinels.
-        assert!(c.sentinels <= 2 * 20 + 14, "{add:?}: {} sentinels", c.sentinels);
+        assert!(
+            c.sentinels <= 2 * 20 + 14,
+            "{add:?}: {} sentinels",
+            c.sentinels
+        );
         let d = m.lock_stat_domain();
-        let lru_lock = || d.class(&pagelab_mm::lru::lruvec::LRU_LOCK_NODE).total().acquisitions;
+        let lru_lock = || {
+            d.class(&pagelab_mm::lru::lruvec::LRU_LOCK_NODE)
+                .total()
+                .acquisitions
+        };
         let batch = || {
             d.class(&pagelab_mm::lru::batch_lock::LRU_BATCH_LOCK)
                 .total()
@@ -651,7 +659,10 @@ fn batch_lock_release_takes_lru_lock_for_sentinels_only() {
             "{add:?}: {dl} lru_lock holds for {} sentinels",
             c.sentinels
         );
-        assert!(db >= 20 && db <= 2 * 20 + c.sentinels, "{add:?}: {db} batch-lock holds");
+        assert!(
+            db >= 20 && db <= 2 * 20 + c.sentinels,
+            "{add:?}: {db} batch-lock holds"
+        );
         let under_lru_lock = lru.stats().get(LruEvent::ReleaseSentinel) - s0;
         assert!(
             under_lru_lock <= c.sentinels,

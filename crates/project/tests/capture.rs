@@ -291,7 +291,8 @@ fn workloads_the_projector_cannot_replay_are_refused() {
 #[test]
 fn lru_batch_locks_are_recorded_one_instance_per_lock() {
     let trace_of = |name: &str| {
-        let mut spec = CaptureSpec::new(WorkloadKind::PageFault1, profiles::load(name).unwrap(), 16);
+        let mut spec =
+            CaptureSpec::new(WorkloadKind::PageFault1, profiles::load(name).unwrap(), 16);
         spec.cycles = 1;
         capture(&spec).unwrap()
     };

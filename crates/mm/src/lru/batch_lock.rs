@@ -75,15 +75,53 @@ const _: () = assert!(NUM_LRU_BATCH_LOCKS <= TAG_MASK as usize + 1);
 
 /// `page->lru_batch` and `page->lru_sentinel` of every page (patch 02 adds them to
 /// `struct page`).
-#[derive(Debug)]
 pub struct PageTags {
     words: Box<[AtomicU8]>,
+    /// Under loom, one cell per page standing for its `lru` links: every link write of a list
+    /// under batch locks is an access to the cells of the nodes it writes, so loom reports any
+    /// two writes of one page's links that no lock orders (the links themselves are `std`
+    /// atomics, which loom does not see).
+    #[cfg(loom)]
+    links: Box<[LinkCell]>,
+}
+
+/// A loom cell that holds nothing and only stands for some links' accesses ([`PageTags`]).
+#[cfg(loom)]
+#[derive(Debug)]
+struct LinkCell(pagelab_sync::shim::cell::UnsafeCell<()>);
+
+#[cfg(loom)]
+impl LinkCell {
+    fn new() -> Self {
+        LinkCell(pagelab_sync::shim::cell::UnsafeCell::new(()))
+    }
+
+    /// A write access, as loom sees it.
+    fn write(&self) {
+        self.0.with_mut(|_| ());
+    }
+}
+
+// SAFETY: the cell holds `()`: there is no data to race on. Its only access, `write`, passes a
+// closure that never dereferences the pointer; loom tracks the access itself (which is the
+// point: it reports accesses from two threads that nothing orders).
+#[cfg(loom)]
+unsafe impl Sync for LinkCell {}
+
+impl std::fmt::Debug for PageTags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageTags")
+            .field("pages", &self.words.len())
+            .finish()
+    }
 }
 
 impl PageTags {
     pub fn new(nr_pages: usize) -> Self {
         PageTags {
             words: (0..nr_pages).map(|_| AtomicU8::new(0)).collect(),
+            #[cfg(loom)]
+            links: (0..nr_pages).map(|_| LinkCell::new()).collect(),
         }
     }
 
@@ -132,6 +170,9 @@ pub struct ListBatches {
     back: [EndBatch; LruList::COUNT],
     /// `prandom_u32_max`'s state: a xorshift32 per lruvec, under `lru_lock`.
     rng: AtomicU32,
+    /// Under loom, each list head's links (see [`PageTags`]).
+    #[cfg(loom)]
+    heads: [LinkCell; LruList::COUNT],
 }
 
 impl ListBatches {
@@ -142,16 +183,32 @@ impl ListBatches {
             front: Default::default(),
             back: Default::default(),
             rng: AtomicU32::new(seed.wrapping_mul(0x9E37_79B9) | 1),
+            #[cfg(loom)]
+            heads: std::array::from_fn(|_| LinkCell::new()),
         };
         for (i, e) in b.back.iter().enumerate() {
             // Start the two ends on different tags, as two draws usually would.
-            e.tag.store((i as u32 * 7 + 16) % NUM_LRU_BATCH_LOCKS as u32, Relaxed);
+            e.tag
+                .store((i as u32 * 7 + 16) % NUM_LRU_BATCH_LOCKS as u32, Relaxed);
         }
         b
     }
 
     pub fn tags(&self) -> &PageTags {
         &self.tags
+    }
+
+    /// Under loom, record a write of the links of `id` (`None`: the list head of `lru`), so
+    /// that loom checks the locks order it against every other thread's; nothing otherwise.
+    #[inline(always)]
+    pub fn link_written(&self, lru: LruList, id: Option<u32>) {
+        #[cfg(loom)]
+        match id {
+            Some(id) => self.tags.links[id as usize].write(),
+            None => self.heads[lru.idx()].write(),
+        }
+        #[cfg(not(loom))]
+        let _ = (lru, id);
     }
 
     /// A random tag other than `old` (`prandom_u32_max(NUM_LRU_BATCH_LOCKS)`, bumped on a
@@ -186,7 +243,13 @@ impl ListBatches {
         // progress is a sentinel, so only sentinels' links are read here, and those only
         // change under `lru_lock`, held (a remover of a non-sentinel neighbour rewrites the
         // link, but to another page of this tag, whose flag then ends the walk).
-        let step = |p: u32| if front { list.next_of(p) } else { list.prev_of(p) };
+        let step = |p: u32| {
+            if front {
+                list.next_of(p)
+            } else {
+                list.prev_of(p)
+            }
+        };
         let t = tag as usize;
         if let Some(mut cur) = step(id).filter(|&s| self.tags.tag(s) == t) {
             for _ in 0..LRU_BATCH_MAX {
@@ -206,7 +269,13 @@ impl ListBatches {
     /// After `chain` was spliced onto the hot (`front`) or cold end of `list` under
     /// `lru_lock`: the chain becomes one batch with a fresh tag and sentinels at its ends, and
     /// that end starts a fresh batch (see the module documentation: our reading of patch 13).
-    pub fn spliced(&self, list: &List<'_, PageArray>, lru: LruList, chain: &LocalChain, front: bool) {
+    pub fn spliced(
+        &self,
+        list: &List<'_, PageArray>,
+        lru: LruList,
+        chain: &LocalChain,
+        front: bool,
+    ) {
         if chain.is_empty() {
             return;
         }

@@ -43,8 +43,8 @@ use pagelab_sync::{LockKind, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, 
 use super::LruList;
 use super::batch_lock::{BatchedLruLock, ListBatches};
 use super::smp_list::{List, ListHead, LocalChain};
-use crate::policy::LruRelease;
 use crate::page::{PageArray, Pfn};
+use crate::policy::LruRelease;
 
 /// One (memcg, node) pair's LRU lists.
 #[derive(Debug, Default)]
@@ -134,6 +134,11 @@ impl Lruvec {
     pub fn add_front(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         self.trace_link(pages, lru, true);
         let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.first());
+            b.link_written(lru, Some(pfn.0));
+        }
         list.push_front(pfn.0);
         if let Some(b) = &self.batches {
             b.linked(&list, lru, pfn.0, true);
@@ -146,6 +151,11 @@ impl Lruvec {
     pub fn add_back(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         self.trace_link(pages, lru, false);
         let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.last());
+            b.link_written(lru, Some(pfn.0));
+        }
         list.push_back(pfn.0);
         if let Some(b) = &self.batches {
             b.linked(&list, lru, pfn.0, false);
@@ -169,6 +179,10 @@ impl Lruvec {
         }
         let list = self.list(pages, lru);
         if let Some(b) = &self.batches {
+            // A neighbour that is the head (`None`) is the head's links.
+            b.link_written(lru, list.prev_of(pfn.0));
+            b.link_written(lru, list.next_of(pfn.0));
+            b.link_written(lru, Some(pfn.0));
             b.unlinking(&list, pfn.0);
         }
         list.remove(pfn.0);
@@ -180,6 +194,10 @@ impl Lruvec {
     pub fn splice_front(&self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
         self.trace_link(pages, lru, true);
         let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.first());
+        }
         list.splice_front(chain);
         if let Some(b) = &self.batches {
             b.spliced(&list, lru, chain, true);
@@ -192,6 +210,10 @@ impl Lruvec {
     pub fn splice_back(&self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
         self.trace_link(pages, lru, false);
         let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.last());
+        }
         list.splice_back(chain);
         if let Some(b) = &self.batches {
             b.spliced(&list, lru, chain, false);
