@@ -16,7 +16,11 @@
 //! a guard hands out exactly the lruvecs it protects. With `release = "concurrent"` the lock is
 //! an [`RwSem`] (the RFC turned `lru_lock` into an `rwlock_t`): removals of freed pages hold it
 //! shared and use [`List::smp_del`](super::smp_list::List::smp_del); everything else holds it
-//! exclusively. Otherwise it is a [`SpinLock`] of the policy's kind.
+//! exclusively. With `release = "batch-locks"` (the RFC v1) it is a [`SpinLock`] with an
+//! array of 32 batch locks beside it ([`BatchedLruLock`]): the lruvecs then sit outside both,
+//! because a removal of a batch's inner page holds only its batch lock (see
+//! [`super::batch_lock`]), which is why the lruvecs' mutators take `&self`. Otherwise it is a
+//! [`SpinLock`] of the policy's kind.
 //!
 //! # What is protected
 //!

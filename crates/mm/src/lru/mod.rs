@@ -9,7 +9,8 @@
 //!   of per-lruvec local lists ([`batch`]); [`Lru::drain`]/[`Lru::drain_all`]: `lru_add_drain`
 //!   and `lru_add_drain_all`.
 //! * [`Lru::release_pages`]/[`Lru::put_page`]: `release_pages`/`folios_put`, with the unlink
-//!   under an exclusive hold or, per the 2018 RFC, concurrently under a shared hold with
+//!   under an exclusive hold, under the lru_lock RFC v1's batch locks (Jan 2018,
+//!   [`batch_lock`]), or, per the RFC v2 (Sept 2018), concurrently under a shared hold with
 //!   `smp_list_del` ([`release`], [`smp_list`]).
 //! * [`Lru::isolate`]/[`Lru::putback`]: mm/vmscan.c `folio_isolate_lru`, `move_folios_to_lru`
 //!   ([`isolate`]).
@@ -29,8 +30,10 @@
 //! |---|---|
 //! | per-CPU batch `SpinLock` | that CPU's batch: its pages and their count |
 //! | `lru_lock` ([`lruvec::LruLock`], scope per policy) | the lists' links and heads, the list counters, `PG_active`/`PG_swapbacked` of its `PG_lru` pages |
+//! | under `release = "batch-locks"`: 32 `lru_batch_lock`s per lru_lock ([`batch_lock`]) | with lru_lock, the links of the pages of the batches tagged with it; alone, those of a batch's inner pages |
 //!
-//! Order: batch lock → lru_lock → the allocator's locks (pcp, zone). At most one lru_lock is
+//! Order: per-CPU batch lock → the RFC v1's `lru_batch_lock`s (in index order) → lru_lock → the
+//! allocator's locks (pcp, zone). At most one lru_lock is
 //! held at a time; none is held while a batch lock is taken, so remote drains cannot deadlock
 //! with owners. `PG_lru` and the reference count are lockless: `PG_lru` is test-and-cleared by
 //! isolators and set by whoever links a page (under the lock, or after the splice's unlock);
@@ -232,8 +235,9 @@ pub struct Lru {
 
 impl Lru {
     /// Build the lruvecs of `nr_memcgs` memcgs on every node of `mem` (a node per zone), their
-    /// lru_locks as `policy.lock_scope` says (spinlocks of kind `spinlock`, or rwsems under
-    /// `release = "concurrent"`), and one add batch per CPU.
+    /// lru_locks as `policy.lock_scope` says (spinlocks of kind `spinlock`, with 32 batch locks
+    /// each under `release = "batch-locks"`, or rwsems under `release = "concurrent"`), and one
+    /// add batch per CPU.
     pub fn new(mem: Arc<Mem>, policy: &LruPolicy, spinlock: LockKind, nr_memcgs: usize) -> Lru {
         assert!(nr_memcgs >= 1, "the LRU needs at least the root memcg");
         assert!(

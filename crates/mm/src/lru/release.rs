@@ -13,6 +13,11 @@
 //! `folio_batch` of pages to free).
 //!
 //! * `release = "locked"`: the hold is exclusive (the spinlock) and the unlink is `list_del`.
+//! * `release = "batch-locks"` (the lru_lock RFC v1, Jan 2018, patches 10-12; see
+//!   [`super::batch_lock`]): two passes over at most [`LRU_BITMAP_SIZE`] pages, the freed
+//!   non-sentinel pages under their batch lock alone, then the sentinels under batch lock and
+//!   lru_lock, a held lock kept across consecutive pages that need it. The pages are freed per
+//!   `SWAP_CLUSTER_MAX` as in the other modes (4.15 freed them all after the loop).
 //! * `release = "concurrent"`: the lock is the lruvec rwsem and the hold is *shared*: any
 //!   number of CPUs unlink freed pages from the same lists at once with
 //!   [`List::smp_del`](super::smp_list::List::smp_del), each locking only the page's and its
