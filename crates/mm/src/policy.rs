@@ -511,10 +511,15 @@ pub enum MglruMove {
 pub enum LruRelease {
     /// `release_pages`: take lru_lock once per run of pages of the same lruvec.
     Locked,
-    /// Daniel Jordan 2018 (`smp_list_del`): removals proceed concurrently under a shared hold
-    /// of lru_lock, each locking only its neighbours, so release no longer serialises on one
-    /// lock.
+    /// Daniel Jordan's RFC v2 (Sept 2018, `rwlock_t lru_lock` + `smp_list_del`): removals
+    /// proceed concurrently under a shared hold of lru_lock, each locking only its neighbours,
+    /// so release no longer serialises on one lock.
     Concurrent,
+    /// Daniel Jordan's RFC v1 (Jan 2018, "lru_lock scalability"): the LRU is cut into batches
+    /// guarded by 32 per-node batch locks; a page inside a batch leaves under its batch lock
+    /// alone, a sentinel at a batch's edge under its batch lock and lru_lock; adds take only
+    /// lru_lock, everything else every lock (`lru_lock_all`).
+    BatchLocks,
 }
 
 /// How a memory cgroup's page counter is charged.

@@ -4,7 +4,7 @@
 //! What loom sees. The lru_locks (spinlock or rwsem), the per-CPU batch locks and the
 //! allocator's locks are built on loom atomics, so loom explores every interleaving of their
 //! acquisitions. Page metadata (flags, reference count, list links) stays in `std` atomics:
-//! sound for what is only touched under those locks. Two things are lockless:
+//! sound for what is only touched under those locks. Three things need more:
 //!
 //! * the `PG_lru` handoff and the reference count. Under loom the LRU runs a loom operation
 //!   right before each of its lockless flag and count steps (`Lru::sched_point`), so loom
@@ -12,6 +12,9 @@
 //!   sequentially consistently here. That is enough for this protocol: as `lru::batch`
 //!   documents, its correctness rests on the atomicity of the test-and-clear and on the lock
 //!   order, not on the orderings of the flag accesses;
+//! * the RFC v1's batch locks, under which no single lock covers a list's links: there every
+//!   link write is also an access to a loom cell standing for that page's (or head's) links
+//!   (`lru::batch_lock::PageTags`), so loom reports two writes that no lock orders;
 //! * `smp_list_del`, whose correctness does rest on weak-memory orderings of the link words.
 //!   Its code is generic over the link cells, and the `smp_del_*` models below run it over loom
 //!   atomics, so loom checks the very algorithm the engine runs, reorderings included.
@@ -428,4 +431,46 @@ fn mglru_add_races_isolate() {
     for (won, n) in SEEN.iter().enumerate() {
         assert!(n.load(Relaxed) > 0, "no execution isolated {won} pages");
     }
+}
+
+/// (8) The lru_lock RFC v1's batch locks (`release = "batch-locks"`): two removers of adjacent
+/// pages of one batch, a sentinel (under its batch lock and lru_lock) and an inner page (under
+/// the batch lock alone), race an adder at the list's hot end (under lru_lock alone). Fifteen
+/// pages added one by one make a full batch `p0..p13` (hot end `p13`, a sentinel next to the
+/// next batch's `p14`) and `p12` an inner page. Under loom every link write of a batch-locked
+/// list is an access to a per-page (and per-head) cell, so loom reports two writes of one
+/// page's links that no lock orders: the sentinel's remover and the adder both write `p14`'s,
+/// the two removers both write `p13`'s and `p11`'s. Afterwards the lists, the batch invariant
+/// (checked by `Lru::check`) and the frame count are exact, whatever the order.
+#[test]
+fn batch_lock_removers_race_an_adder() {
+    model(2, || {
+        let (m, lru) = setup(2, LruAdd::PerPage, LruRelease::BatchLocks, 15);
+        let pfns: Vec<Pfn> = (0..15).map(|_| fault(&m, true)).collect();
+        for &pfn in &pfns {
+            lru.add(CpuId(0), pfn);
+        }
+        let new = fault(&m, true);
+        let (sentinel, inner) = (pfns[13], pfns[12]);
+        let c = lru.check().unwrap();
+        assert_eq!((c.on_lru(), c.sentinels), (15, 3), "p0, p13 and p14");
+        let (l1, l2) = (lru.clone(), lru.clone());
+        let a = thread::spawn(move || l1.put_page(CpuId(0), sentinel));
+        let b = thread::spawn(move || l2.put_page(CpuId(1), inner));
+        lru.add(CpuId(0), new);
+        a.join().unwrap();
+        b.join().unwrap();
+        let c = lru.check().unwrap();
+        assert_eq!(c.on_lru(), 14);
+        assert_eq!(lru.stats().get(LruEvent::ReleaseFree), 2);
+        let mut rest: Vec<Pfn> = pfns
+            .iter()
+            .copied()
+            .filter(|&p| p != sentinel && p != inner)
+            .collect();
+        rest.push(new);
+        lru.release_pages(CpuId(0), &rest);
+        assert_eq!(lru.check().unwrap().on_lru(), 0);
+        assert_eq!(m.check().unwrap().allocated, 0);
+    });
 }

@@ -24,7 +24,11 @@ const SCOPES: [LruLockScope; 3] = [
     LruLockScope::MemcgNode,
 ];
 const ADDS: [LruAdd; 3] = [LruAdd::PerPage, LruAdd::Batch, LruAdd::Splice];
-const RELEASES: [LruRelease; 2] = [LruRelease::Locked, LruRelease::Concurrent];
+const RELEASES: [LruRelease; 3] = [
+    LruRelease::Locked,
+    LruRelease::Concurrent,
+    LruRelease::BatchLocks,
+];
 
 fn lru_policy(scope: LruLockScope, add: LruAdd, release: LruRelease, batch: u32) -> LruPolicy {
     LruPolicy {
@@ -531,6 +535,144 @@ fn concurrent_release_of_neighbours() {
     }
 }
 
+/// RFC v1 batch locks: threads add pages and release some of them concurrently (in LRU order
+/// and reversed, by chunks), isolate and put back, so sentinels leave while their batches'
+/// inner pages leave under batch locks alone. With pages still on the lists, the batch
+/// invariant holds (first and last pages and every batch boundary are sentinels, a
+/// non-sentinel's neighbours share its batch), no page is lost or on two lists, and most pages
+/// are not sentinels (the batching happened).
+#[test]
+fn batch_locks_keep_the_sentinel_invariant_under_concurrency() {
+    for (add, scope) in [
+        (LruAdd::Batch, LruLockScope::Node),
+        (LruAdd::Splice, LruLockScope::Node),
+        (LruAdd::PerPage, LruLockScope::MemcgNode),
+    ] {
+        let p = lru_policy(scope, add, LruRelease::BatchLocks, 14);
+        let (m, lru) = setup(&p, 4, 1);
+        let kept = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..4u16 {
+                let (lru, m, kept) = (&lru, &m, &kept);
+                s.spawn(move || {
+                    let cpu = CpuId(t);
+                    let mut rng = Rng(0x51ab_1e00 ^ u64::from(t) << 7 ^ add as u64);
+                    for round in 0..10 {
+                        let pfns: Vec<Pfn> = (0..56)
+                            .map(|_| {
+                                let pfn = fault(m, cpu, true, 0);
+                                lru.add(cpu, pfn);
+                                pfn
+                            })
+                            .collect();
+                        lru.drain(cpu);
+                        // Keep every other run of 7 pages (their inner pages stay inside a
+                        // batch); release the rest in chunks, some reversed.
+                        let pick = rng.below(2) as u64;
+                        let (mut keep, mut go) = (Vec::new(), Vec::new());
+                        for (i, &pfn) in pfns.iter().enumerate() {
+                            if (i as u64 / 7 + round) % 2 == pick {
+                                keep.push(pfn);
+                            } else {
+                                go.push(pfn);
+                            }
+                        }
+                        if round % 2 == 1 {
+                            go.reverse();
+                        }
+                        for chunk in go.chunks(1 + rng.below(20)) {
+                            lru.release_pages(cpu, chunk);
+                        }
+                        if let Some(&pfn) = keep.first()
+                            && lru.isolate(pfn)
+                        {
+                            lru.putback(cpu, pfn);
+                        }
+                        kept.lock().unwrap().extend(keep);
+                    }
+                });
+            }
+        });
+        let kept = kept.into_inner().unwrap();
+        let c = lru.check().unwrap_or_else(|e| panic!("{add:?}: {e}"));
+        assert_eq!(c.on_lru(), kept.len() as u64, "{add:?}");
+        assert!(
+            c.sentinels < c.on_lru(),
+            "{add:?}: every page of {} is a sentinel",
+            c.on_lru()
+        );
+        lru.release_pages(CpuId(0), &kept);
+        let c = lru.check().unwrap();
+        assert_eq!((c.on_lru(), c.sentinels), (0, 0), "{add:?}");
+        assert_eq!(allocated(&m), 0, "{add:?}: leaked or double-freed pages");
+    }
+}
+
+/// Releasing pages in the order they sit on the LRU under batch locks takes `lru_lock` only
+/// for the sentinels (about two per batch of 14), and the inner pages under batch locks:
+/// the two passes of RFC v1 patch 12. Without the split, each removed sentinel would promote
+/// the next page and nearly every page would need `lru_lock`.
+#[test]
+fn batch_lock_release_takes_lru_lock_for_sentinels_only() {
+    for add in [LruAdd::Batch, LruAdd::Splice] {
+        let p = lru_policy(LruLockScope::Node, add, LruRelease::BatchLocks, 14);
+        let (m, lru) = setup(&p, 2, 1);
+        // Statistics are process-wide and on from here (no test of this file turns them off).
+        pagelab_sync::stats::set_enabled(true);
+        m.enter_lock_stats();
+        let pfns: Vec<Pfn> = (0..14 * 20)
+            .map(|_| {
+                let pfn = fault(&m, CpuId(0), true, 0);
+                lru.add(CpuId(0), pfn);
+                pfn
+            })
+            .collect();
+        lru.drain(CpuId(0));
+        let c = lru.check().unwrap();
+        assert_eq!(c.on_lru(), 280);
+        // Two sentinels per batch, and the batch in progress (if any) is all sentinels.
+        assert!(
+            c.sentinels <= 2 * 20 + 14,
+            "{add:?}: {} sentinels",
+            c.sentinels
+        );
+        let d = m.lock_stat_domain();
+        let lru_lock = || {
+            d.class(&pagelab_mm::lru::lruvec::LRU_LOCK_NODE)
+                .total()
+                .acquisitions
+        };
+        let batch = || {
+            d.class(&pagelab_mm::lru::batch_lock::LRU_BATCH_LOCK)
+                .total()
+                .acquisitions
+        };
+        let (l0, b0) = (lru_lock(), batch());
+        let s0 = lru.stats().get(LruEvent::ReleaseSentinel);
+        // LRU order: hot end first, as munmap of the pages just faulted releases them.
+        let mut order = pfns.clone();
+        order.reverse();
+        lru.release_pages(CpuId(0), &order);
+        let (dl, db) = (lru_lock() - l0, batch() - b0);
+        assert!(
+            dl <= c.sentinels,
+            "{add:?}: {dl} lru_lock holds for {} sentinels",
+            c.sentinels
+        );
+        assert!(
+            db >= 20 && db <= 2 * 20 + c.sentinels,
+            "{add:?}: {db} batch-lock holds"
+        );
+        let under_lru_lock = lru.stats().get(LruEvent::ReleaseSentinel) - s0;
+        assert!(
+            under_lru_lock <= c.sentinels,
+            "{add:?}: {under_lru_lock} of 280 pages left under lru_lock, for {} sentinels",
+            c.sentinels
+        );
+        assert_eq!(allocated(&m), 0);
+    }
+}
+
 // ---- property test against a reference model ----
 
 #[derive(Clone, Debug)]
@@ -580,7 +722,7 @@ fn any_policy() -> impl Strategy<Value = LruPolicy> {
     (
         0..3usize,
         0..3usize,
-        0..2usize,
+        0..3usize,
         prop::sample::select(vec![1u32, 2, 3, 15]),
     )
         .prop_map(|(s, a, r, b)| lru_policy(SCOPES[s], ADDS[a], RELEASES[r], b))

@@ -71,7 +71,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn policy() -> impl Strategy<Value = Policy> {
     (
         (0..4u8, 0..3u8, 0..3u8, any::<bool>()),
-        (0..3u8, 0..3u8, any::<bool>(), any::<bool>(), any::<bool>()),
+        (0..3u8, 0..3u8, 0..3u8, any::<bool>(), any::<bool>()),
         0..3u8,
         prop::sample::select(vec![0u32, 1, 4, 511]),
     )
@@ -105,11 +105,11 @@ fn policy() -> impl Strategy<Value = Policy> {
                     RssCounter::PerCpu,
                 ][rss as usize];
                 p.lru.add = [LruAdd::PerPage, LruAdd::Batch, LruAdd::Splice][add as usize];
-                p.lru.release = if rel {
-                    LruRelease::Concurrent
-                } else {
-                    LruRelease::Locked
-                };
+                p.lru.release = [
+                    LruRelease::Locked,
+                    LruRelease::Concurrent,
+                    LruRelease::BatchLocks,
+                ][rel as usize];
                 p.mm.tlb_shootdown = if tlb {
                     TlbShootdown::Ipi
                 } else {

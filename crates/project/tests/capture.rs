@@ -292,3 +292,40 @@ fn workloads_the_projector_cannot_replay_are_refused() {
     let e = capture(&CaptureSpec::new(WorkloadKind::Netpipe, p, 2)).unwrap_err();
     assert!(e.contains("replays page_fault1"), "{e}");
 }
+
+/// The lru_lock RFC v1 (`release = "batch-locks"`, lru-lock-base): munmap's release takes the
+/// node's 32 batch locks, each recorded as an instance of its own (node scope), so the replay
+/// keeps one resource per lock (it keys resources by instance); large-zone-batch has none.
+#[test]
+fn lru_batch_locks_are_recorded_one_instance_per_lock() {
+    let trace_of = |name: &str| {
+        let mut spec =
+            CaptureSpec::new(WorkloadKind::PageFault1, profiles::load(name).unwrap(), 16);
+        spec.cycles = 1;
+        capture(&spec).unwrap()
+    };
+    let t = trace_of("lru-lock-base");
+    let insts = |t: &Trace, class: &str| {
+        t.instances
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.class == class)
+            .map(|(n, i)| (n as u32, i.scope))
+            .collect::<Vec<_>>()
+    };
+    let batch = insts(&t, "lru_batch_lock");
+    let lru = insts(&t, "lru_lock");
+    assert!(!lru.is_empty());
+    assert!(batch.iter().all(|&(_, s)| s == Scope::Node), "{batch:?}");
+    // Random tags over ~2,300 batches of one iteration: every lock of the node is used.
+    assert_eq!(batch.len(), 32 * lru.len(), "{batch:?}");
+    let acquires = |t: &Trace, class: &str| {
+        t.events
+            .iter()
+            .filter(|e| matches!(e, Event::Acquire { inst, .. } if t.instances[*inst as usize].class == class))
+            .count()
+    };
+    let base = trace_of("large-zone-batch");
+    assert_eq!(acquires(&base, "lru_batch_lock"), 0);
+    assert!(acquires(&t, "lru_batch_lock") > 0);
+}

@@ -70,6 +70,9 @@ fn policies() -> Vec<(String, Policy)> {
     vary("lru.release=concurrent", &|p| {
         p.lru.release = LruRelease::Concurrent
     });
+    vary("lru.release=batch-locks", &|p| {
+        p.lru.release = LruRelease::BatchLocks
+    });
     vary("lru.scope=global", &|p| {
         p.lru.lock_scope = LruLockScope::Global
     });

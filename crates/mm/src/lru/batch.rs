@@ -169,7 +169,7 @@ impl Lru {
             let Loc { lock, slot } = self.locate(pfn);
             if held.as_ref().is_none_or(|(l, _)| *l != lock) {
                 drop(held.take());
-                held = Some((lock, self.locks[lock].lock()));
+                held = Some((lock, self.locks[lock].lock_for_add()));
                 holds += 1;
             }
             let Some((_, guard)) = held.as_mut() else {
@@ -227,7 +227,7 @@ impl Lru {
         runs.sort_unstable_by_key(|r| r.lock);
         let mut holds = 0;
         for group in runs.chunk_by(|a, b| a.lock == b.lock) {
-            let mut guard = self.locks[group[0].lock].lock();
+            let guard = self.locks[group[0].lock].lock_for_add();
             holds += 1;
             for r in group {
                 guard[r.slot].splice_front(pages, r.lru, &r.chain);

@@ -67,7 +67,7 @@ impl Lru {
         }
         self.mem.get_page(pfn);
         let Loc { lock, slot } = self.locate(pfn);
-        let mut guard = self.locks[lock].lock();
+        let guard = self.locks[lock].lock();
         guard[slot].del(pages, LruList::of(page.flags()), pfn);
         if self.mglru.is_some() {
             self.lrugens[self.lruvec_index(lock, slot)].unlinked(page, false);
@@ -87,7 +87,7 @@ impl Lru {
         );
         let Loc { lock, slot } = self.locate(pfn);
         let freed = {
-            let mut guard = self.locks[lock].lock();
+            let guard = self.locks[lock].lock();
             if self.mglru.is_some() {
                 self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
             }

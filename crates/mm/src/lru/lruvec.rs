@@ -16,7 +16,11 @@
 //! a guard hands out exactly the lruvecs it protects. With `release = "concurrent"` the lock is
 //! an [`RwSem`] (the RFC turned `lru_lock` into an `rwlock_t`): removals of freed pages hold it
 //! shared and use [`List::smp_del`](super::smp_list::List::smp_del); everything else holds it
-//! exclusively. Otherwise it is a [`SpinLock`] of the policy's kind.
+//! exclusively. With `release = "batch-locks"` (the RFC v1) it is a [`SpinLock`] with an
+//! array of 32 batch locks beside it ([`BatchedLruLock`]): the lruvecs then sit outside both,
+//! because a removal of a batch's inner page holds only its batch lock (see
+//! [`super::batch_lock`]), which is why the lruvecs' mutators take `&self`. Otherwise it is a
+//! [`SpinLock`] of the policy's kind.
 //!
 //! # What is protected
 //!
@@ -31,7 +35,7 @@
 //!
 //! Each list is well formed and as long as its counter says.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
@@ -41,19 +45,36 @@ use pagelab_sync::trace::{self, Sym};
 use pagelab_sync::{LockKind, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock};
 
 use super::LruList;
+use super::batch_lock::{BatchedLruLock, ListBatches};
 use super::smp_list::{List, ListHead, LocalChain};
 use crate::page::{PageArray, Pfn};
+use crate::policy::LruRelease;
 
 /// One (memcg, node) pair's LRU lists.
 #[derive(Debug, Default)]
 pub struct Lruvec {
     heads: [ListHead<AtomicU32>; LruList::COUNT],
     len: [AtomicU64; LruList::COUNT],
+    /// Under `release = "batch-locks"`, the lists' batch bookkeeping ([`super::batch_lock`]).
+    batches: Option<ListBatches>,
 }
 
 impl Lruvec {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An lruvec whose lists are cut into batches (RFC v1, `release = "batch-locks"`).
+    pub fn with_batches(batches: ListBatches) -> Self {
+        Lruvec {
+            batches: Some(batches),
+            ..Self::default()
+        }
+    }
+
+    /// The batch bookkeeping, under `release = "batch-locks"`.
+    pub fn batches(&self) -> Option<&ListBatches> {
+        self.batches.as_ref()
     }
 
     #[inline]
@@ -73,10 +94,16 @@ impl Lruvec {
     }
 
     /// Counter update by the exclusive holder: a plain load and store, no locked instruction.
+    /// Under batch locks no one lock covers every writer (adders hold `lru_lock`, removers of
+    /// non-sentinels a batch lock), so the update is atomic there.
     #[inline]
-    fn add_len(&mut self, lru: LruList, delta: i64) {
+    fn add_len(&self, lru: LruList, delta: i64) {
         let c = &self.len[lru as usize];
-        c.store(c.load(Relaxed).wrapping_add_signed(delta), Relaxed);
+        if self.batches.is_some() {
+            c.fetch_add(delta as u64, Relaxed);
+        } else {
+            c.store(c.load(Relaxed).wrapping_add_signed(delta), Relaxed);
+        }
     }
 
     /// The address of `lru`'s head (its line is the list's instance in traces).
@@ -108,23 +135,43 @@ impl Lruvec {
 
     /// `lruvec_add_folio`: link `pfn` at the hot end of `lru`.
     #[inline]
-    pub fn add_front(&mut self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+    pub fn add_front(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         self.trace_link(pages, lru, true);
-        self.list(pages, lru).push_front(pfn.0);
+        let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.first());
+            b.link_written(lru, Some(pfn.0));
+        }
+        list.push_front(pfn.0);
+        if let Some(b) = &self.batches {
+            b.linked(&list, lru, pfn.0, true);
+        }
         self.add_len(lru, 1);
     }
 
     /// `lruvec_add_folio_tail`: link `pfn` at the cold end of `lru`.
     #[inline]
-    pub fn add_back(&mut self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+    pub fn add_back(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         self.trace_link(pages, lru, false);
-        self.list(pages, lru).push_back(pfn.0);
+        let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.last());
+            b.link_written(lru, Some(pfn.0));
+        }
+        list.push_back(pfn.0);
+        if let Some(b) = &self.batches {
+            b.linked(&list, lru, pfn.0, false);
+        }
         self.add_len(lru, 1);
     }
 
-    /// `lruvec_del_folio`: unlink `pfn`, which is on `lru`.
+    /// `lruvec_del_folio`: unlink `pfn`, which is on `lru`. Under batch locks, the caller holds
+    /// the page's batch lock, and `lru_lock` too if the page is a sentinel
+    /// ([`super::batch_lock`]).
     #[inline]
-    pub fn del(&mut self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+    pub fn del(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         if trace::active() {
             // Taking off the first entry rewrites the head and the next entry's link. The
             // neighbours of an entry further in are not recorded (see docs/model.md).
@@ -134,23 +181,47 @@ impl Lruvec {
             }
             trace::line_write(&LRU_LIST, self.len_addr(lru));
         }
-        self.list(pages, lru).remove(pfn.0);
+        let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            // A neighbour that is the head (`None`) is the head's links.
+            b.link_written(lru, list.prev_of(pfn.0));
+            b.link_written(lru, list.next_of(pfn.0));
+            b.link_written(lru, Some(pfn.0));
+            b.unlinking(&list, pfn.0);
+        }
+        list.remove(pfn.0);
         self.add_len(lru, -1);
     }
 
     /// Splice a local chain onto the hot end of `lru` in O(1).
     #[inline]
-    pub fn splice_front(&mut self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+    pub fn splice_front(&self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
         self.trace_link(pages, lru, true);
-        self.list(pages, lru).splice_front(chain);
+        let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.first());
+        }
+        list.splice_front(chain);
+        if let Some(b) = &self.batches {
+            b.spliced(&list, lru, chain, true);
+        }
         self.add_len(lru, i64::from(chain.len()));
     }
 
     /// Splice a local chain onto the cold end of `lru` in O(1).
     #[inline]
-    pub fn splice_back(&mut self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+    pub fn splice_back(&self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
         self.trace_link(pages, lru, false);
-        self.list(pages, lru).splice_back(chain);
+        let list = self.list(pages, lru);
+        if let Some(b) = &self.batches {
+            b.link_written(lru, None);
+            b.link_written(lru, list.last());
+        }
+        list.splice_back(chain);
+        if let Some(b) = &self.batches {
+            b.spliced(&list, lru, chain, false);
+        }
         self.add_len(lru, i64::from(chain.len()));
     }
 
@@ -214,6 +285,10 @@ impl Lruvec {
                 "{lru:?} holds {n} pages but its counter says {len}"
             ));
         }
+        if let Some(b) = &self.batches {
+            b.check(&self.list(pages, lru), n)
+                .map_err(|e| format!("{lru:?}: {e}"))?;
+        }
         Ok(n)
     }
 }
@@ -234,33 +309,83 @@ pub static LRU_LOCK_NODE: pagelab_sync::LockClass =
 pub enum LruLock {
     /// `spinlock_t lru_lock`.
     Spin(CachePadded<SpinLock<Box<[Lruvec]>>>),
-    /// The RFC's `rwlock_t lru_lock`: shared for concurrent removals, exclusive otherwise.
+    /// The RFC v2's `rwlock_t lru_lock`: shared for concurrent removals, exclusive otherwise.
     Rw(CachePadded<RwSem<Box<[Lruvec]>>>),
+    /// The RFC v1's `lru_lock` with its array of batch locks ([`super::batch_lock`]).
+    Batched(Box<BatchedLruLock>),
 }
 
 impl LruLock {
     /// `global`: one lock for the machine, else one per node (or per memcg and node, which
     /// for tasks of one memcg is also one per node).
-    pub fn new(concurrent: bool, kind: LockKind, nr_lruvecs: usize, global: bool) -> Self {
-        let v: Box<[Lruvec]> = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
+    /// `tags` (the pages' batch tags) is `Some` exactly under `release = "batch-locks"`; `seed`
+    /// tells this lock's lruvecs' random batch tags apart from other locks'.
+    pub fn new(
+        release: LruRelease,
+        kind: LockKind,
+        nr_lruvecs: usize,
+        global: bool,
+        tags: Option<&std::sync::Arc<super::batch_lock::PageTags>>,
+        seed: u32,
+    ) -> Self {
         let class = if global {
             &LRU_LOCK_GLOBAL
         } else {
             &LRU_LOCK_NODE
         };
-        if concurrent {
-            LruLock::Rw(CachePadded::new(RwSem::new(v).with_class(class)))
-        } else {
-            LruLock::Spin(CachePadded::new(SpinLock::new(kind, v).with_class(class)))
+        match (release, tags) {
+            (LruRelease::BatchLocks, Some(tags)) => {
+                let v = (0..nr_lruvecs)
+                    .map(|i| {
+                        Lruvec::with_batches(ListBatches::new(
+                            tags.clone(),
+                            seed.wrapping_mul(64).wrapping_add(i as u32),
+                        ))
+                    })
+                    .collect();
+                LruLock::Batched(Box::new(BatchedLruLock::new(kind, class, v)))
+            }
+            (LruRelease::BatchLocks, None) => panic!("batch locks need the pages' batch tags"),
+            (LruRelease::Concurrent, _) => {
+                let v = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
+                LruLock::Rw(CachePadded::new(RwSem::new(v).with_class(class)))
+            }
+            (LruRelease::Locked, _) => {
+                let v = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
+                LruLock::Spin(CachePadded::new(SpinLock::new(kind, v).with_class(class)))
+            }
         }
     }
 
-    /// Take the lock exclusively (`spin_lock_irq(&lruvec->lru_lock)`, or `write_lock`).
+    /// Take the lock exclusively (`spin_lock_irq(&lruvec->lru_lock)`, `write_lock`, or the RFC
+    /// v1's `lru_lock_all`).
     #[inline]
     pub fn lock(&self) -> LruGuard<'_> {
         match self {
             LruLock::Spin(l) => LruGuard::Spin(l.lock()),
             LruLock::Rw(l) => LruGuard::Write(l.write()),
+            LruLock::Batched(b) => {
+                let (batch, lru) = b.lock_all();
+                LruGuard::Batched {
+                    _lru: lru,
+                    _batch: batch,
+                    lruvecs: b.lruvecs(),
+                }
+            }
+        }
+    }
+
+    /// The hold an add (a link at either end, a splice) needs: under batch locks only
+    /// `lru_lock` (RFC v1 patch 09, the add-only `__pagevec_lru_add`), else [`LruLock::lock`].
+    #[inline]
+    pub fn lock_for_add(&self) -> LruGuard<'_> {
+        match self {
+            LruLock::Batched(b) => LruGuard::Batched {
+                _lru: b.lru_lock(),
+                _batch: Vec::new(),
+                lruvecs: b.lruvecs(),
+            },
+            _ => self.lock(),
         }
     }
 
@@ -268,16 +393,33 @@ impl LruLock {
     #[inline]
     pub fn lock_shared(&self) -> Option<RwSemReadGuard<'_, Box<[Lruvec]>>> {
         match self {
-            LruLock::Spin(_) => None,
             LruLock::Rw(l) => Some(l.read()),
+            LruLock::Spin(_) | LruLock::Batched(_) => None,
+        }
+    }
+
+    /// The batch-lock form, under `release = "batch-locks"`.
+    #[inline]
+    pub fn batched(&self) -> Option<&BatchedLruLock> {
+        match self {
+            LruLock::Batched(b) => Some(b),
+            _ => None,
         }
     }
 }
 
-/// An exclusive hold of a [`LruLock`]; derefs to the lruvecs it protects.
+/// A hold of a [`LruLock`] for an exclusive operation (or an add, under batch locks); derefs
+/// to the lruvecs it protects. The lruvecs' mutators take `&self` (their words are atomics)
+/// because under batch locks no single guard owns them.
 pub enum LruGuard<'a> {
     Spin(SpinGuard<'a, Box<[Lruvec]>>),
     Write(RwSemWriteGuard<'a, Box<[Lruvec]>>),
+    /// `lru_lock` and, for everything but adds, every batch lock (`lru_lock_all`).
+    Batched {
+        _lru: SpinGuard<'a, ()>,
+        _batch: Vec<SpinGuard<'a, ()>>,
+        lruvecs: &'a [Lruvec],
+    },
 }
 
 impl Deref for LruGuard<'_> {
@@ -287,16 +429,7 @@ impl Deref for LruGuard<'_> {
         match self {
             LruGuard::Spin(g) => g,
             LruGuard::Write(g) => g,
-        }
-    }
-}
-
-impl DerefMut for LruGuard<'_> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut [Lruvec] {
-        match self {
-            LruGuard::Spin(g) => g,
-            LruGuard::Write(g) => g,
+            LruGuard::Batched { lruvecs, .. } => lruvecs,
         }
     }
 }

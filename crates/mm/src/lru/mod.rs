@@ -9,7 +9,8 @@
 //!   of per-lruvec local lists ([`batch`]); [`Lru::drain`]/[`Lru::drain_all`]: `lru_add_drain`
 //!   and `lru_add_drain_all`.
 //! * [`Lru::release_pages`]/[`Lru::put_page`]: `release_pages`/`folios_put`, with the unlink
-//!   under an exclusive hold or, per the 2018 RFC, concurrently under a shared hold with
+//!   under an exclusive hold, under the lru_lock RFC v1's batch locks (Jan 2018,
+//!   [`batch_lock`]), or, per the RFC v2 (Sept 2018), concurrently under a shared hold with
 //!   `smp_list_del` ([`release`], [`smp_list`]).
 //! * [`Lru::isolate`]/[`Lru::putback`]: mm/vmscan.c `folio_isolate_lru`, `move_folios_to_lru`
 //!   ([`isolate`]).
@@ -29,8 +30,10 @@
 //! |---|---|
 //! | per-CPU batch `SpinLock` | that CPU's batch: its pages and their count |
 //! | `lru_lock` ([`lruvec::LruLock`], scope per policy) | the lists' links and heads, the list counters, `PG_active`/`PG_swapbacked` of its `PG_lru` pages |
+//! | under `release = "batch-locks"`: 32 `lru_batch_lock`s per lru_lock ([`batch_lock`]) | with lru_lock, the links of the pages of the batches tagged with it; alone, those of a batch's inner pages |
 //!
-//! Order: batch lock → lru_lock → the allocator's locks (pcp, zone). At most one lru_lock is
+//! Order: per-CPU batch lock → the RFC v1's `lru_batch_lock`s (in index order) → lru_lock → the
+//! allocator's locks (pcp, zone). At most one lru_lock is
 //! held at a time; none is held while a batch lock is taken, so remote drains cannot deadlock
 //! with owners. `PG_lru` and the reference count are lockless: `PG_lru` is test-and-cleared by
 //! isolators and set by whoever links a page (under the lock, or after the splice's unlock);
@@ -49,6 +52,7 @@
 //! are on no list and in no other batch, and hold a reference.
 
 pub mod batch;
+pub mod batch_lock;
 pub mod isolate;
 pub mod lruvec;
 pub mod mglru;
@@ -182,6 +186,8 @@ pub struct LruCensus {
     pub lruvecs: Vec<[u64; LruList::COUNT]>,
     /// Pages in per-CPU add batches.
     pub batched: u64,
+    /// Pages on lists that are batch sentinels (`release = "batch-locks"`; else 0).
+    pub sentinels: u64,
     nr_memcgs: usize,
 }
 
@@ -217,6 +223,8 @@ pub struct Lru {
     nr_nodes: usize,
     nr_memcgs: usize,
     locks: Box<[LruLock]>,
+    /// The pages' batch tags and sentinel flags, under `release = "batch-locks"`.
+    tags: Option<Arc<batch_lock::PageTags>>,
     batches: PerCpu<SpinLock<Batch>>,
     events: LruEvents,
     /// A loom-visible operation run before each lockless page-metadata step; see
@@ -227,8 +235,9 @@ pub struct Lru {
 
 impl Lru {
     /// Build the lruvecs of `nr_memcgs` memcgs on every node of `mem` (a node per zone), their
-    /// lru_locks as `policy.lock_scope` says (spinlocks of kind `spinlock`, or rwsems under
-    /// `release = "concurrent"`), and one add batch per CPU.
+    /// lru_locks as `policy.lock_scope` says (spinlocks of kind `spinlock`, with 32 batch locks
+    /// each under `release = "batch-locks"`, or rwsems under `release = "concurrent"`), and one
+    /// add batch per CPU.
     pub fn new(mem: Arc<Mem>, policy: &LruPolicy, spinlock: LockKind, nr_memcgs: usize) -> Lru {
         assert!(nr_memcgs >= 1, "the LRU needs at least the root memcg");
         assert!(
@@ -247,14 +256,17 @@ impl Lru {
             LruLockScope::Node => (nr_nodes, nr_memcgs),
             LruLockScope::MemcgNode => (nr_lruvecs, 1),
         };
-        let concurrent = policy.release == LruRelease::Concurrent;
+        let tags = (policy.release == LruRelease::BatchLocks)
+            .then(|| Arc::new(batch_lock::PageTags::new(mem.pages().len())));
         let locks = (0..nr_locks)
-            .map(|_| {
+            .map(|i| {
                 LruLock::new(
-                    concurrent,
+                    policy.release,
                     spinlock,
                     per_lock,
                     policy.lock_scope == LruLockScope::Global,
+                    tags.as_ref(),
+                    i as u32,
                 )
             })
             .collect();
@@ -269,6 +281,7 @@ impl Lru {
             nr_nodes,
             nr_memcgs,
             locks,
+            tags,
             batches: PerCpu::new(nr_cpus, |_| {
                 SpinLock::new(spinlock, Batch::new()).with_class(&LRU_BATCH)
             }),
@@ -395,7 +408,7 @@ impl Lru {
         let pages = self.mem.pages();
         let page = &pages[pfn];
         let Loc { lock, slot } = self.locate(pfn);
-        let mut guard = self.locks[lock].lock();
+        let guard = self.locks[lock].lock_for_add();
         if self.mglru.is_some() {
             self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
         }
@@ -415,9 +428,9 @@ impl Lru {
         f: impl FnOnce(&mut LruvecMut<'_>) -> R,
     ) -> R {
         let Loc { lock, slot } = self.loc_of(node, memcg);
-        let mut guard = self.locks[lock].lock();
+        let guard = self.locks[lock].lock();
         let mut view = LruvecMut {
-            lruvec: &mut guard[slot],
+            lruvec: &guard[slot],
             lru: self,
             lrugen: &self.lrugens[node * self.nr_memcgs + memcg],
             pages: self.mem.pages(),
@@ -444,6 +457,7 @@ impl Lru {
         let d = self.mem.lock_stat_domain();
         d.reset_class(&lruvec::LRU_LOCK_GLOBAL);
         d.reset_class(&lruvec::LRU_LOCK_NODE);
+        d.reset_class(&batch_lock::LRU_BATCH_LOCK);
         self.events.reset();
     }
 
@@ -526,6 +540,9 @@ impl Lru {
                         if rc < 1 {
                             return Err(here(format!("{pfn:?} on {lru:?} has refcount {rc}")));
                         }
+                        if lv.batches().is_some_and(|b| b.tags().is_sentinel(pfn.0)) {
+                            census.sentinels += 1;
+                        }
                     }
                     census.lists[lru.idx()] += len;
                     census.lruvecs[node * self.nr_memcgs + memcg][lru.idx()] += len;
@@ -570,7 +587,7 @@ impl Lru {
 /// `PG_active` where they move pages between active and inactive); `PG_lru` and references
 /// are the caller's, except in [`LruvecMut::isolate`], which does the scanners' whole step.
 pub struct LruvecMut<'a> {
-    lruvec: &'a mut Lruvec,
+    lruvec: &'a Lruvec,
     /// The LRU the lruvec belongs to (for its loom scheduling points).
     lru: &'a Lru,
     lrugen: &'a mglru::LruGen,

@@ -13,6 +13,11 @@
 //! `folio_batch` of pages to free).
 //!
 //! * `release = "locked"`: the hold is exclusive (the spinlock) and the unlink is `list_del`.
+//! * `release = "batch-locks"` (the lru_lock RFC v1, Jan 2018, patches 10-12; see
+//!   [`super::batch_lock`]): two passes over at most [`LRU_BITMAP_SIZE`] pages, the freed
+//!   non-sentinel pages under their batch lock alone, then the sentinels under batch lock and
+//!   lru_lock, a held lock kept across consecutive pages that need it. The pages are freed per
+//!   `SWAP_CLUSTER_MAX` as in the other modes (4.15 freed them all after the loop).
 //! * `release = "concurrent"`: the lock is the lruvec rwsem and the hold is *shared*: any
 //!   number of CPUs unlink freed pages from the same lists at once with
 //!   [`List::smp_del`](super::smp_list::List::smp_del), each locking only the page's and its
@@ -37,9 +42,10 @@
 
 use std::sync::atomic::Ordering::AcqRel;
 
-use pagelab_sync::RwSemReadGuard;
+use pagelab_sync::{RwSemReadGuard, SpinGuard};
 
 use super::LruList;
+use super::batch_lock::{BatchedLruLock, PageTags};
 use super::lruvec::{LruGuard, Lruvec};
 use super::stats::LruEvent;
 use super::{Loc, Lru};
@@ -49,6 +55,56 @@ use crate::policy::LruRelease;
 
 /// Pages freed per lock hold at most, and per call to the allocator (`SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: usize = 32;
+
+/// Pages per pass of the batch-lock release (`LRU_BITMAP_SIZE`, RFC v1 patch 12).
+pub const LRU_BITMAP_SIZE: usize = 512;
+
+/// The batch-lock release's locks (`lru_batch_lock`/`lru_batch_unlock`, RFC v1 patch 10): one
+/// batch lock, and `lru_lock` while the current page is a sentinel.
+struct BatchHold<'a> {
+    lock: usize,
+    tag: usize,
+    // Field order is drop order: lru_lock before the batch lock.
+    lru: Option<SpinGuard<'a, ()>>,
+    _batch: SpinGuard<'a, ()>,
+}
+
+impl<'a> BatchHold<'a> {
+    /// Hold what unlinking `pfn` (tag `tag`, under lru_lock `lock`) needs, keeping what is
+    /// already held when it is the same batch lock; returns the number of lock acquisitions.
+    /// The sentinel flag is read with the batch lock held: only holders of that lock (or
+    /// adders under `lru_lock`, on pages of the batch in progress, all sentinels) change it.
+    fn relock(
+        held: &mut Option<BatchHold<'a>>,
+        b: &'a BatchedLruLock,
+        lock: usize,
+        tag: usize,
+        pfn: Pfn,
+        tags: &PageTags,
+    ) -> u64 {
+        let mut n = 0;
+        if held.as_ref().is_none_or(|h| h.lock != lock || h.tag != tag) {
+            drop(held.take());
+            *held = Some(BatchHold {
+                lock,
+                tag,
+                lru: None,
+                _batch: b.batch_lock(tag),
+            });
+            n += 1;
+        }
+        let h = held.as_mut().expect("held above");
+        match (tags.is_sentinel(pfn.0), h.lru.is_some()) {
+            (true, false) => {
+                h.lru = Some(b.lru_lock());
+                n += 1;
+            }
+            (false, true) => h.lru = None,
+            _ => {}
+        }
+        n
+    }
+}
 
 /// A release's hold of one lru_lock.
 enum Hold<'a> {
@@ -66,6 +122,13 @@ impl Lru {
     /// documentation. A page may appear several times (one reference each).
     pub fn release_pages(&self, cpu: CpuId, pfns: &[Pfn]) {
         if pfns.is_empty() {
+            return;
+        }
+        if self.release_mode == LruRelease::BatchLocks {
+            for chunk in pfns.chunks(LRU_BITMAP_SIZE) {
+                self.release_batch_locked(cpu, chunk);
+            }
+            self.events.count(cpu, LruEvent::Release, pfns.len() as u64);
             return;
         }
         let pages = self.mem.pages();
@@ -129,6 +192,75 @@ impl Lru {
                     .lock_shared()
                     .expect("concurrent release builds rwsem lru_locks"),
             ),
+            LruRelease::BatchLocks => unreachable!("batch-lock release has its own path"),
+        }
+    }
+
+    /// RFC v1's `release_pages` (patches 11 and 12) for at most [`LRU_BITMAP_SIZE`] pages: a
+    /// first pass drops every reference and unlinks the freed non-sentinel pages under their
+    /// batch locks only, remembering the freed sentinels in a bitmap; a second pass unlinks
+    /// those under batch lock and `lru_lock`. Unlinking sentinels last keeps them from
+    /// promoting the pages after them, in the common case of pages released in LRU order,
+    /// which would send nearly every page through `lru_lock` (patch 12's motivation).
+    fn release_batch_locked(&self, cpu: CpuId, pfns: &[Pfn]) {
+        let pages = self.mem.pages();
+        let tags = self.tags.as_deref().expect("batch-lock release has tags");
+        let mut sentinels = [0u64; LRU_BITMAP_SIZE / 64];
+        let mut to_free = [Pfn(0); SWAP_CLUSTER_MAX];
+        let mut nr_free = 0;
+        let mut held: Option<BatchHold<'_>> = None;
+        let (mut holds, mut freed, mut sentinels_unlinked) = (0u64, 0u64, 0u64);
+        for pass in 0..2 {
+            for (i, &pfn) in pfns.iter().enumerate() {
+                if pass == 0 {
+                    if !self.put_testzero(pfn) {
+                        continue;
+                    }
+                    // An unlocked read, as the kernel's: only a hint, rechecked under the
+                    // batch lock (a freed page's sentinel flag can only be set meanwhile).
+                    if pages[pfn].test(pg::LRU) && tags.is_sentinel(pfn.0) {
+                        sentinels[i / 64] |= 1 << (i % 64);
+                        continue;
+                    }
+                } else if sentinels[i / 64] & (1 << (i % 64)) == 0 {
+                    continue;
+                }
+                let page = &pages[pfn];
+                if page.test(pg::LRU) {
+                    let Loc { lock, slot } = self.locate(pfn);
+                    let b = self.locks[lock]
+                        .batched()
+                        .expect("batch-lock release builds batched lru_locks");
+                    holds += BatchHold::relock(&mut held, b, lock, tags.tag(pfn.0), pfn, tags);
+                    if held.as_ref().is_some_and(|h| h.lru.is_some()) {
+                        sentinels_unlinked += 1;
+                    }
+                    b.lruvecs()[slot].del(pages, LruList::of(page.flags()), pfn);
+                    // `__ClearPageLRU`: the count is zero, nobody else touches the page.
+                    page.clear_nonatomic(pg::LRU);
+                }
+                to_free[nr_free] = pfn;
+                nr_free += 1;
+                if nr_free == SWAP_CLUSTER_MAX {
+                    drop(held.take());
+                    self.free_batch(cpu, &to_free[..nr_free]);
+                    freed += nr_free as u64;
+                    nr_free = 0;
+                }
+            }
+        }
+        drop(held);
+        self.free_batch(cpu, &to_free[..nr_free]);
+        freed += nr_free as u64;
+        if freed > 0 {
+            self.events.count(cpu, LruEvent::ReleaseFree, freed);
+        }
+        if holds > 0 {
+            self.events.count(cpu, LruEvent::ReleaseLockHold, holds);
+        }
+        if sentinels_unlinked > 0 {
+            self.events
+                .count(cpu, LruEvent::ReleaseSentinel, sentinels_unlinked);
         }
     }
 

@@ -209,6 +209,11 @@ impl LocalChain {
         self.len == 0
     }
 
+    /// The hot end of the chain ([`NIL`] when empty).
+    pub fn first(&self) -> u32 {
+        self.first
+    }
+
     /// `list_add` onto the local list. The node must be unlinked and owned by the caller: on no
     /// shared list, so no other thread reads or writes its links.
     pub fn push_front<N: Nodes>(&mut self, nodes: &N, id: u32) {

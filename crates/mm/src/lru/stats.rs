@@ -48,6 +48,9 @@ lru_events! {
     ReleaseFree => "lru_release_free",
     /// lru_lock holds (exclusive for `locked`, shared for `concurrent`) taken by releases.
     ReleaseLockHold => "lru_release_lock_hold",
+    /// Under `release = "batch-locks"`, pages unlinked by releases that needed `lru_lock` on
+    /// top of their batch lock (sentinels); the others left under their batch lock alone.
+    ReleaseSentinel => "lru_release_sentinel",
     /// Wait-loop rounds in `smp_list_del` (adjacent removals colliding).
     SmpDelWait => "lru_smp_del_wait",
     /// Successful isolations.
