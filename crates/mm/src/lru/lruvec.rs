@@ -235,6 +235,7 @@ pub enum LruLock {
     /// `spinlock_t lru_lock`.
     Spin(CachePadded<SpinLock<Box<[Lruvec]>>>),
     /// The RFC's `rwlock_t lru_lock`: shared for concurrent removals, exclusive otherwise.
+    /// Traced as a queued rwlock (spinning waiters), not as an rw_semaphore.
     Rw(CachePadded<RwSem<Box<[Lruvec]>>>),
 }
 
@@ -249,7 +250,9 @@ impl LruLock {
             &LRU_LOCK_NODE
         };
         if concurrent {
-            LruLock::Rw(CachePadded::new(RwSem::new(v).with_class(class)))
+            LruLock::Rw(CachePadded::new(
+                RwSem::new(v).with_class(class).as_rwlock(),
+            ))
         } else {
             LruLock::Spin(CachePadded::new(SpinLock::new(kind, v).with_class(class)))
         }
