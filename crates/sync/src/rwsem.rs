@@ -645,13 +645,16 @@ mod tests {
         }
     }
 
-    /// The count word's line holds the word and the (read-only) class pointer: no counter
-    /// that a reader or writer would write besides the word.
+    /// The count word's line holds the word, the (read-only) class pointer and traced lock
+    /// model: no counter that a reader or writer would write besides the word.
     #[test]
     fn count_word_line_holds_no_instrumentation() {
         assert_eq!(
             core::mem::size_of::<Header>(),
-            core::mem::size_of::<AtomicU64>() + core::mem::size_of::<&LockClass>()
+            (core::mem::size_of::<AtomicU64>()
+                + core::mem::size_of::<&LockClass>()
+                + core::mem::size_of::<LockModel>())
+            .next_multiple_of(core::mem::align_of::<Header>())
         );
         assert!(core::mem::align_of::<CachePadded<Header>>() >= 64);
     }
