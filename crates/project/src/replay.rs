@@ -17,7 +17,8 @@
 //!   et al., "Non-scalable locks are dangerous", 2012), so its hand-off grows with the
 //!   waiters. An rwsem's readers share it, but each reader's entry and exit is an atomic on its
 //!   one count line; writers exclude, and new readers wait behind a waiting writer. Waiters of
-//!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off.
+//!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off. A queued rwlock
+//!   (`rwlock_t`) never sleeps: its waiters spin FIFO on its `wait_lock` (kernel/locking/qrwlock.c).
 //! - **Memory under load.** Page clearing and copying run at a rate that depends on how many
 //!   CPUs of the node write at once: each writer's line fills wait longer as the node's
 //!   utilisation rises along its loaded-latency curve, so each clears more slowly; at the
