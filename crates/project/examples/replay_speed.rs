@@ -5,7 +5,9 @@
 //! and the process CPU time they took (`CLOCK_PROCESS_CPUTIME_ID`), which a loaded shared
 //! host does not inflate as it does wall time. `REPLAY_CLASSES=1` prints the rate and each
 //! class's waits; `REPLAY_STRIP_LINES=1` drops the line events first (the replay as it was
-//! before the coherence model, on the same capture).
+//! before the coherence model, on the same capture); `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
+//! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
+//! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock).
 
 use std::path::Path;
 
@@ -40,6 +42,21 @@ fn main() -> Result<(), String> {
             Event::Atomic { inst: i } => !data.contains(&inst[*i as usize].class.as_str()),
             _ => true,
         });
+    }
+    if let Some(a) = std::env::var_os("REPLAY_QRWLOCK_AS_RWSEM") {
+        let a = a.to_string_lossy();
+        let algo = pagelab_sync::RwsemAlgo::from_name(&a).ok_or_else(|| {
+            format!(
+                "REPLAY_QRWLOCK_AS_RWSEM: `{a}` is not one of {}",
+                pagelab_sync::RwsemAlgo::names()
+            )
+        })?;
+        for i in &mut t.instances {
+            if i.model == pagelab_sync::trace::LockModel::QRwLock {
+                i.model = pagelab_sync::trace::LockModel::RwSem;
+                i.rwsem = Some(algo);
+            }
+        }
     }
     let m = Machine::load(machine)?;
     let (mut events, mut cpu) = (0u64, 0.0);

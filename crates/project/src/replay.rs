@@ -17,7 +17,8 @@
 //!   et al., "Non-scalable locks are dangerous", 2012), so its hand-off grows with the
 //!   waiters. An rwsem's readers share it, but each reader's entry and exit is an atomic on its
 //!   one count line; writers exclude, and new readers wait behind a waiting writer. Waiters of
-//!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off.
+//!   a sleeping lock (`mmap_lock`) use no CPU and pay a wake-up at hand-off. A queued rwlock
+//!   (`rwlock_t`) never sleeps: its waiters spin FIFO on its `wait_lock` (kernel/locking/qrwlock.c).
 //! - **Memory under load.** Page clearing and copying run at a rate that depends on how many
 //!   CPUs of the node write at once: each writer's line fills wait longer as the node's
 //!   utilisation rises along its loaded-latency curve, so each clears more slowly; at the
@@ -136,6 +137,9 @@ enum LockKind {
     Queued,
     /// An rwsem, waiting as its era's algorithm did.
     Rw(RwWait),
+    /// A queued rwlock (`rwlock_t`, kernel/locking/qrwlock.c): waiters spin FIFO on its
+    /// `wait_lock`, never sleep ([`Sim::qrw_advance`]).
+    QRw,
     /// Refcounts and plain lines: every acquire and release is one atomic.
     Line,
 }
@@ -214,6 +218,10 @@ struct Resource {
     /// rwsem: a writer woken to take the lock itself (it is free meanwhile, and may be
     /// stolen).
     waking: Option<Waiter>,
+    /// qrwlock: the waiter holding the internal `wait_lock`, spinning on the count word (a
+    /// writer there has set `_QW_WAITING`); `waiters` queue behind it on the `wait_lock`.
+    /// `None` whenever `waiters` is empty.
+    qhead: Option<Waiter>,
 }
 
 /// No CPU (a line nobody has written yet).
@@ -478,6 +486,7 @@ impl<'a> Replay<'a> {
                         LockModel::Ticket => LockKind::Ticket,
                         LockModel::Queued => LockKind::Queued,
                         LockModel::RwSem => LockKind::Rw(RwWait::of(i.rwsem, i.sleeps)),
+                        LockModel::QRwLock => LockKind::QRw,
                         LockModel::Refcount | LockModel::Line => LockKind::Line,
                     };
                     resources_proto.push((kind, class_of(&i.class)));
@@ -814,6 +823,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 waiters: VecDeque::new(),
                 spinners: VecDeque::new(),
                 waking: None,
+                qhead: None,
             })
             .collect();
         let stats = r
@@ -924,7 +934,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 let place = self.rng.gen_range(1..=queue_len.max(1)) as u64;
                 x.max(1).saturating_mul(place)
             }
-            LockKind::Queued | LockKind::Rw(_) | LockKind::Line => x,
+            LockKind::Queued | LockKind::Rw(_) | LockKind::QRw | LockKind::Line => x,
         };
         if self.cpus[w.cpu as usize].sleep_since.is_some() {
             handoff = handoff.saturating_add(self.r.wakeup_ps);
@@ -968,10 +978,13 @@ impl<'r, 'a> Sim<'r, 'a> {
             LockKind::Rw(p) => p.sleeps && !spin,
             _ => false,
         };
-        if spin {
-            self.res[ri].spinners.push_back(w);
+        let res = &mut self.res[ri];
+        if res.kind == LockKind::QRw && res.qhead.is_none() {
+            res.qhead = Some(w);
+        } else if spin {
+            res.spinners.push_back(w);
         } else {
-            self.res[ri].waiters.push_back(w);
+            res.waiters.push_back(w);
         }
         let c = &mut self.cpus[cpu];
         c.st = St::WaitLock;
@@ -999,6 +1012,14 @@ impl<'r, 'a> Sim<'r, 'a> {
         match r.kind {
             LockKind::Line => true,
             LockKind::Ticket | LockKind::Queued => r.holder.is_none() && r.waiters.is_empty(),
+            // `queued_read_lock`'s fast path fails on a writer holding or waiting
+            // (`_QW_WMASK`); `queued_write_lock`'s only on a count of 0 (no reader, no writer).
+            LockKind::QRw => {
+                let writer_waits = r.qhead.is_some_and(|w| !w.shared);
+                r.holder.is_none()
+                    && !writer_waits
+                    && (shared || (r.readers == 0 && r.qhead.is_none()))
+            }
             LockKind::Rw(p) => {
                 if r.holder.is_some() || (!shared && r.readers > 0) {
                     return false;
@@ -1022,7 +1043,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         let r = &mut self.res[ri];
         match r.kind {
             LockKind::Line => {}
-            LockKind::Rw(_) if shared => r.readers += 1,
+            LockKind::Rw(_) | LockKind::QRw if shared => r.readers += 1,
             _ => r.holder = Some(cpu as u32),
         }
         at
@@ -1047,7 +1068,74 @@ impl<'r, 'a> Sim<'r, 'a> {
             _ => false,
         };
         self.wait(ri, cpu, shared, t, spin);
+        if self.res[ri].kind == LockKind::QRw
+            && !shared
+            && self.res[ri].qhead.is_some_and(|w| w.cpu as usize == cpu)
+        {
+            // At the head of the queue a writer sets `_QW_WAITING` (one atomic on the count
+            // word), which turns later readers to the queue.
+            self.count_word_atomic(ri, cpu, t);
+        }
         None
+    }
+
+    /// One atomic on resource `ri`'s count word by `cpu` at `t` that is part of a waiter's
+    /// protocol (no acquisition of its own, no wait counted): returns when it completes.
+    fn count_word_atomic(&mut self, ri: usize, cpu: usize, t: u64) -> u64 {
+        let r = self.r;
+        let res = &mut self.res[ri];
+        let start = t.max(res.busy_until);
+        let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+        let done = start.saturating_add(x);
+        res.busy_until = done.saturating_add(r.atomic_ps);
+        done
+    }
+
+    /// qrwlock: resource `ri` may have become free at `t` (released by `from`); the waiter
+    /// holding the `wait_lock` takes it if it can, and the `wait_lock` passes down the queue
+    /// (kernel/locking/qrwlock.c, `queued_read_lock_slowpath` and
+    /// `queued_write_lock_slowpath`).
+    ///
+    /// A reader at the head has added its bias already and enters as soon as it sees the
+    /// writer's release (one transfer). It then unlocks the `wait_lock`, so the reader behind
+    /// it takes the `wait_lock` (a qspinlock hand-off: one transfer from the previous reader),
+    /// adds its bias (one atomic on the count word) and enters in its turn: queued readers
+    /// enter together, without waiting for each other's critical sections, but one after
+    /// another along the queue. A writer reached by the `wait_lock` sets `_QW_WAITING` (one
+    /// atomic) and stops the chain: readers behind it stay queued. A writer at the head takes
+    /// the lock once no reader or writer is in (a transfer from the last one out, then its
+    /// compare-and-exchange), and passes the `wait_lock` on at once. Nobody sleeps: every
+    /// waiter spins, so a hand-off costs no wake-up.
+    fn qrw_advance(&mut self, ri: usize, from: usize, t: u64) {
+        let Some(h) = self.res[ri].qhead else {
+            return;
+        };
+        let (holder, readers) = (self.res[ri].holder, self.res[ri].readers);
+        if holder.is_some() || (!h.shared && readers > 0) {
+            return;
+        }
+        let mut at = t.saturating_add(self.r.transfer[from][h.cpu as usize]);
+        self.take_at(ri, h, at);
+        let mut prev = h.cpu as usize;
+        loop {
+            let Some(w) = self.res[ri].waiters.pop_front() else {
+                self.res[ri].qhead = None;
+                return;
+            };
+            let got_wait_lock = at.saturating_add(self.r.transfer[prev][w.cpu as usize]);
+            self.res[ri].qhead = Some(w);
+            if !h.shared || !w.shared {
+                // Behind a writer that took the lock, the new head spins (a writer after
+                // setting `_QW_WAITING`); a writer behind entering readers sets it too.
+                if !w.shared {
+                    self.count_word_atomic(ri, w.cpu as usize, got_wait_lock);
+                }
+                return;
+            }
+            at = self.count_word_atomic(ri, w.cpu as usize, got_wait_lock);
+            self.take_at(ri, w, at);
+            prev = w.cpu as usize;
+        }
     }
 
     /// A trylock: takes the lock if it can at once; else runs the trylock's fallback `alt`
@@ -1161,6 +1249,25 @@ impl<'r, 'a> Sim<'r, 'a> {
                     self.grant(ri, w, cpu, t, n);
                 }
                 t
+            }
+            LockKind::QRw => {
+                // A reader leaves with an atomic subtract (`queued_read_unlock`), a writer with
+                // a plain store of its byte (`queued_write_unlock`).
+                let at = if shared {
+                    self.line_access(ri, cpu, t, false)
+                } else {
+                    self.line_op(ri, cpu, t, true, Sym::Here)
+                };
+                let r = &mut self.res[ri];
+                if shared && r.readers > 0 {
+                    r.readers -= 1;
+                } else {
+                    r.holder = None;
+                }
+                if r.readers == 0 && r.holder.is_none() {
+                    self.qrw_advance(ri, cpu, at);
+                }
+                at
             }
             LockKind::Rw(p) => {
                 // The count word is written on the way out too.
@@ -1552,9 +1659,26 @@ ipi_handler_ns = 500.0
     }
 
     fn with_sim(algo: RwsemAlgo, f: impl FnOnce(&mut Sim<'_, '_>)) {
-        let (m, t) = (machine(), trace(algo));
+        with_trace(trace(algo), 3, f);
+    }
+
+    /// The trace of [`trace`] with its lock a queued rwlock (`rwlock_t lru_lock`).
+    fn qrwlock_trace() -> Trace {
+        let mut t = trace(RwsemAlgo::SpinWriters);
+        t.instances[0] = Instance {
+            class: "lru_lock".into(),
+            scope: Scope::Node,
+            model: LockModel::QRwLock,
+            sleeps: false,
+            rwsem: None,
+        };
+        t
+    }
+
+    fn with_trace(t: Trace, tasks: usize, f: impl FnOnce(&mut Sim<'_, '_>)) {
+        let m = machine();
         let spec = ReplaySpec {
-            tasks: 3,
+            tasks,
             threads: true,
             seed: 1,
             samples: 1,
@@ -1563,6 +1687,88 @@ ipi_handler_ns = 500.0
         let r = Replay::new(&m, &t, spec).unwrap();
         let mut sim = Sim::new(&r, 1);
         f(&mut sim);
+    }
+
+    /// A queued rwlock (`rwlock_t`): N readers arriving while a writer holds it spin in the
+    /// `wait_lock` queue (no sleep, no wake-up). At the writer's release (a plain store of a
+    /// line it owns, so free) the first reader enters at one transfer; each reader behind it
+    /// takes the `wait_lock` from the previous one (a transfer) and adds its bias to the count
+    /// word the previous one wrote (another transfer): reader k enters at release + X + 2kX.
+    /// An rw_semaphore of the same era instead wakes them all together at release + X + a
+    /// wake-up, having let them sleep.
+    #[test]
+    fn qrwlock_readers_behind_a_writer_spin_and_enter_along_the_queue() {
+        const N: u64 = 3;
+        let release = 1000 * NS;
+        let arrive = |k: u64| 100 * NS * (k + 1);
+        with_trace(qrwlock_trace(), N as usize + 1, |sim| {
+            assert_eq!(sim.acquire(0, false, 0, 0), Some(0));
+            for k in 0..N {
+                assert_eq!(sim.acquire(0, true, k as usize + 1, arrive(k)), None);
+                assert!(sim.cpus[k as usize + 1].sleep_since.is_none(), "spins");
+            }
+            assert_eq!(sim.release(0, false, 0, release), release);
+            assert_eq!(sim.res[0].readers, N as u32);
+            assert_eq!(sim.res[0].holder, None);
+            assert!(sim.res[0].qhead.is_none() && sim.res[0].waiters.is_empty());
+            let waits: u64 = (0..N).map(|k| release + X + 2 * k * X - arrive(k)).sum();
+            assert_eq!((sim.stats[0].wait_ns * 1000.0).round() as u64, waits);
+            assert!(sim.cpus.iter().all(|c| c.slept == 0));
+            // Each reader is scheduled at its entry.
+            let mut at: Vec<u64> = sim
+                .heap
+                .iter()
+                .filter(|Reverse((_, c))| *c != 0)
+                .map(|Reverse((t, _))| *t)
+                .collect();
+            at.sort_unstable();
+            let want: Vec<u64> = (0..N).map(|k| release + X + 2 * k * X).collect();
+            assert!(at.ends_with(&want), "{at:?} against {want:?}");
+        });
+        with_trace(trace(RwsemAlgo::SpinWriters), N as usize + 1, |sim| {
+            sim.acquire(0, false, 0, 0);
+            for k in 0..N {
+                sim.acquire(0, true, k as usize + 1, arrive(k));
+            }
+            sim.release(0, false, 0, release);
+            let waits: u64 = (0..N).map(|k| release + X + WAKE - arrive(k)).sum();
+            assert_eq!((sim.stats[0].wait_ns * 1000.0).round() as u64, waits);
+        });
+    }
+
+    /// A queued rwlock is fair to its writer: a writer arriving while readers hold it sets
+    /// `_QW_WAITING` at the head of the queue, a reader arriving after it queues behind it
+    /// although readers hold the lock, the writer enters one transfer after the last reader
+    /// left, and the queued reader one transfer after the writer's release.
+    #[test]
+    fn qrwlock_readers_arriving_behind_a_waiting_writer_queue_behind_it() {
+        with_trace(qrwlock_trace(), 4, |sim| {
+            // Two readers take the lock by the fast path (the second's atomic fetches the
+            // count word from the first).
+            assert_eq!(sim.acquire(0, true, 1, 0), Some(0));
+            assert_eq!(sim.acquire(0, true, 2, 10 * NS), Some(10 * NS + X));
+            // The writer queues and sets `_QW_WAITING` (the line moves to it).
+            assert_eq!(sim.acquire(0, false, 0, 100 * NS), None);
+            assert_eq!(sim.res[0].line.owner, 0);
+            // A reader arriving now may not join the readers inside.
+            assert!(!sim.can_take(0, true, 200 * NS));
+            assert_eq!(sim.acquire(0, true, 3, 200 * NS), None);
+            // The readers leave (each an atomic fetching the word), the writer enters at one
+            // transfer after the last one.
+            assert_eq!(sim.release(0, true, 1, 1000 * NS), 1000 * NS + X);
+            assert_eq!(sim.res[0].holder, None);
+            assert_eq!(sim.release(0, true, 2, 1100 * NS), 1100 * NS + X);
+            assert_eq!(sim.res[0].holder, Some(0));
+            let writer_in = 1100 * NS + 2 * X;
+            assert_eq!(sim.res[0].qhead.map(|w| w.cpu), Some(3));
+            // Its release is a store of a line it owns; the reader enters one transfer on.
+            assert_eq!(sim.release(0, false, 0, 2000 * NS), 2000 * NS);
+            assert_eq!(sim.res[0].readers, 1);
+            let reader_in = 2000 * NS + X;
+            let waits = (writer_in - 100 * NS) + (reader_in - 200 * NS);
+            assert_eq!((sim.stats[0].wait_ns * 1000.0).round() as u64, waits);
+            assert_eq!(sim.stats[0].contended, 2);
+        });
     }
 
     /// A writer waiting behind a writer: sleeping it pays the transfer and a wake-up at

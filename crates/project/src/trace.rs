@@ -988,10 +988,11 @@ mod model_serde {
     use pagelab_sync::trace::LockModel;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    const NAMES: [(LockModel, &str); 5] = [
+    const NAMES: [(LockModel, &str); 6] = [
         (LockModel::Ticket, "ticket"),
         (LockModel::Queued, "queued"),
         (LockModel::RwSem, "rwsem"),
+        (LockModel::QRwLock, "qrwlock"),
         (LockModel::Refcount, "refcount"),
         (LockModel::Line, "line"),
     ];
@@ -1281,7 +1282,9 @@ mod tests {
 
     #[test]
     fn round_trips_through_the_file_format() {
-        let t = sample();
+        let mut t = sample();
+        // Every lock model keeps its name through the file (a queued rwlock too).
+        t.instances[0].model = LockModel::QRwLock;
         let b = t.encode();
         assert_eq!(Trace::decode(&b, "x").unwrap(), t);
         let dir = tempfile::tempdir().unwrap();

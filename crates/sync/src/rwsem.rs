@@ -17,8 +17,8 @@
 //! +----------------+----------------+----------------+-------+--------+
 //! ```
 //!
-//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer,
-//! which is only read. Lock statistics are not kept here: a reader counting into this line
+//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer
+//! and the traced lock model, which are only read. Lock statistics are not kept here: a reader counting into this line
 //! would pay a second atomic on the line every CPU writes, where the kernel pays one. They
 //! are counted per class and per thread ([`crate::stats`]), readers and writers apart.
 //!
@@ -183,6 +183,9 @@ struct Header {
     count: AtomicU64,
     /// What the semaphore protects and how far it is shared (for [`trace`]).
     class: &'static LockClass,
+    /// The kernel lock it stands for in a trace: an rw_semaphore ([`LockModel::RwSem`]), or a
+    /// spinning `rwlock_t` ([`LockModel::QRwLock`], see [`RwSem::as_rwlock`]). Only read.
+    model: LockModel,
 }
 
 /// A reader-writer semaphore protecting a `T`, with the kernel rwsem's single
@@ -216,6 +219,7 @@ impl<T> RwSem<T> {
             hdr: CachePadded::new(Header {
                 count: AtomicU64::new(0),
                 class: &trace::UNCLASSIFIED_RWSEM,
+                model: LockModel::RwSem,
             }),
             data: UnsafeCell::new(data),
         }
@@ -224,6 +228,15 @@ impl<T> RwSem<T> {
     /// Gives the semaphore its class (lockdep's `lockdep_set_class`).
     pub fn with_class(mut self, class: &'static LockClass) -> Self {
         self.hdr.class = class;
+        self
+    }
+
+    /// Records this lock as a kernel `rwlock_t` (a queued rwlock, kernel/locking/qrwlock.c)
+    /// rather than an rw_semaphore: its waiters spin instead of sleeping, which is what the
+    /// projector's replay must cost. The engine's protocol is the same either way (its
+    /// waiters spin with [`Backoff`] whatever the kernel lock); only the trace differs.
+    pub fn as_rwlock(mut self) -> Self {
+        self.hdr.model = LockModel::QRwLock;
         self
     }
 
@@ -236,7 +249,7 @@ impl<T> RwSem<T> {
     fn trace_acquire(&self, access: Access, trylock: bool) {
         if trace::active() {
             let id = self as *const Self as usize;
-            trace::acquire(self.hdr.class, id, LockModel::RwSem, access, trylock);
+            trace::acquire(self.hdr.class, id, self.hdr.model, access, trylock);
         }
     }
 
@@ -245,14 +258,14 @@ impl<T> RwSem<T> {
     #[inline]
     fn forced_to_fail(&self, access: Access) -> bool {
         let id = self as *const Self as usize;
-        trace::trylock_forced_to_fail(self.hdr.class, id, LockModel::RwSem, access)
+        trace::trylock_forced_to_fail(self.hdr.class, id, self.hdr.model, access)
     }
 
     #[inline]
     fn trace_release(&self, access: Access) {
         if trace::active() {
             let id = self as *const Self as usize;
-            trace::release(self.hdr.class, id, LockModel::RwSem, access);
+            trace::release(self.hdr.class, id, self.hdr.model, access);
         }
     }
 
@@ -313,7 +326,7 @@ impl<T> RwSem<T> {
         trace::line(
             self.hdr.class,
             self as *const Self as usize,
-            LockModel::RwSem,
+            self.hdr.model,
             false,
             trace::Sym::Here,
         );
@@ -632,13 +645,16 @@ mod tests {
         }
     }
 
-    /// The count word's line holds the word and the (read-only) class pointer: no counter
-    /// that a reader or writer would write besides the word.
+    /// The count word's line holds the word, the (read-only) class pointer and traced lock
+    /// model: no counter that a reader or writer would write besides the word.
     #[test]
     fn count_word_line_holds_no_instrumentation() {
         assert_eq!(
             core::mem::size_of::<Header>(),
-            core::mem::size_of::<AtomicU64>() + core::mem::size_of::<&LockClass>()
+            (core::mem::size_of::<AtomicU64>()
+                + core::mem::size_of::<&LockClass>()
+                + core::mem::size_of::<LockModel>())
+            .next_multiple_of(core::mem::align_of::<Header>())
         );
         assert!(core::mem::align_of::<CachePadded<Header>>() >= 64);
     }
@@ -676,6 +692,29 @@ mod tests {
         assert!(sem.try_write().is_none());
         drop(w);
         assert!(sem.try_read().is_some());
+    }
+
+    /// A semaphore standing for an `rwlock_t` records every acquisition, release and
+    /// lock-word read as a queued rwlock; a plain one as an rw_semaphore.
+    #[test]
+    fn as_rwlock_records_a_queued_rwlock() {
+        static C: LockClass = LockClass::new("rwlock", trace::Scope::Node);
+        let (q, s) = (
+            RwSem::new(()).with_class(&C).as_rwlock(),
+            RwSem::new(()).with_class(&C),
+        );
+        trace::start(16);
+        drop(q.read());
+        drop(q.write());
+        drop(q.try_read());
+        drop(s.read());
+        let ev = trace::stop();
+        let models: Vec<LockModel> = ev.iter().map(|e| e.model).collect();
+        assert_eq!(
+            models,
+            [[LockModel::QRwLock; 7].as_slice(), &[LockModel::RwSem; 2]].concat(),
+            "{ev:?}"
+        );
     }
 
     #[test]

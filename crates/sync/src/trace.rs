@@ -175,8 +175,14 @@ pub enum LockModel {
     Ticket,
     /// Queued (MCS) spinlock: each waiter spins on its own node.
     Queued,
-    /// Reader-writer lock with one shared count word.
+    /// Reader-writer semaphore with one shared count word (`struct rw_semaphore`): waiters
+    /// wait as the era's rwsem algorithm says (sleeping, optimistic spinning).
     RwSem,
+    /// Queued reader-writer spinlock (`rwlock_t` on x86 since 4.x, kernel/locking/qrwlock.c):
+    /// one count word with a writer byte, and waiters that never sleep but spin FIFO on the
+    /// internal `wait_lock` (a qspinlock); readers arriving while a writer waits queue behind
+    /// it, and the writer at the queue's head spins until the readers drain.
+    QRwLock,
     /// A reference count taken with one atomic (the 6.15 per-VMA lock).
     Refcount,
     /// Not a lock: an atomic read-modify-write of a shared cache line.

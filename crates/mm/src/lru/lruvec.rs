@@ -310,6 +310,7 @@ pub enum LruLock {
     /// `spinlock_t lru_lock`.
     Spin(CachePadded<SpinLock<Box<[Lruvec]>>>),
     /// The RFC v2's `rwlock_t lru_lock`: shared for concurrent removals, exclusive otherwise.
+    /// Traced as a queued rwlock (spinning waiters), not as an rw_semaphore.
     Rw(CachePadded<RwSem<Box<[Lruvec]>>>),
     /// The RFC v1's `lru_lock` with its array of batch locks ([`super::batch_lock`]).
     Batched(Box<BatchedLruLock>),
@@ -348,7 +349,9 @@ impl LruLock {
             (LruRelease::BatchLocks, None) => panic!("batch locks need the pages' batch tags"),
             (LruRelease::Concurrent, _) => {
                 let v = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
-                LruLock::Rw(CachePadded::new(RwSem::new(v).with_class(class)))
+                LruLock::Rw(CachePadded::new(
+                    RwSem::new(v).with_class(class).as_rwlock(),
+                ))
             }
             (LruRelease::Locked, _) => {
                 let v = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
