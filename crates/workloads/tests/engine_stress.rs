@@ -257,6 +257,8 @@ fn research_workloads_under_every_switch() {
         for (op, contention) in [
             (Op::Mmap, Contention::Low),
             (Op::MmapPf, Contention::Low),
+            (Op::Mmap, Contention::High),
+            (Op::MmapPf, Contention::High),
             (Op::Pf, Contention::Low),
             (Op::Pf, Contention::High),
             (Op::Munmap, Contention::Low),
