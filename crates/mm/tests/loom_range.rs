@@ -42,7 +42,7 @@ impl Tree {
 
     /// `P`'s installed children, as the covering operation's drain walks them.
     fn drain_below_p(&self, f: &mut dyn FnMut(&NodeLock)) {
-        if self.l1_linked.load(Ordering::SeqCst) {
+        if self.l1_linked.load(Ordering::Acquire) {
             f(&self.l1);
         }
         f(&self.l2);
@@ -102,7 +102,7 @@ fn fault_against_munmap(linked: bool) {
         let (t2, m2, p2) = (t.clone(), mapped.clone(), pte.clone());
         let fault = thread::spawn(move || {
             // walk_alloc: install the missing table before taking its lock.
-            t2.l1_linked.store(true, Ordering::SeqCst);
+            t2.l1_linked.store(true, Ordering::Release);
             let _g = lock_leaf(&t2.l1, &[&t2.p]);
             // The VMA is looked up only under the lock.
             if m2.load(Ordering::Relaxed) {

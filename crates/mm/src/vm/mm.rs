@@ -961,6 +961,68 @@ mod tests {
         t0.munmap(b, len).unwrap();
     }
 
+    fn range_kernel(cpus: usize) -> Arc<Kernel> {
+        let mut p = Policy::default();
+        p.mm.mmap_lock = MmapLock::Range;
+        p.mm.vma_lock = crate::policy::VmaLock::None;
+        Kernel::new(&MemConfig::new(32 << 20, cpus), &p).unwrap()
+    }
+
+    /// With range locks, an operation waits only for the page-table page covering its range:
+    /// while another party holds the PTE table of one mapping for write, a munmap and a fault
+    /// in a mapping of another PTE table complete, even with mmap_lock held for write; a
+    /// munmap of the held range waits until the holder lets go.
+    #[test]
+    fn range_locked_operations_on_other_tables_do_not_wait() {
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let (a, b) = (
+            t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap(),
+            t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap(),
+        );
+        t0.store(a, 1).unwrap();
+        t0.store(b, 2).unwrap();
+        t0.idle();
+        let held = mm.pgtable.walk_path(a).unwrap()[3];
+        mm.pgtable.node_lock(held).write_lock();
+        // Held too: a range-locked operation that took it would wait here.
+        let mmap_lock = mm.mmap_lock.write();
+        let (k2, mm2) = (k.clone(), mm.clone());
+        let other = std::thread::spawn(move || {
+            let t = k2.new_task(mm2, CpuId(1));
+            t.store(b + PAGE_SIZE as u64, 3).unwrap();
+            t.munmap(b, PMD_SIZE).unwrap();
+            let blocked = t.munmap(a, PAGE_SIZE as u64);
+            (t, blocked)
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = pagelab_sync::RcuDomain::register(k.rcu()).unwrap();
+            if mm.vmas(&r.lock()).find(b).is_none() {
+                break;
+            }
+            drop(r);
+            assert!(
+                Instant::now() < deadline,
+                "the fault and munmap of the other table waited"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!other.is_finished(), "a munmap of the held range went ahead");
+        mm.pgtable.node_lock(held).write_unlock();
+        let (t1, blocked) = other.join().unwrap();
+        blocked.unwrap();
+        drop(mmap_lock);
+        t1.idle();
+        t0.resume();
+        assert_eq!(t0.load(a + PAGE_SIZE as u64).unwrap(), 0);
+        assert!(t0.load(a).is_err(), "the unmapped page is still mapped");
+        t0.munmap(a, PMD_SIZE).unwrap();
+        mm.check(false).unwrap();
+    }
+
     /// munmap's zap takes the PTE lock of every table it clears: a zap on another CPU than
     /// the one that faulted the table is a second taker, and the lock is shared from then on,
     /// as its cache line has moved between the two CPUs.

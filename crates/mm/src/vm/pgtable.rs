@@ -82,7 +82,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-    Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst},
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
 };
 
 use crossbeam_utils::CachePadded;
@@ -789,7 +789,7 @@ impl PageTable {
         let mut path = [self.pgd; 4];
         let mut table = self.pgd;
         for (n, level) in (LEVEL_PMD..=LEVEL_PGD).rev().enumerate() {
-            let e = self.word(table, index(addr, level)).load(SeqCst);
+            let e = self.word(table, index(addr, level)).load(Acquire);
             if e & Pte::PRESENT == 0 {
                 return None;
             }
@@ -816,8 +816,9 @@ impl PageTable {
         let shift = entry_shift(level);
         let (first, last) = index_range(base, level, start, end);
         for i in first..=last {
-            // SeqCst: pairs with a lockless install's (see `crate::vm::range_lock`).
-            let e = self.word(table, i).load(SeqCst);
+            // After the covering lock's SeqCst fence: sees any table installed before an
+            // installer's own fence (see `crate::vm::range_lock`).
+            let e = self.word(table, i).load(Acquire);
             if e & Pte::PRESENT == 0 {
                 continue;
             }
@@ -872,10 +873,7 @@ impl PageTable {
         if self.mode == Ptl::Atomic || self.lockless_install {
             // Release: whoever sees the entry sees the zeroed table; Acquire on failure: the
             // winner's zeroing of its table is visible to us.
-            // SeqCst with range locks: a range operation that enumerates the tables below
-            // its covering node must see an install made before the installer's leaf lock.
-            let ok = if self.lockless_install { SeqCst } else { Release };
-            return match w.compare_exchange(0, table_entry(new), ok, Acquire) {
+            return match w.compare_exchange(0, table_entry(new), Release, Acquire) {
                 Ok(_) => {
                     self.mm.nr_tables.fetch_add(1, Relaxed);
                     Ok(new)

@@ -33,9 +33,12 @@
 //!   PTE updates, which they still take), and exclude the operations whose range covers it.
 //!
 //! Why one of two racing parties always sees the other: the holder of a descendant writes its
-//! node's word and then reads the ancestor's; the holder of the ancestor writes the
-//! ancestor's word and then reads the descendant's. Both are sequentially consistent, so at
-//! least one of the reads sees the other's write (the store-buffering pattern). Nobody waits
+//! node's word, issues a `SeqCst` fence and then reads the ancestor's; the holder of the
+//! ancestor writes the ancestor's word, issues a `SeqCst` fence and then reads the
+//! descendant's (and the entries leading to it). Of two `SeqCst` fences one comes first, so
+//! at least one of the reads sees the other's write (the store-buffering pattern, which needs
+//! the fences: acquire and release alone allow both reads to miss). A table installed by a
+//! fault before it takes the table's lock is seen by the drain the same way. Nobody waits
 //! while holding a node another party may need: a party that backs off releases its node
 //! first. The loom model `tests/loom_range.rs` checks the protocol on these functions.
 //!
@@ -46,7 +49,7 @@
 //! line, so the node lock costs no extra line transfer.
 
 use pagelab_sync::Backoff;
-use pagelab_sync::shim::atomic::{AtomicU32, Ordering};
+use pagelab_sync::shim::atomic::{AtomicU32, Ordering, fence};
 use pagelab_sync::trace::{self, Access, LockModel};
 
 /// A page-table page's range lock: held by the operations whose range it covers and the
@@ -89,15 +92,19 @@ impl NodeLock {
                 cur = self.word.load(Ordering::Relaxed);
                 continue;
             }
-            // SeqCst: ordered before this reader's loads of the ancestors' words.
-            match self
-                .word
-                .compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::Relaxed)
-            {
+            match self.word.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => break,
                 Err(c) => cur = c,
             }
         }
+        // Our count is ordered before this reader's loads of the ancestors' words (see the
+        // module documentation).
+        fence(Ordering::SeqCst);
         trace::acquire(
             &PT_NODE_LOCK,
             self.id(),
@@ -127,13 +134,16 @@ impl NodeLock {
             match self.word.compare_exchange_weak(
                 cur,
                 cur | WRITER,
-                Ordering::SeqCst,
+                Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => break,
                 Err(c) => cur = c,
             }
         }
+        // The writer bit is ordered before the writer's loads of the ancestors' and the
+        // descendants' words (and of the entries that lead to the descendants).
+        fence(Ordering::SeqCst);
         b.reset();
         while self.word.load(Ordering::Acquire) != WRITER {
             b.snooze();
@@ -153,16 +163,18 @@ impl NodeLock {
         self.word.store(0, Ordering::Release);
     }
 
-    /// Is the node write-locked? (SeqCst: see the module documentation.)
+    /// Is the node write-locked? Acquire: if not, and the last writer has left, what it
+    /// did is visible. Callers that race a writer have issued the `SeqCst` fence of their
+    /// own lock first (see the module documentation).
     #[inline]
     pub fn is_write_locked(&self) -> bool {
-        self.word.load(Ordering::SeqCst) & WRITER != 0
+        self.word.load(Ordering::Acquire) & WRITER != 0
     }
 
     /// Is anybody holding the node?
     #[inline]
     pub fn is_held(&self) -> bool {
-        self.word.load(Ordering::SeqCst) != 0
+        self.word.load(Ordering::Acquire) != 0
     }
 
     /// Wait until no writer holds the node.
@@ -176,7 +188,7 @@ impl NodeLock {
     /// Wait until nobody holds the node.
     pub fn wait_idle(&self) {
         let mut b = Backoff::new();
-        while self.word.load(Ordering::SeqCst) != 0 {
+        while self.word.load(Ordering::Acquire) != 0 {
             b.snooze();
         }
     }
