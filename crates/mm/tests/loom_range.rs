@@ -77,7 +77,10 @@ fn disjoint_operations_run_together_and_leave_the_parent_alone() {
             move || {
                 let node = if me == 0 { &t.l1 } else { &t.l2 };
                 let _g = lock_cover(node, &[&t.p], |_| {});
-                assert!(!t.p.is_held(), "a disjoint operation wrote the parent's word");
+                assert!(
+                    !t.p.is_held(),
+                    "a disjoint operation wrote the parent's word"
+                );
                 arrived[me].store(true, Ordering::SeqCst);
                 // Hold on until the other one holds its node too.
                 while !arrived[1 - me].load(Ordering::SeqCst) {

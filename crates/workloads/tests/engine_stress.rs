@@ -9,8 +9,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use pagelab_mm::policy::{
-    LruAdd, LruLockScope, LruRelease, MglruMove, MmapLock, PcpLists, PcpTune, Ptl, RssCounter, TlbShootdown,
-    VmaLock, VmaLockFaults,
+    LruAdd, LruLockScope, LruRelease, MglruMove, MmapLock, PcpLists, PcpTune, Ptl, RssCounter,
+    TlbShootdown, VmaLock, VmaLockFaults,
 };
 use pagelab_mm::{Kernel, Policy};
 use pagelab_sync::LockKind;

@@ -417,7 +417,11 @@ fn bad_shapes_are_refused() {
     for bad in [
         p(Op::Pf, Contention::Low, 0),
         p(Op::Munmap, Contention::High, cortenmm::MAX_REQUESTS + 1),
-        p(Op::Mmap, Contention::High, SLOT_PAGES / cortenmm::MMAP_PAGES + 1),
+        p(
+            Op::Mmap,
+            Contention::High,
+            SLOT_PAGES / cortenmm::MMAP_PAGES + 1,
+        ),
     ] {
         match Corten::new(bad, 2) {
             Err(WorkloadError::Config(m)) => assert!(!m.contains('\n'), "{m}"),

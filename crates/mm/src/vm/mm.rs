@@ -1010,7 +1010,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!other.is_finished(), "a munmap of the held range went ahead");
+        assert!(
+            !other.is_finished(),
+            "a munmap of the held range went ahead"
+        );
         mm.pgtable.node_lock(held).write_unlock();
         let (t1, blocked) = other.join().unwrap();
         blocked.unwrap();

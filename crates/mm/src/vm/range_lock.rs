@@ -158,7 +158,12 @@ impl NodeLock {
     }
 
     pub fn write_unlock(&self) {
-        trace::release(&PT_NODE_LOCK, self.id(), LockModel::RwSem, Access::Exclusive);
+        trace::release(
+            &PT_NODE_LOCK,
+            self.id(),
+            LockModel::RwSem,
+            Access::Exclusive,
+        );
         // Readers are refused while the writer bit is set, so the word is exactly WRITER.
         self.word.store(0, Ordering::Release);
     }
