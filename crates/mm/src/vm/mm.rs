@@ -537,6 +537,16 @@ impl Mm {
             }
             a = chunk_end;
         }
+        // With range locks, a munmap that can free no page table (no 2 MiB block of its range
+        // lies in the gap between its neighbours) leaves the mm-wide reverse-map lock alone:
+        // otherwise every small munmap would write that one line. A larger table's span
+        // contains a 2 MiB block, so none of those can be freed either.
+        if self.range {
+            let block = (floor.div_ceil(PMD_SIZE) * PMD_SIZE).max(start & !(PMD_SIZE - 1));
+            if block >= end || block + PMD_SIZE > ceiling {
+                return;
+            }
+        }
         let _rmap = self.rmap_lock.write();
         if self.vma_lock_kind == VmaLockKind::Rcu {
             // Lock-free faults may still be walking these tables (they hold no lock munmap
@@ -1022,6 +1032,43 @@ mod tests {
         t0.resume();
         assert_eq!(t0.load(a + PAGE_SIZE as u64).unwrap(), 0);
         assert!(t0.load(a).is_err(), "the unmapped page is still mapped");
+        t0.munmap(a, PMD_SIZE).unwrap();
+        mm.check(false).unwrap();
+    }
+
+    /// With range locks, a munmap inside a page table that stays in use does not take the
+    /// reverse-map lock (it frees no table), so it completes while reclaim (here: the test)
+    /// holds that lock for read; a munmap that empties the table waits for it.
+    #[test]
+    fn range_locked_munmap_freeing_no_table_skips_the_rmap_lock() {
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let a = t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap();
+        for i in 0..4 {
+            t0.store(a + i * PAGE_SIZE as u64, i + 1).unwrap();
+        }
+        t0.idle();
+        let rmap = mm.rmap_lock.read();
+        let (k2, mm2) = (k.clone(), mm.clone());
+        let other = std::thread::spawn(move || {
+            let t = k2.new_task(mm2, CpuId(1));
+            t.munmap(a + PAGE_SIZE as u64, PAGE_SIZE as u64).unwrap();
+            t.idle();
+            t
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !other.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a munmap that frees no table waited for the rmap lock"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _t1 = other.join().unwrap();
+        drop(rmap);
+        t0.resume();
+        assert_eq!(t0.load(a).unwrap(), 1);
         t0.munmap(a, PMD_SIZE).unwrap();
         mm.check(false).unwrap();
     }
