@@ -57,13 +57,17 @@ fn overlapping_operations_exclude_each_other() {
         let (t2, d2) = (t.clone(), data.clone());
         let small = thread::spawn(move || {
             let _g = lock_cover(&t2.l1, &[&t2.p], |_| {});
+            // SAFETY: the model's claim: the range lock makes this access exclusive (loom
+            // reports it otherwise).
             d2.with_mut(|v| unsafe { *v += 1 });
         });
         {
             let _g = lock_cover(&t.p, &[], |f| t.drain_below_p(f));
+            // SAFETY: as above, under the covering lock.
             data.with_mut(|v| unsafe { *v += 10 });
         }
         small.join().unwrap();
+        // SAFETY: both threads are joined.
         assert_eq!(data.with(|v| unsafe { *v }), 11);
     });
 }
@@ -109,16 +113,20 @@ fn fault_against_munmap(linked: bool) {
             let _g = lock_leaf(&t2.l1, &[&t2.p]);
             // The VMA is looked up only under the lock.
             if m2.load(Ordering::Relaxed) {
+                // SAFETY: the model's claim: the leaf's read lock excludes the munmap's zap
+                // (loom reports it otherwise).
                 p2.with_mut(|v| unsafe { *v = 1 });
             }
         });
         {
             let _g = lock_cover(&t.p, &[], |f| t.drain_below_p(f));
             mapped.store(false, Ordering::Relaxed);
+            // SAFETY: as above, under the covering lock.
             pte.with_mut(|v| unsafe { *v = 0 });
         }
         fault.join().unwrap();
         assert_eq!(
+            // SAFETY: both threads are joined.
             pte.with(|v| unsafe { *v }),
             0,
             "a PTE was installed in an unmapped range"
