@@ -80,6 +80,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/mglru-bulk.toml"),
     ),
     ("llfree", include_str!("../../../profiles/llfree.toml")),
+    ("range-vm", include_str!("../../../profiles/range-vm.toml")),
 ];
 
 /// A loaded profile: its name, its policy and the text it came from.

@@ -214,8 +214,9 @@ pub(crate) struct ImportArgs {
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, netpipe,
-    /// kvcache, mapbench, mapbench-shared, cortenmm-mmap, cortenmm-mmap-pf, cortenmm-pf-low,
-    /// cortenmm-pf-high, cortenmm-munmap-low or cortenmm-munmap-high.
+    /// kvcache, mapbench, mapbench-shared, cortenmm-mmap, cortenmm-mmap-pf,
+    /// cortenmm-mmap-high, cortenmm-mmap-pf-high, cortenmm-pf-low, cortenmm-pf-high,
+    /// cortenmm-munmap-low or cortenmm-munmap-high.
     pub(crate) workload: String,
     /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
     #[arg(long, default_value = "engine")]

@@ -303,6 +303,21 @@ pub enum VmaLock {
     Rcu,
 }
 
+/// What serialises changes to the address space (`mm->mmap_lock` and what replaces it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MmapLock {
+    /// Linux: one rwsem per address space, taken for write by mmap and munmap, for read by
+    /// faults that do not use (or fall back from) a per-VMA lock.
+    Rwsem,
+    /// RadixVM (Clements, Kaashoek and Zeldovich, EuroSys'13) and CortenMM (SOSP'25): no
+    /// mm-wide lock; mmap at a fixed address, munmap and faults lock the page-table pages
+    /// that cover their range (`vm::range_lock`), so operations on disjoint ranges take no
+    /// common lock. Replaces the per-VMA lock too (needs `mm.vma_lock = "none"`) and keeps
+    /// its locks with the split PTE locks (needs `mm.ptl = "split"`).
+    Range,
+}
+
 /// Which page faults may be handled under the per-VMA lock (`lock_vma_under_rcu` and the
 /// `FAULT_FLAG_VMA_LOCK` checks of mm/memory.c), as each kernel allowed them. The values are
 /// ordered: each covers what the previous one did and more. The fallbacks each refuses are
@@ -414,6 +429,9 @@ pub struct MmPolicy {
     /// of the mm proceed meanwhile. Before 4.20 the whole munmap holds it for write.
     #[serde(default = "MmPolicy::default_munmap_downgrade")]
     pub munmap_downgrade: bool,
+    /// The address-space lock: Linux's `mmap_lock` rwsem, or page-table range locks.
+    #[serde(default = "MmPolicy::default_mmap_lock")]
+    pub mmap_lock: MmapLock,
     /// Anticipatory prefaulting (Lameter 2004-2005): pages mapped after the faulting one by
     /// an anonymous write fault, within the VMA and its PTE table; 0 turns it off. At most
     /// [`MmPolicy::MAX_ANON_PREFAULT`].
@@ -443,6 +461,9 @@ impl MmPolicy {
     fn default_munmap_downgrade() -> bool {
         true
     }
+    fn default_mmap_lock() -> MmapLock {
+        MmapLock::Rwsem
+    }
     /// The most pages `anon_prefault` may add to a fault: the rest of one PTE table (the
     /// faulting page is one of its 512 entries), as a fault maps under one table's lock.
     pub const MAX_ANON_PREFAULT: u32 = 511;
@@ -458,6 +479,7 @@ impl Default for MmPolicy {
             tlb_shootdown: Self::default_tlb(),
             vma_lock_faults: Self::default_vma_lock_faults(),
             munmap_downgrade: Self::default_munmap_downgrade(),
+            mmap_lock: Self::default_mmap_lock(),
             anon_prefault: 0,
         }
     }
@@ -892,6 +914,18 @@ impl Policy {
             return Err(PolicyError(
                 "mm.vma_lock = \"rcu\" needs a PTE lock to validate its fault under: choose mm.ptl = \"split\" or \"mm\", not \"atomic\"".into(),
             ));
+        }
+        if self.mm.mmap_lock == MmapLock::Range {
+            if self.mm.vma_lock != VmaLock::None {
+                return Err(PolicyError(
+                    "mm.mmap_lock = \"range\" replaces the per-VMA lock (faults lock their page-table page): set mm.vma_lock = \"none\"".into(),
+                ));
+            }
+            if self.mm.ptl != Ptl::Split {
+                return Err(PolicyError(
+                    "mm.mmap_lock = \"range\" keeps its locks with the split PTE locks: set mm.ptl = \"split\"".into(),
+                ));
+            }
         }
         if self.alloc.allocator == Allocator::Llfree {
             if p.lists != PcpLists::None {

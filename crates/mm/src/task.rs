@@ -96,6 +96,23 @@ impl Task {
         r
     }
 
+    /// `mmap(MAP_FIXED)`: map `len` bytes at `addr`, replacing what is mapped there.
+    pub fn mmap_fixed(
+        &self,
+        addr: u64,
+        len: u64,
+        writable: bool,
+        kind: MapKind,
+    ) -> Result<u64, MmError> {
+        self.enter_lock_stats();
+        self.mm.tlb.enter_kernel(self.cpu);
+        let g = self.rcu.lock();
+        let r = self.mm.mmap_fixed(&g, self.cpu, addr, len, writable, kind);
+        drop(g);
+        self.mm.tlb.return_to_user(self.cpu);
+        r
+    }
+
     /// `munmap`.
     pub fn munmap(&self, addr: u64, len: u64) -> Result<(), MmError> {
         self.enter_lock_stats();

@@ -312,6 +312,13 @@ impl<V: Vm> Vm for TracedVm<V> {
         self.inner.mmap_anon(len)
     }
 
+    fn mmap_fixed_anon(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
+        if self.traced {
+            self.ctl.maps.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.mmap_fixed_anon(addr, len)
+    }
+
     fn create_file(&self, len: u64) -> Result<V::File, WorkloadError> {
         self.inner.create_file(len)
     }

@@ -24,10 +24,18 @@
 //! - `munmap`: one VMA covering every slot is mapped and its requested pages faulted in before
 //!   the threads start; each request unmaps one page (the kernel splits the VMA each time).
 //!
-//! Differences from the original, each because of what the two targets can do: CortenMM's
-//! `mmap` and `mmap-pf` high-contention forms place every mapping with `MAP_FIXED` at shuffled
-//! slots; the engine's `mmap` chooses the address itself (it has no `MAP_FIXED`), so only the
-//! kernel-chosen form is offered, on both targets alike. The harness forks a process per run;
+//! The high-contention forms of `mmap` and `mmap-pf` place every mapping with `MAP_FIXED` at
+//! the shuffled request places (CortenMM's form): task 0 maps one region of a slot per task
+//! before the round (untimed), and each request maps 4 pages (`mmap`) or one page that it then
+//! writes (`mmap-pf`) over part of it with `MAP_FIXED`, which first unmaps what is there
+//! (splitting the region's VMA, as Linux does). Requests of `mmap` are 4 pages apart, so at
+//! most [`SLOT_PAGES`] / 4 of them fit a slot. All tasks thus map and unmap in the same
+//! page-table pages and the same VMA. The region is unmapped at the end of the round.
+//!
+//! Differences from the original, each because of what the two targets can do: the host
+//! target lets `MAP_FIXED` replace only a mapping the program made, so the high-contention
+//! `mmap` forms map over a region mapped first rather than into unmapped space (the original's
+//! choice of base address is not reproduced). The harness forks a process per run;
 //! here a run is a sequence of rounds in one address space, each round torn down (untimed)
 //! before the next. `munmap` pre-faults only the pages the requests unmap, not the whole slot
 //! (the unmapped pages and the page tables they sit in are the same). The requests are
@@ -89,17 +97,35 @@ impl CortenParams {
                 self.requests
             )));
         }
-        if matches!(self.op, Op::Mmap | Op::MmapPf) && self.contention == Contention::High {
-            return Err(WorkloadError::Config(
-                "the mmap tests have no high-contention form here: it places mappings with MAP_FIXED, which the engine does not model".into(),
-            ));
+        if self.op == Op::Mmap
+            && self.contention == Contention::High
+            && self.requests * MMAP_PAGES > SLOT_PAGES
+        {
+            return Err(WorkloadError::Config(format!(
+                "{} requests per task: the high-contention mmap test places {MMAP_PAGES}-page mappings in a slot of {SLOT_PAGES} pages, so at most {}",
+                self.requests,
+                SLOT_PAGES / MMAP_PAGES
+            )));
         }
         Ok(())
+    }
+
+    /// The mmap tests in their high-contention form: over one region mapped first.
+    fn fixed(&self) -> bool {
+        matches!(self.op, Op::Mmap | Op::MmapPf) && self.contention == Contention::High
+    }
+
+    /// Pages one request maps.
+    fn request_pages(&self) -> u64 {
+        if self.op == Op::Mmap { MMAP_PAGES } else { 1 }
     }
 
     /// Bytes the region of `tasks` tasks spans (the `pf` and `munmap` VMA), or what the
     /// `mmap` tests map per round.
     pub fn bytes(&self, tasks: usize) -> u64 {
+        if self.fixed() {
+            return tasks as u64 * SLOT_PAGES * PAGE;
+        }
         match self.op {
             Op::Pf | Op::Munmap => tasks as u64 * SLOT_PAGES * PAGE,
             Op::Mmap => tasks as u64 * self.requests * MMAP_PAGES * PAGE,
@@ -166,6 +192,13 @@ impl Corten {
 
 impl<V: Vm> RoundBody<V> for Corten {
     fn prepare(&self, i: usize, vm: &V, ctx: &RoundCtx) -> Result<(), WorkloadError> {
+        if self.params.fixed() {
+            if i == 0 {
+                let a = vm.mmap_anon(self.region_len(ctx))?;
+                ctx.region.store(a, Ordering::Release);
+            }
+            return Ok(());
+        }
         match self.params.op {
             Op::Mmap | Op::MmapPf => Ok(()),
             Op::Pf | Op::Munmap => {
@@ -192,6 +225,19 @@ impl<V: Vm> RoundBody<V> for Corten {
 
     fn timed(&self, i: usize, vm: &V, ctx: &RoundCtx) -> Result<Option<u64>, WorkloadError> {
         let r = self.params.requests;
+        if self.params.fixed() {
+            let base = ctx.region.load(Ordering::Acquire);
+            let unit = self.params.request_pages();
+            for &p in self.mine(i) {
+                let (slot, j) = (p / SLOT_PAGES, p % SLOT_PAGES);
+                let a = base + (slot * SLOT_PAGES + j * unit) * PAGE;
+                vm.mmap_fixed_anon(a, unit * PAGE)?;
+                if self.params.op == Op::MmapPf {
+                    vm.store(a)?;
+                }
+            }
+            return Ok(Some(r));
+        }
         match self.params.op {
             Op::Mmap | Op::MmapPf => {
                 let (len, touch) = if self.params.op == Op::Mmap {
@@ -230,7 +276,7 @@ impl<V: Vm> RoundBody<V> for Corten {
 
     fn teardown(&self, i: usize, vm: &V, ctx: &RoundCtx) -> Result<(), WorkloadError> {
         match self.params.op {
-            Op::Mmap | Op::MmapPf => {
+            Op::Mmap | Op::MmapPf if !self.params.fixed() => {
                 let len = if self.params.op == Op::Mmap {
                     MMAP_PAGES * PAGE
                 } else {
@@ -242,7 +288,7 @@ impl<V: Vm> RoundBody<V> for Corten {
                 }
                 Ok(())
             }
-            Op::Pf | Op::Munmap => {
+            _ => {
                 if i == 0 {
                     let a = ctx.region.swap(0, Ordering::AcqRel);
                     if a != 0 {

@@ -66,6 +66,13 @@ impl Vm for EngineVm {
         self.task.munmap(addr, len).map_err(mm_err)
     }
 
+    fn mmap_fixed_anon(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
+        self.task
+            .mmap_fixed(addr, len, true, MapKind::Anon)
+            .map(|_| ())
+            .map_err(mm_err)
+    }
+
     fn fault_ns(&self) -> Option<u64> {
         self.task.fault_ns()
     }

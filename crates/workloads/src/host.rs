@@ -217,6 +217,54 @@ impl Vm for HostVm {
         }
     }
 
+    /// `mmap(MAP_FIXED)` of fresh anonymous memory over part of a mapping this space made.
+    /// The range must lie inside one region; the task holds that region's handle (in its
+    /// cache) across the call, so no other thread can unmap or split it meanwhile, and the
+    /// region keeps owning the range (its later unmap removes the new pages too). No lock
+    /// is taken when the region is already cached, as on the store path.
+    fn mmap_fixed_anon(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
+        if !addr.is_multiple_of(PAGE) || len == 0 {
+            return Err(WorkloadError::Fault(format!(
+                "MAP_FIXED mmap of {addr:#x}+{len:#x}: not page-aligned or empty"
+            )));
+        }
+        let len = len.div_ceil(PAGE) * PAGE;
+        if !self.cache_region_of(addr) {
+            return Err(WorkloadError::Fault(format!(
+                "MAP_FIXED mmap at {addr:#x} outside this task's mappings"
+            )));
+        }
+        let cache = self.cache.borrow();
+        if !cache
+            .iter()
+            .any(|r| addr >= r.addr && addr + len <= r.addr + r.len)
+        {
+            return Err(WorkloadError::Fault(format!(
+                "MAP_FIXED mmap of {addr:#x}+{len:#x} crosses the end of its mapping"
+            )));
+        }
+        // SAFETY: the range lies inside a mapping this module made and the borrowed cache
+        // holds its handle, so it stays mapped and unsplit; it backs no Rust object, so
+        // replacing its pages by zeroed ones invalidates nothing.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                addr as *mut _,
+                len as usize,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+            )
+        }
+        .map_err(|e| host_err("mmap(MAP_FIXED)", e))?;
+        drop(cache);
+        if p as u64 != addr {
+            return Err(WorkloadError::Host(format!(
+                "mmap(MAP_FIXED) at {addr:#x} returned {:#x}",
+                p as u64
+            )));
+        }
+        Ok(())
+    }
+
     /// `munmap` of whole mappings, or of a page-aligned part of mappings (the kernel splits
     /// the VMA; here the region is split into pieces that each own their range, and the
     /// piece in the hole is dropped, which unmaps it). Splitting needs the region to be held

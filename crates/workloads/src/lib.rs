@@ -100,6 +100,10 @@ pub enum WorkloadKind {
     MapbenchShared,
     CortenmmMmap,
     CortenmmMmapPf,
+    /// `mmap` in its high-contention form: `MAP_FIXED` at shuffled places of one region.
+    CortenmmMmapHigh,
+    /// `mmap-pf` in its high-contention form.
+    CortenmmMmapPfHigh,
     CortenmmPfLow,
     CortenmmPfHigh,
     CortenmmMunmapLow,
@@ -107,7 +111,7 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 16] = [
+    pub const ALL: [WorkloadKind; 18] = [
         WorkloadKind::PageFault1,
         WorkloadKind::PageFault2,
         WorkloadKind::PageFault3,
@@ -120,6 +124,8 @@ impl WorkloadKind {
         WorkloadKind::MapbenchShared,
         WorkloadKind::CortenmmMmap,
         WorkloadKind::CortenmmMmapPf,
+        WorkloadKind::CortenmmMmapHigh,
+        WorkloadKind::CortenmmMmapPfHigh,
         WorkloadKind::CortenmmPfLow,
         WorkloadKind::CortenmmPfHigh,
         WorkloadKind::CortenmmMunmapLow,
@@ -140,6 +146,8 @@ impl WorkloadKind {
             WorkloadKind::MapbenchShared => "mapbench-shared",
             WorkloadKind::CortenmmMmap => "cortenmm-mmap",
             WorkloadKind::CortenmmMmapPf => "cortenmm-mmap-pf",
+            WorkloadKind::CortenmmMmapHigh => "cortenmm-mmap-high",
+            WorkloadKind::CortenmmMmapPfHigh => "cortenmm-mmap-pf-high",
             WorkloadKind::CortenmmPfLow => "cortenmm-pf-low",
             WorkloadKind::CortenmmPfHigh => "cortenmm-pf-high",
             WorkloadKind::CortenmmMunmapLow => "cortenmm-munmap-low",
@@ -153,6 +161,8 @@ impl WorkloadKind {
         Some(match self {
             WorkloadKind::CortenmmMmap => (Op::Mmap, Contention::Low),
             WorkloadKind::CortenmmMmapPf => (Op::MmapPf, Contention::Low),
+            WorkloadKind::CortenmmMmapHigh => (Op::Mmap, Contention::High),
+            WorkloadKind::CortenmmMmapPfHigh => (Op::MmapPf, Contention::High),
             WorkloadKind::CortenmmPfLow => (Op::Pf, Contention::Low),
             WorkloadKind::CortenmmPfHigh => (Op::Pf, Contention::High),
             WorkloadKind::CortenmmMunmapLow => (Op::Munmap, Contention::Low),

@@ -12,6 +12,10 @@ pub trait Vm {
     /// A sparse file of `len` bytes (will-it-scale's `mkstemp` + `ftruncate`).
     fn create_file(&self, len: u64) -> Result<Self::File, WorkloadError>;
     fn mmap_file(&self, file: &Self::File, len: u64, shared: bool) -> Result<u64, WorkloadError>;
+    /// `mmap(MAP_FIXED)` of anonymous memory at `addr`, replacing what is mapped there. The
+    /// range must lie inside one mapping this address space made (the host target refuses
+    /// anything else, so that no mapping the program did not make is ever replaced).
+    fn mmap_fixed_anon(&self, addr: u64, len: u64) -> Result<(), WorkloadError>;
     /// Write one word at `addr` (faulting it in if needed).
     fn store(&self, addr: u64) -> Result<(), WorkloadError>;
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError>;

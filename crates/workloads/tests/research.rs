@@ -44,6 +44,8 @@ struct Tally {
     munmaps: AtomicU64,
     /// munmap calls of exactly one page (the CortenMM munmap requests).
     page_munmaps: AtomicU64,
+    /// `MAP_FIXED` mmap calls (the high-contention CortenMM mmap requests).
+    fixed: AtomicU64,
     /// Stores to a page the task's page table did not map: each one a fault.
     faults: AtomicU64,
     /// Stores made while the mm held other than exactly one VMA.
@@ -97,6 +99,10 @@ impl Vm for Counted {
         }
         self.vm.store(addr)
     }
+    fn mmap_fixed_anon(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
+        self.tally.fixed.fetch_add(1, Ordering::Relaxed);
+        self.vm.mmap_fixed_anon(addr, len)
+    }
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
         self.tally.munmaps.fetch_add(1, Ordering::Relaxed);
         if len == PAGE {
@@ -115,10 +121,14 @@ impl Vm for Counted {
 /// Boot an engine (twice the CPUs of the tasks: the counting wrappers hold RCU reader slots
 /// too) and wrap `n` tasks in `mode`.
 fn counted(n: usize, mode: Mode) -> (EngineRun, Vec<Counted>, Arc<Tally>) {
+    counted_with(&Policy::default(), n, mode)
+}
+
+fn counted_with(policy: &Policy, n: usize, mode: Mode) -> (EngineRun, Vec<Counted>, Arc<Tally>) {
     // Lock statistics count mmap_lock's write acquisitions; nothing in this binary turns them
     // off.
     pagelab_sync::stats::set_enabled(true);
-    let k = engine::boot(&Policy::default(), 96 << 20, 2 * n).unwrap();
+    let k = engine::boot(policy, 96 << 20, 2 * n).unwrap();
     let (erun, vms) = engine::tasks(&k, n, mode, false).unwrap();
     let tally = Arc::new(Tally {
         slots: Mutex::new(vec![BTreeSet::new(); n]),
@@ -329,6 +339,74 @@ fn cortenmm_mmap_and_mmap_pf_map_what_they_report() {
     }
 }
 
+/// The high-contention mmap forms: every request is one `MAP_FIXED` over the shared region,
+/// landing in other tasks' slots too; `mmap-pf` faults each mapped page once; nothing is
+/// left behind (each round's region goes, with what was mapped over it). Under both the
+/// Linux profile and range locks.
+#[test]
+fn cortenmm_high_mmap_maps_fixed_over_one_region() {
+    use pagelab_mm::policy::{MmapLock, VmaLock};
+    let range = {
+        let mut p = Policy::default();
+        p.mm.mmap_lock = MmapLock::Range;
+        p.mm.vma_lock = VmaLock::None;
+        p
+    };
+    for policy in [Policy::default(), range] {
+        for op in [Op::Mmap, Op::MmapPf] {
+            let what = format!("{op:?} high, {:?}", policy.mm.mmap_lock);
+            let (erun, vms, t) = counted_with(&policy, 3, Mode::Threads);
+            let body = Corten::new(
+                CortenParams {
+                    op,
+                    contention: Contention::High,
+                    requests: 8,
+                },
+                3,
+            )
+            .unwrap();
+            let stop = AtomicBool::new(false);
+            let r = no_hooks(|h| run_rounds(vms, spec(), &stop, h, &body))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let ops: u64 = r.ops_per_task.iter().sum();
+            assert!(ops > 0, "{what}");
+            assert_eq!(t.fixed.load(Ordering::Relaxed), ops, "{what}");
+            // One region per round, by task 0 (one more for a round prepared as the run
+            // ended).
+            let regions = t.mmaps.load(Ordering::Relaxed);
+            assert!(
+                (r.rounds..=r.rounds + 1).contains(&regions),
+                "{what}: {regions} regions in {} rounds",
+                r.rounds
+            );
+            let slots = t.slots.lock().unwrap().clone();
+            if op == Op::MmapPf {
+                assert_eq!(t.faults.load(Ordering::Relaxed), ops, "{what}");
+                for s in &slots {
+                    assert!(s.len() > 1, "{what}: a task stayed in one slot: {slots:?}");
+                }
+            }
+            // Requests never overlap, so each page faulted is freed exactly once, by its
+            // round's munmap of the region.
+            let faults = t.faults.load(Ordering::Relaxed);
+            assert_eq!(event(&erun, "fault_anon"), faults, "{what}: faults");
+            assert_eq!(event(&erun, "unmap_pages"), faults, "{what}: pages freed");
+            let writes = t.mmaps.load(Ordering::Relaxed)
+                + t.munmaps.load(Ordering::Relaxed)
+                + t.fixed.load(Ordering::Relaxed);
+            let range = policy.mm.mmap_lock == MmapLock::Range;
+            assert_eq!(
+                mmap_lock_writes(&erun),
+                if range { 0 } else { writes },
+                "{what}: mmap_lock"
+            );
+            for mm in &erun.mms {
+                mm.check(true).unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_shapes_are_refused() {
     let p = |op, contention, requests| CortenParams {
@@ -339,7 +417,11 @@ fn bad_shapes_are_refused() {
     for bad in [
         p(Op::Pf, Contention::Low, 0),
         p(Op::Munmap, Contention::High, cortenmm::MAX_REQUESTS + 1),
-        p(Op::Mmap, Contention::High, 8),
+        p(
+            Op::Mmap,
+            Contention::High,
+            SLOT_PAGES / cortenmm::MMAP_PAGES + 1,
+        ),
     ] {
         match Corten::new(bad, 2) {
             Err(WorkloadError::Config(m)) => assert!(!m.contains('\n'), "{m}"),
@@ -448,6 +530,8 @@ fn on_the_host_kernel() {
         for (op, contention) in [
             (Op::Mmap, Contention::Low),
             (Op::MmapPf, Contention::Low),
+            (Op::Mmap, Contention::High),
+            (Op::MmapPf, Contention::High),
             (Op::Pf, Contention::Low),
             (Op::Pf, Contention::High),
             (Op::Munmap, Contention::Low),

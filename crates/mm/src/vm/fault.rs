@@ -38,6 +38,7 @@ use crate::reclaim::vmscan;
 use crate::reclaim::workingset::{LruSizes, workingset_size};
 use crate::vm::mm::Mm;
 use crate::vm::pgtable::{PTRS_PER_TABLE, Pte, PteSlot};
+use crate::vm::range_lock::lock_leaf;
 use crate::vm::rss::{RssType, TaskRss};
 use crate::vm::vma::{Vma, VmaBacking};
 use crate::vm::vma_lock::VmaLockKind;
@@ -102,6 +103,8 @@ enum Held {
     MmapRead,
     /// None: a lock-free fault under RCU (`mm.vma_lock = "rcu"`), validated by [`Spec`].
     Rcu,
+    /// The PTE table's range lock for read (`mm.mmap_lock = "range"`).
+    Range,
 }
 
 /// A lock-free fault's validation (`crate::vm::vma_rcu`): the VMA's sequence snapshot, checked
@@ -271,6 +274,9 @@ impl FaultCtx<'_> {
     /// `do_user_addr_fault`.
     pub fn fault(&self, g: &RcuGuard<'_>, addr: u64, write: bool) -> Result<(), FaultError> {
         self.count(VmEvent::PgFault);
+        if self.mm.range_locked() {
+            return self.fault_range(g, addr, write);
+        }
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
             if self.fault_rcu(g, addr, write)? {
                 return Ok(());
@@ -310,6 +316,49 @@ impl FaultCtx<'_> {
                 Ok(())
             }
             Outcome::Retry => unreachable!("a fault under mmap_lock is never retried"),
+        }
+    }
+
+    /// The range-locked fault (`mm.mmap_lock = "range"`; see [`crate::vm::range_lock`]): walk
+    /// to the PTE table (installing missing levels with a compare-and-exchange), read-lock
+    /// the table's page with no ancestor write-locked, re-walk to confirm the tables are
+    /// still linked (an operation we waited for may have freed them), and only then look the
+    /// VMA up: every operation that could change the VMA at `addr` covers `addr`, so holds
+    /// an ancestor of (or is) our table's page, and is excluded until we are done. No
+    /// mmap_lock, no VMA lock; the split PTE lock is still taken around the PTE update.
+    fn fault_range(&self, g: &RcuGuard<'_>, addr: u64, write: bool) -> Result<(), FaultError> {
+        if addr >= crate::vm::pgtable::TASK_SIZE {
+            return Err(FaultError::Segv { addr, write });
+        }
+        let pt = &self.mm.pgtable;
+        let mut retry = ReclaimRetry::default();
+        loop {
+            let path = match pt.walk_alloc_path(self.cpu, addr) {
+                Ok(p) => p,
+                Err(_) => {
+                    retry.reclaim(self, addr, None)?;
+                    continue;
+                }
+            };
+            let ancestors = [
+                pt.node_lock(path[0]),
+                pt.node_lock(path[1]),
+                pt.node_lock(path[2]),
+            ];
+            let _leaf = lock_leaf(pt.node_lock(path[3]), &ancestors);
+            if pt.walk_path(addr) != Some(path) {
+                continue;
+            }
+            let Some(vma) = self.mm.vmas(g).find(addr) else {
+                return Err(FaultError::Segv { addr, write });
+            };
+            return match self.handle_mm_fault(vma, addr, write, Held::Range, &Spec::locked())? {
+                Outcome::Done => {
+                    self.mm.rss.fault_event(self.rss);
+                    Ok(())
+                }
+                Outcome::Retry => unreachable!("a range-locked fault is never retried"),
+            };
         }
     }
 
@@ -410,7 +459,8 @@ impl FaultCtx<'_> {
         if private_write && !vma.has_anon_vma() {
             // vmf_anon_prepare: under the VMA lock, only if mmap_lock is free right now.
             match held {
-                Held::MmapRead => vma.prepare_anon_vma(),
+                // The range lock excludes every writer of this VMA's range.
+                Held::MmapRead | Held::Range => vma.prepare_anon_vma(),
                 Held::Vma | Held::Rcu => match self.mm.mmap_lock.try_read() {
                     Some(_r) => vma.prepare_anon_vma(),
                     None => return Ok(Outcome::Retry),

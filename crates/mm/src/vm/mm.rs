@@ -18,6 +18,11 @@
 //!   lock munmap waits for, so munmap hands the page tables it unlinks to RCU (`call_rcu`)
 //!   instead of freeing them at once (`vma_rcu`).
 //!
+//! - With `mm.mmap_lock = "range"` (RadixVM, CortenMM) there is no mmap_lock hold and no
+//!   per-VMA lock: munmap and MAP_FIXED mmap write-lock the page-table page covering their
+//!   range, faults read-lock their PTE table's page (`range_lock`), and `vma_tree_lock` only
+//!   serialises publishing a new VMA array.
+//!
 //! Invariants (`Mm::check`): the tree is sorted and non-overlapping with attached VMAs; every
 //! present PTE lies inside a VMA and maps a page whose reference and map counts account for
 //! it; the RSS counters (once tasks have synced) equal the present PTEs by type; after every
@@ -26,16 +31,17 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pagelab_sync::{RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard};
+use pagelab_sync::{RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinLock};
 
 use crate::alloc::AllocError;
 use crate::cpu::CpuId;
 use crate::kernel::Kernel;
 use crate::page::{PAGE_SIZE, Pfn, pg};
-use crate::policy::TlbShootdown;
+use crate::policy::{MmapLock, TlbShootdown};
 use crate::reclaim::swap::SwapEntry;
 use crate::vm::filemap::File;
-use crate::vm::pgtable::{PMD_SIZE, PageTable, Pte, TASK_SIZE};
+use crate::vm::pgtable::{PMD_SIZE, PageTable, Pte, TASK_SIZE, table_span};
+use crate::vm::range_lock::{NodeLock, lock_cover};
 use crate::vm::rss::{Rss, RssType};
 use crate::vm::tlb::{MmuGather, TlbState};
 use crate::vm::vma::{Vma, VmaBacking, VmaTree};
@@ -45,6 +51,10 @@ use crate::vmstat::VmEvent;
 /// `mm->mmap_lock`, a sleeping rwsem whose reader count is one shared line.
 pub static MMAP_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::sleeping("mmap_lock", pagelab_sync::Scope::Mm);
+/// With range locks (`mm.mmap_lock = "range"`): held by mmap and munmap only while they copy
+/// and publish the VMA array; one per address space.
+pub static VMA_TREE_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("vma_tree_lock", pagelab_sync::Scope::Mm);
 /// The reverse map's per-mm lock (standing in for `anon_vma->rwsem`).
 pub static RMAP_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::sleeping("rmap_lock", pagelab_sync::Scope::Mm);
@@ -100,6 +110,11 @@ pub struct Mm {
     pub(crate) rmap_lock: RwSem<()>,
     /// The memory cgroup new anonymous pages are charged to (the cgroup of `mm->owner`).
     memcg: AtomicU32,
+    /// `mm.mmap_lock = "range"`: operations lock the page-table pages covering their range
+    /// (`range_lock`) instead of mmap_lock.
+    range: bool,
+    /// With range locks, serialises the publication of a new VMA array (and nothing else).
+    vma_tree_lock: SpinLock<()>,
 }
 
 /// An mmap_lock write hold. Dropping it is `mmap_write_unlock`: it advances `mm_lock_seq`
@@ -138,13 +153,17 @@ impl Drop for MmapWriteGuard<'_> {
 impl Mm {
     pub(crate) fn new(k: Arc<Kernel>, cpu: CpuId) -> Result<Mm, AllocError> {
         let p = k.policy().clone();
-        let pgtable = PageTable::new(
+        let mut pgtable = PageTable::new(
             k.mem().clone(),
             cpu,
             p.mm.ptl,
             p.locks.spinlock,
             k.split_ptl().cloned(),
         )?;
+        let range = p.mm.mmap_lock == MmapLock::Range;
+        if range {
+            pgtable.set_lockless_install();
+        }
         Ok(Mm {
             id: k.next_id(),
             mmap_lock: RwSem::new(()).with_class(&MMAP_LOCK),
@@ -161,6 +180,8 @@ impl Mm {
             ),
             vma_lock_kind: k.vma_lock_kind().unwrap_or(VmaLockKind::Refcount),
             munmap_downgrade: p.mm.munmap_downgrade,
+            range,
+            vma_tree_lock: SpinLock::new(p.locks.spinlock, ()).with_class(&VMA_TREE_LOCK),
             k,
         })
     }
@@ -197,14 +218,14 @@ impl Mm {
         }
     }
 
-    /// `do_mmap`: map `len` bytes (rounded up to pages) somewhere free. Returns the address.
-    pub fn mmap(
-        &self,
-        g: &RcuGuard<'_>,
-        len: u64,
-        writable: bool,
-        kind: MapKind,
-    ) -> Result<u64, MmError> {
+    /// Whether range locks (`mm.mmap_lock = "range"`) replace mmap_lock.
+    pub fn range_locked(&self) -> bool {
+        self.range
+    }
+
+    /// Check mmap's arguments: the length rounded up to pages, what the VMA maps, and
+    /// whether it is shared.
+    fn map_args(len: u64, kind: MapKind) -> Result<(u64, VmaBacking, bool), MmError> {
         if len == 0 {
             return Err(MmError::Invalid("mmap of length 0".into()));
         }
@@ -212,8 +233,8 @@ impl Mm {
         if len > MMAP_TOP - MMAP_MIN {
             return Err(MmError::NoSpace(len));
         }
-        let (backing, shared) = match kind {
-            MapKind::Anon => (VmaBacking::Anon, false),
+        Ok(match kind {
+            MapKind::Anon => (len, VmaBacking::Anon, false),
             MapKind::File {
                 file,
                 offset,
@@ -227,6 +248,7 @@ impl Mm {
                     )));
                 }
                 (
+                    len,
                     VmaBacking::File {
                         file,
                         pgoff: offset,
@@ -234,8 +256,24 @@ impl Mm {
                     shared,
                 )
             }
-        };
-        let _w = self.mmap_write_lock();
+        })
+    }
+
+    /// `do_mmap`: map `len` bytes (rounded up to pages) somewhere free. Returns the address.
+    ///
+    /// With range locks no page-table page is locked: the range is free, so no fault or
+    /// operation can be working in it, and the new VMA is published under `vma_tree_lock`
+    /// (which also makes the gap search and the insertion one step).
+    pub fn mmap(
+        &self,
+        g: &RcuGuard<'_>,
+        len: u64,
+        writable: bool,
+        kind: MapKind,
+    ) -> Result<u64, MmError> {
+        let (len, backing, shared) = Self::map_args(len, kind)?;
+        let _w = (!self.range).then(|| self.mmap_write_lock());
+        let _t = self.range.then(|| self.vma_tree_lock.lock());
         let tree = self.vmas(g);
         // Align large mappings to a page-table span, as THP-aware get_unmapped_area does, so
         // that mappings do not share PTE tables by accident.
@@ -260,6 +298,49 @@ impl Mm {
         Ok(start)
     }
 
+    /// `mmap(MAP_FIXED)`: map `len` bytes at `addr`, replacing whatever is mapped there, as
+    /// Linux does (`mmap_region` unmaps the overlapped range first: its VMAs are split or
+    /// removed, their pages zapped and the TLBs flushed, and the new VMA takes the place).
+    /// Returns `addr`.
+    ///
+    /// With mmap_lock the whole replacement runs under it held for write (no downgrade: the
+    /// new VMA must not be published while the old range is still being torn down). With
+    /// range locks it runs under the covering page-table page's lock.
+    pub fn mmap_fixed(
+        &self,
+        g: &RcuGuard<'_>,
+        cpu: CpuId,
+        addr: u64,
+        len: u64,
+        writable: bool,
+        kind: MapKind,
+    ) -> Result<u64, MmError> {
+        let (len, backing, shared) = Self::map_args(len, kind)?;
+        if !addr.is_multiple_of(PAGE_SIZE as u64) {
+            return Err(MmError::Invalid(format!(
+                "MAP_FIXED mmap at unaligned address {addr:#x}"
+            )));
+        }
+        let end = addr
+            .checked_add(len)
+            .filter(|&e| addr >= MMAP_MIN && e <= TASK_SIZE)
+            .ok_or_else(|| {
+                MmError::Invalid(format!(
+                    "MAP_FIXED range {addr:#x}+{len:#x} outside {MMAP_MIN:#x}..{TASK_SIZE:#x}"
+                ))
+            })?;
+        let vma = Arc::new(Vma::new(
+            addr,
+            end,
+            writable,
+            shared,
+            backing,
+            self.vma_lock_kind,
+        ));
+        self.replace_range(g, cpu, addr, end, Some(vma))?;
+        Ok(addr)
+    }
+
     /// `do_munmap`: unmap `[addr, addr + len)`, splitting VMAs that straddle the ends. Unmapping
     /// a range with nothing mapped is a no-op, as in the kernel.
     ///
@@ -274,6 +355,9 @@ impl Mm {
     /// because stack expansion ran under the read lock); 6.5 moved stack expansion under the
     /// write lock and downgrades always. The engine has no growable stack VMAs, so with the
     /// switch on every munmap that found something to unmap downgrades.
+    ///
+    /// With range locks (`mm.mmap_lock = "range"`) the covering page-table page is
+    /// write-locked instead, for the whole unmap (see [`Mm::replace_range`]).
     pub fn munmap(&self, g: &RcuGuard<'_>, cpu: CpuId, addr: u64, len: u64) -> Result<(), MmError> {
         if !addr.is_multiple_of(PAGE_SIZE as u64) {
             return Err(MmError::Invalid(format!(
@@ -291,35 +375,48 @@ impl Mm {
                     "munmap range {addr:#x}+{len:#x} beyond the address space"
                 ))
             })?;
+        self.replace_range(g, cpu, addr, end, None)
+    }
+
+    /// Unmap `[addr, end)` and, for MAP_FIXED, map `new` there: munmap's and mmap_region's
+    /// common part.
+    fn replace_range(
+        &self,
+        g: &RcuGuard<'_>,
+        cpu: CpuId,
+        addr: u64,
+        end: u64,
+        new: Option<Arc<Vma>>,
+    ) -> Result<(), MmError> {
+        if self.range {
+            return self.replace_range_locked(g, cpu, addr, end, new);
+        }
         let w = self.mmap_write_lock();
         let tree = self.vmas(g);
         let victims: Vec<Arc<Vma>> = tree.overlapping(addr, end).to_vec();
         if victims.is_empty() {
+            if let Some(v) = new {
+                self.vmas.publish(tree.replaced(&[], vec![v]));
+            }
             return Ok(());
         }
         // Write-lock every VMA we change: faults under their per-VMA locks drain, new ones fail.
         for v in &victims {
             v.lock.start_write(&self.mm_lock_seq);
         }
-        let mut remnants = Vec::new();
-        for v in &victims {
-            if v.start < addr {
-                remnants.push(Arc::new(v.split_copy(v.start, addr, self.vma_lock_kind)));
-            }
-            if v.end > end {
-                remnants.push(Arc::new(v.split_copy(end, v.end, self.vma_lock_kind)));
-            }
-        }
-        let new_tree = tree.replaced(&victims, remnants);
-        let floor = new_tree.prev_end(addr);
-        let ceiling = new_tree.next_start(end, TASK_SIZE);
+        let (new_tree, lo, hi, floor, ceiling) = self.without(tree, &victims, addr, end);
         self.vmas.publish(new_tree);
         for v in &victims {
             v.lock.mark_detached();
         }
-        let lo = victims[0].start.max(addr);
-        let hi = victims[victims.len() - 1].end.min(end);
-        if self.munmap_downgrade {
+        if let Some(v) = new {
+            // MAP_FIXED: tear the old range down under the write lock, then publish the new
+            // VMA. A fault that finds the range empty meanwhile falls back to mmap_lock and
+            // waits for us.
+            self.unmap_region(cpu, lo, hi, floor, ceiling);
+            self.vmas.publish(self.vmas(g).replaced(&[], vec![v]));
+            drop(w);
+        } else if self.munmap_downgrade {
             let _r = w.downgrade();
             self.k
                 .mem()
@@ -330,6 +427,99 @@ impl Mm {
             self.unmap_region(cpu, lo, hi, floor, ceiling);
             drop(w);
         }
+        Ok(())
+    }
+
+    /// The tree without `victims` (the VMAs overlapping `[addr, end)`), with their remnants
+    /// outside the range; the span to zap, and the floor and ceiling for freeing tables.
+    fn without(
+        &self,
+        tree: &VmaTree,
+        victims: &[Arc<Vma>],
+        addr: u64,
+        end: u64,
+    ) -> (VmaTree, u64, u64, u64, u64) {
+        let mut remnants = Vec::new();
+        for v in victims {
+            if v.start < addr {
+                remnants.push(Arc::new(v.split_copy(v.start, addr, self.vma_lock_kind)));
+            }
+            if v.end > end {
+                remnants.push(Arc::new(v.split_copy(end, v.end, self.vma_lock_kind)));
+            }
+        }
+        let new_tree = tree.replaced(victims, remnants);
+        let floor = new_tree.prev_end(addr);
+        let ceiling = new_tree.next_start(end, TASK_SIZE);
+        let lo = victims[0].start.max(addr);
+        let hi = victims[victims.len() - 1].end.min(end);
+        (new_tree, lo, hi, floor, ceiling)
+    }
+
+    /// [`Mm::replace_range`] under range locks (RadixVM, CortenMM; see `range_lock`).
+    ///
+    /// 1. Find (installing missing levels) the deepest page-table page whose span contains
+    ///    `[addr, end)`, write-lock it with no ancestor write-locked, and wait until the
+    ///    tables below it inside the range are idle. Re-walk: if the page was freed by the
+    ///    operation we waited for, start again.
+    /// 2. Under `vma_tree_lock`, publish the VMA array without the overlapped VMAs (their
+    ///    remnants stay).
+    /// 3. Zap, flush the TLBs, free the pages and the page tables that the floor/ceiling rule
+    ///    allows *within the covering page's span*: nobody else can be using those (a fault
+    ///    there waits for our lock and re-validates its walk), while a table above the span
+    ///    belongs to our ancestors' lock holders.
+    ///
+    /// MAP_FIXED publishes the new VMA in step 2. A fault in the range looks its VMA up only
+    /// once it holds its PTE table's lock, so it never sees the range half torn down.
+    fn replace_range_locked(
+        &self,
+        g: &RcuGuard<'_>,
+        cpu: CpuId,
+        addr: u64,
+        end: u64,
+        new: Option<Arc<Vma>>,
+    ) -> Result<(), MmError> {
+        let pt = &self.pgtable;
+        let (path, _cover) = loop {
+            let path = pt.cover_path(cpu, addr, end)?;
+            let &(node, level, base) = path.last().expect("the PGD at least");
+            let ancestors: Vec<&NodeLock> = path[..path.len() - 1]
+                .iter()
+                .map(|&(t, _, _)| pt.node_lock(t))
+                .collect();
+            let cover = lock_cover(pt.node_lock(node), &ancestors, |drain| {
+                pt.for_each_table_below(node, level, base, addr, end, &mut |t| {
+                    drain(pt.node_lock(t))
+                })
+            });
+            if pt.cover_path(cpu, addr, end)? == path {
+                break (path, cover);
+            }
+        };
+        let &(_, level, base) = path.last().expect("the PGD at least");
+        let span_end = base.saturating_add(table_span(level));
+        let t = self.vma_tree_lock.lock();
+        let tree = self.vmas(g);
+        let victims: Vec<Arc<Vma>> = tree.overlapping(addr, end).to_vec();
+        if victims.is_empty() {
+            if let Some(v) = new {
+                self.vmas.publish(tree.replaced(&[], vec![v]));
+            }
+            return Ok(());
+        }
+        let (new_tree, lo, hi, floor, ceiling) = self.without(tree, &victims, addr, end);
+        // MAP_FIXED publishes the new VMA in the same step, so that no mmap can place
+        // another one in the hole meanwhile; faults in it wait for our lock. The floor and
+        // ceiling ignore it: its tables may go too, as nobody can have reached them.
+        self.vmas.publish(match new {
+            Some(v) => new_tree.replaced(&[], vec![v]),
+            None => new_tree,
+        });
+        drop(t);
+        for v in &victims {
+            v.lock.mark_detached();
+        }
+        self.unmap_region(cpu, lo, hi, floor.max(base), ceiling.min(span_end));
         Ok(())
     }
 
@@ -346,6 +536,16 @@ impl Mm {
                 self.tlb_flush_mmu(cpu, &mut gather);
             }
             a = chunk_end;
+        }
+        // With range locks, a munmap that can free no page table (no 2 MiB block of its range
+        // lies in the gap between its neighbours) leaves the mm-wide reverse-map lock alone:
+        // otherwise every small munmap would write that one line. A larger table's span
+        // contains a 2 MiB block, so none of those can be freed either.
+        if self.range {
+            let block = (floor.div_ceil(PMD_SIZE) * PMD_SIZE).max(start & !(PMD_SIZE - 1));
+            if block >= end || block + PMD_SIZE > ceiling {
+                return;
+            }
         }
         let _rmap = self.rmap_lock.write();
         if self.vma_lock_kind == VmaLockKind::Rcu {
@@ -453,6 +653,12 @@ impl Mm {
     /// leaves; `cpu` is where the teardown runs.
     pub fn exit_mmap(&self, g: &RcuGuard<'_>, cpu: CpuId) {
         let _ = self.munmap(g, cpu, 0, TASK_SIZE);
+        if self.range {
+            // The upper-level tables earlier munmaps left (see `check`); no task is left to
+            // walk them.
+            let _rmap = self.rmap_lock.write();
+            self.pgtable.free_pgtables(cpu, 0, TASK_SIZE, 0, TASK_SIZE);
+        }
     }
 
     /// Check the address space's invariants. Call while no task runs in it. `rss_synced` says
@@ -523,7 +729,9 @@ impl Mm {
                 }
             }
         }
-        if tree.is_empty() && self.pgtable.nr_tables() != 1 {
+        // With range locks a munmap frees only the tables inside its covering page's span,
+        // so the upper levels above an unmapped range stay until exit_mmap.
+        if tree.is_empty() && !self.range && self.pgtable.nr_tables() != 1 {
             return Err(format!(
                 "no VMA left but {} page-table pages remain",
                 self.pgtable.nr_tables()
@@ -761,6 +969,108 @@ mod tests {
             "a new table forgets the old one's users"
         );
         t0.munmap(b, len).unwrap();
+    }
+
+    fn range_kernel(cpus: usize) -> Arc<Kernel> {
+        let mut p = Policy::default();
+        p.mm.mmap_lock = MmapLock::Range;
+        p.mm.vma_lock = crate::policy::VmaLock::None;
+        Kernel::new(&MemConfig::new(32 << 20, cpus), &p).unwrap()
+    }
+
+    /// With range locks, an operation waits only for the page-table page covering its range:
+    /// while another party holds the PTE table of one mapping for write, a munmap and a fault
+    /// in a mapping of another PTE table complete, even with mmap_lock held for write; a
+    /// munmap of the held range waits until the holder lets go.
+    #[test]
+    fn range_locked_operations_on_other_tables_do_not_wait() {
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let (a, b) = (
+            t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap(),
+            t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap(),
+        );
+        t0.store(a, 1).unwrap();
+        t0.store(b, 2).unwrap();
+        t0.idle();
+        let held = mm.pgtable.walk_path(a).unwrap()[3];
+        mm.pgtable.node_lock(held).write_lock();
+        // Held too: a range-locked operation that took it would wait here.
+        let mmap_lock = mm.mmap_lock.write();
+        let (k2, mm2) = (k.clone(), mm.clone());
+        let other = std::thread::spawn(move || {
+            let t = k2.new_task(mm2, CpuId(1));
+            t.store(b + PAGE_SIZE as u64, 3).unwrap();
+            t.munmap(b, PMD_SIZE).unwrap();
+            let blocked = t.munmap(a, PAGE_SIZE as u64);
+            (t, blocked)
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = pagelab_sync::RcuDomain::register(k.rcu()).unwrap();
+            if mm.vmas(&r.lock()).find(b).is_none() {
+                break;
+            }
+            drop(r);
+            assert!(
+                Instant::now() < deadline,
+                "the fault and munmap of the other table waited"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !other.is_finished(),
+            "a munmap of the held range went ahead"
+        );
+        mm.pgtable.node_lock(held).write_unlock();
+        let (t1, blocked) = other.join().unwrap();
+        blocked.unwrap();
+        drop(mmap_lock);
+        t1.idle();
+        t0.resume();
+        assert_eq!(t0.load(a + PAGE_SIZE as u64).unwrap(), 0);
+        assert!(t0.load(a).is_err(), "the unmapped page is still mapped");
+        t0.munmap(a, PMD_SIZE).unwrap();
+        mm.check(false).unwrap();
+    }
+
+    /// With range locks, a munmap inside a page table that stays in use does not take the
+    /// reverse-map lock (it frees no table), so it completes while reclaim (here: the test)
+    /// holds that lock for read; a munmap that empties the table waits for it.
+    #[test]
+    fn range_locked_munmap_freeing_no_table_skips_the_rmap_lock() {
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t0 = k.new_task(mm.clone(), CpuId(0));
+        let a = t0.mmap(PMD_SIZE, true, MapKind::Anon).unwrap();
+        for i in 0..4 {
+            t0.store(a + i * PAGE_SIZE as u64, i + 1).unwrap();
+        }
+        t0.idle();
+        let rmap = mm.rmap_lock.read();
+        let (k2, mm2) = (k.clone(), mm.clone());
+        let other = std::thread::spawn(move || {
+            let t = k2.new_task(mm2, CpuId(1));
+            t.munmap(a + PAGE_SIZE as u64, PAGE_SIZE as u64).unwrap();
+            t.idle();
+            t
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !other.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "a munmap that frees no table waited for the rmap lock"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _t1 = other.join().unwrap();
+        drop(rmap);
+        t0.resume();
+        assert_eq!(t0.load(a).unwrap(), 1);
+        t0.munmap(a, PMD_SIZE).unwrap();
+        mm.check(false).unwrap();
     }
 
     /// munmap's zap takes the PTE lock of every table it clears: a zap on another CPU than

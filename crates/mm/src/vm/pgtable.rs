@@ -93,6 +93,7 @@ use crate::alloc::{AllocError, Gfp, Mem};
 use crate::cpu::CpuId;
 use crate::page::{PAGE_SHIFT, PAGE_SIZE, Pfn, pg};
 use crate::policy::Ptl;
+use crate::vm::range_lock::NodeLock;
 
 /// A split PTE-table lock (`ptlock_ptr`) while one task takes it: private, so traces fold it
 /// into compute.
@@ -136,6 +137,12 @@ const LEVEL_PGD: u32 = 3;
 #[inline]
 const fn entry_shift(level: u32) -> u32 {
     PAGE_SHIFT + TABLE_BITS * level
+}
+
+/// Bytes spanned by a whole level-`level` table (2 MiB for a PTE table).
+#[inline]
+pub const fn table_span(level: u32) -> u64 {
+    1u64 << (entry_shift(level) + TABLE_BITS)
 }
 
 /// Index of `addr`'s entry in a level-`level` table.
@@ -399,6 +406,9 @@ struct PtlCell {
     first: AtomicU32,
     /// Another CPU has taken it too.
     shared: AtomicBool,
+    /// The page's range lock (`mm.mmap_lock = "range"`, [`crate::vm::range_lock`]), in the
+    /// same line as the split lock: every page-table page has one, at every level.
+    node: NodeLock,
 }
 
 /// A held PTE-table lock ([`PageTable::pte_lock`]). When the acquisition was traced as a
@@ -437,6 +447,7 @@ impl SplitPtl {
                     lock: SpinLock::new(kind, ()).with_class(&PTE_PTL),
                     first: AtomicU32::new(0),
                     shared: AtomicBool::new(false),
+                    node: NodeLock::new(),
                 })
                 .collect(),
         }
@@ -446,6 +457,12 @@ impl SplitPtl {
     #[inline]
     pub fn lock_of(&self, table: Pfn) -> &SpinLock<()> {
         &self.locks[table.idx()].lock
+    }
+
+    /// The range lock of the page-table page in frame `table`.
+    #[inline]
+    pub fn node_lock(&self, table: Pfn) -> &NodeLock {
+        &self.locks[table.idx()].node
     }
 
     /// The task on `cpu` is about to take the lock of the PTE table in `table`: remember the
@@ -516,6 +533,8 @@ pub struct PageTable {
     mm: CachePadded<MmPtl>,
     /// Set once the tables are freed, so that `Drop` does not free them again.
     torn_down: bool,
+    /// Upper levels are installed with a compare-and-exchange ([`PageTable::set_lockless_install`]).
+    lockless_install: bool,
 }
 
 /// The arguments of one `free_pgtables` call.
@@ -614,6 +633,7 @@ impl PageTable {
                 install_races: AtomicU64::new(0),
             }),
             torn_down: false,
+            lockless_install: false,
         })
     }
 
@@ -705,6 +725,133 @@ impl PageTable {
         })
     }
 
+    /// The tables from the PGD down to the deepest one whose span contains `[start, end)`
+    /// (the range lock's covering node, [`crate::vm::range_lock`]), each with its level and
+    /// the address its span starts at; missing tables on the way are installed. The last one
+    /// is the covering node, the others its ancestors, root first.
+    pub fn cover_path(
+        &self,
+        cpu: CpuId,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<(Pfn, u32, u64)>, AllocError> {
+        assert!(
+            start < end && end <= TASK_SIZE,
+            "range {start:#x}..{end:#x} outside user space"
+        );
+        let (mut table, mut level, mut base) = (self.pgd, LEVEL_PGD, 0u64);
+        let mut path = vec![(table, level, base)];
+        while level > LEVEL_PTE {
+            let i = index(start, level);
+            if i != index(end - 1, level) {
+                break;
+            }
+            let w = self.word(table, i);
+            let e = w.load(Acquire);
+            table = if e & Pte::PRESENT != 0 {
+                entry_table(e)
+            } else {
+                self.install(cpu, w, level - 1)?
+            };
+            base += (i as u64) << entry_shift(level);
+            level -= 1;
+            path.push((table, level, base));
+        }
+        Ok(path)
+    }
+
+    /// [`PageTable::walk_alloc`] that also returns the tables walked through: PGD, PUD and
+    /// PMD tables, then the PTE table (a fault's leaf node and its ancestors).
+    pub fn walk_alloc_path(&self, cpu: CpuId, addr: u64) -> Result<[Pfn; 4], AllocError> {
+        assert!(addr < TASK_SIZE, "address {addr:#x} outside user space");
+        let mut path = [self.pgd; 4];
+        let mut table = self.pgd;
+        for (n, level) in (LEVEL_PMD..=LEVEL_PGD).rev().enumerate() {
+            let w = self.word(table, index(addr, level));
+            let e = w.load(Acquire);
+            table = if e & Pte::PRESENT != 0 {
+                entry_table(e)
+            } else {
+                self.install(cpu, w, level - 1)?
+            };
+            path[n + 1] = table;
+        }
+        Ok(path)
+    }
+
+    /// [`PageTable::walk_alloc_path`] without allocating: `None` where a level is missing. A
+    /// fault that holds its leaf's range lock re-walks with it to confirm that the tables it
+    /// locked are still the ones linked at its address.
+    pub fn walk_path(&self, addr: u64) -> Option<[Pfn; 4]> {
+        if addr >= TASK_SIZE {
+            return None;
+        }
+        let mut path = [self.pgd; 4];
+        let mut table = self.pgd;
+        for (n, level) in (LEVEL_PMD..=LEVEL_PGD).rev().enumerate() {
+            let e = self.word(table, index(addr, level)).load(Acquire);
+            if e & Pte::PRESENT == 0 {
+                return None;
+            }
+            table = entry_table(e);
+            path[n + 1] = table;
+        }
+        Some(path)
+    }
+
+    /// Call `f` for every table that exists below the level-`level` table `table` (spanning
+    /// from `base`) and overlaps `[start, end)`, parents before children.
+    pub fn for_each_table_below(
+        &self,
+        table: Pfn,
+        level: u32,
+        base: u64,
+        start: u64,
+        end: u64,
+        f: &mut dyn FnMut(Pfn),
+    ) {
+        if level == LEVEL_PTE {
+            return;
+        }
+        let shift = entry_shift(level);
+        let (first, last) = index_range(base, level, start, end);
+        for i in first..=last {
+            // After the covering lock's SeqCst fence: sees any table installed before an
+            // installer's own fence (see `crate::vm::range_lock`).
+            let e = self.word(table, i).load(Acquire);
+            if e & Pte::PRESENT == 0 {
+                continue;
+            }
+            let child = entry_table(e);
+            f(child);
+            self.for_each_table_below(
+                child,
+                level - 1,
+                base + ((i as u64) << shift),
+                start,
+                end,
+                f,
+            );
+        }
+    }
+
+    /// The range lock of the page-table page in `table` (needs split PTE locks, which keep
+    /// them).
+    #[inline]
+    pub fn node_lock(&self, table: Pfn) -> &NodeLock {
+        self.split
+            .as_ref()
+            .expect("range locks live with the split PTE locks")
+            .node_lock(table)
+    }
+
+    /// Install upper-level tables with a compare-and-exchange, without `page_table_lock`
+    /// (`mm.mmap_lock = "range"`: faults and operations on disjoint ranges must not meet on
+    /// an mm-wide lock).
+    pub fn set_lockless_install(&mut self) {
+        self.lockless_install = true;
+    }
+
     /// Fill the empty upper entry `w` with a new table, or adopt the one a racing thread
     /// installed. The page is allocated and zeroed before the lock is taken, so that the lock
     /// is held for a load and a store only; the price is an allocation wasted on a lost race.
@@ -723,7 +870,7 @@ impl PageTable {
             // Before it is published: the frame may have been another mm's PTE table.
             s.reset_users(new, cpu);
         }
-        if self.mode == Ptl::Atomic {
+        if self.mode == Ptl::Atomic || self.lockless_install {
             // Release: whoever sees the entry sees the zeroed table; Acquire on failure: the
             // winner's zeroing of its table is visible to us.
             return match w.compare_exchange(0, table_entry(new), Release, Acquire) {
@@ -1091,7 +1238,11 @@ impl PageTable {
                 self.free_level(unlinked, child, level - 1, child_base, r, free);
             }
             if free {
-                {
+                if self.lockless_install {
+                    // Range locks: the caller holds the covering node of this entry, and
+                    // installs only ever fill empty entries.
+                    w.store(0, Release);
+                } else {
                     let _g = self.mm.page_table_lock.lock();
                     w.store(0, Release);
                 }
