@@ -401,8 +401,25 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line, as every other error: clap's first line names the problem.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments");
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or("bad arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
+            // A first line ending in a colon ("the following required arguments were not
+            // provided:") is followed by what it names, one indented line each: kept, or the
+            // line would not say which argument is missing.
+            let named: Vec<&str> = if first.ends_with(':') {
+                lines
+                    .take_while(|l| l.starts_with(' ') && !l.trim().is_empty())
+                    .map(str::trim)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let first = if named.is_empty() {
+                first.to_string()
+            } else {
+                format!("{first} {}", named.join(", "))
+            };
             // A value not among a flag's choices: the choices go on the same line.
             let choices = text
                 .lines()

@@ -1,0 +1,27 @@
+//! Bad command lines: every flag with a fixed set of values refuses any other with one line on
+//! stderr that names the flag, the value and the choices, and a non-zero exit; a missing
+//! required argument is named on that line. None of these opens or creates the store.
+
+mod common;
+use common::{Dir, fails_untouched};
+
+/// `args` is refused before anything runs, with one line holding `want`, and no store appears.
+fn refused(args: &[&str], want: &str) {
+    let d = Dir::new(&format!("flags-{}", args.join("-").replace('/', "_")));
+    let db = d.db();
+    fails_untouched(&db, args, want);
+    assert!(!db.exists(), "pagelab {args:?} created the store");
+}
+
+#[test]
+fn missing_required_argument_is_named() {
+    refused(
+        &["run"],
+        "the following required arguments were not provided: <WORKLOAD>",
+    );
+    refused(&["import"], "were not provided: <FILE>");
+    refused(
+        &["project", "pft"],
+        "were not provided: --machine <MACHINE>",
+    );
+}
