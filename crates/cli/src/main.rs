@@ -13,6 +13,7 @@ use pagelab_bench::micro::alloc::{AllocBenchConfig, run as run_alloc_bench};
 use pagelab_bench::profiles;
 use pagelab_bench::store::Store;
 
+mod flags;
 mod measure;
 mod project_cmd;
 mod report_cmd;
@@ -128,10 +129,9 @@ pub(crate) struct ReproduceArgs {
     /// Override the experiment's task counts (mmtests style: 1,2,4 or 1..8 or 2..16:2).
     #[arg(long)]
     pub(crate) tasks: Option<String>,
-    /// Significance rule: interval (current mmtests) or ttest (2018-2024); default: the
-    /// experiment's.
-    #[arg(long)]
-    pub(crate) significance: Option<String>,
+    /// Significance rule; default: the experiment's.
+    #[arg(long, value_enum)]
+    pub(crate) significance: Option<flags::SignificanceFlag>,
     /// text, markdown, json or csv.
     #[arg(long, default_value = "text")]
     pub(crate) format: String,

@@ -400,10 +400,7 @@ fn experiment_request(
 
 pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     let e = experiments::load(&a.experiment)?;
-    let rule = match &a.significance {
-        Some(s) => experiments::parse_significance(s)?,
-        None => e.significance,
-    };
+    let rule = a.significance.map_or(e.significance, Into::into);
     let format = crate::results_cmd::parse_format(&a.format)?;
     let reqs = e
         .profiles

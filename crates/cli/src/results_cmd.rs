@@ -109,10 +109,9 @@ pub(crate) struct CompareSelect {
     /// Also use runs that were interrupted.
     #[arg(long)]
     pub(crate) include_incomplete: bool,
-    /// interval (current mmtests rule) or ttest (the 2018-2024 rule). Default: the
-    /// experiment's rule with --experiment, else interval.
-    #[arg(long)]
-    pub(crate) significance: Option<String>,
+    /// The significance rule. Default: the experiment's rule with --experiment, else interval.
+    #[arg(long, value_enum)]
+    pub(crate) significance: Option<crate::flags::SignificanceFlag>,
 }
 
 /// What a comparison works on: the store (read-only), the labels with the baseline first, the
@@ -136,7 +135,7 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
         a.experiment = Some(e.name.clone());
     }
     let rule = match (&a.significance, &exp) {
-        (Some(r), _) => experiments::parse_significance(r)?,
+        (Some(r), _) => (*r).into(),
         (None, Some(e)) => e.significance,
         (None, None) => stats::Significance::Interval,
     };

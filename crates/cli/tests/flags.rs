@@ -25,3 +25,12 @@ fn missing_required_argument_is_named() {
         "were not provided: --machine <MACHINE>",
     );
 }
+
+#[test]
+fn wrong_significance_is_refused_with_the_choices() {
+    let want = "invalid value 'anova' for '--significance <SIGNIFICANCE>' \
+                [possible values: interval, ttest]";
+    refused(&["compare", "a", "b", "--significance", "anova"], want);
+    refused(&["plot", "a", "--out", "x.svg", "--significance", "anova"], want);
+    refused(&["reproduce", "pft-pvl-2023", "--significance", "anova"], want);
+}

@@ -1,0 +1,25 @@
+//! The flags with a fixed set of values, as clap value enums: `--help` lists each one's choices,
+//! and clap refuses any other value with the list before a command opens the store or measures
+//! anything. Each converts to the library's type where one exists.
+
+use clap::ValueEnum;
+use pagelab_bench::stats::Significance;
+
+/// `--significance`: the rule a comparison marks a difference significant by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SignificanceFlag {
+    /// Non-overlapping mean ± 1.96 sd intervals (current mmtests).
+    Interval,
+    /// The t-test mmtests used from 2018 to 2024.
+    #[value(alias = "t-test")]
+    Ttest,
+}
+
+impl From<SignificanceFlag> for Significance {
+    fn from(s: SignificanceFlag) -> Significance {
+        match s {
+            SignificanceFlag::Interval => Significance::Interval,
+            SignificanceFlag::Ttest => Significance::TTest,
+        }
+    }
+}
