@@ -132,9 +132,9 @@ pub(crate) struct ReproduceArgs {
     /// Significance rule; default: the experiment's.
     #[arg(long, value_enum)]
     pub(crate) significance: Option<flags::SignificanceFlag>,
-    /// text, markdown, json or csv.
-    #[arg(long, default_value = "text")]
-    pub(crate) format: String,
+    /// The comparison table's layout.
+    #[arg(long, value_enum, default_value_t = results_cmd::Format::Text)]
+    pub(crate) format: results_cmd::Format,
 }
 
 #[derive(Args)]

@@ -401,7 +401,6 @@ fn experiment_request(
 pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     let e = experiments::load(&a.experiment)?;
     let rule = a.significance.map_or(e.significance, Into::into);
-    let format = crate::results_cmd::parse_format(&a.format)?;
     let reqs = e
         .profiles
         .iter()
@@ -417,7 +416,7 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     let ids = measure_interleaved(&store, &e, &reqs, &stop)?;
     let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
     let c = compare::from_store(&store, &ids, &labels, rule)?;
-    print!("{}", crate::results_cmd::render(&c, format));
+    print!("{}", crate::results_cmd::render(&c, a.format));
     let runs = store
         .runs(&RunFilter {
             ids: ids.clone(),

@@ -20,7 +20,7 @@ use pagelab_project::validate;
 use pagelab_workloads::{Mode, WorkloadKind};
 
 use crate::measure::check_label;
-use crate::results_cmd::{parse_format, render};
+use crate::results_cmd::{Format, render};
 use crate::{command_line, interrupt_flag, open_store, store_path};
 
 #[derive(Args)]
@@ -108,9 +108,9 @@ pub(crate) struct ProjectArgs {
     /// Store under this label instead of `<profile>@<machine>` (one profile only).
     #[arg(long)]
     label: Option<String>,
-    /// text, markdown, json or csv.
-    #[arg(long, default_value = "text")]
-    format: String,
+    /// The comparison table's layout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 #[derive(Args)]
@@ -319,7 +319,7 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
 
 pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), String> {
     let m = Machine::load(&a.machine)?;
-    let format = parse_format(&a.format)?;
+    let format = a.format;
     let (workload, profs, modes, experiment, rule) = match (&a.experiment, &a.workload) {
         (Some(_), Some(_)) => {
             return Err("give an experiment or a workload with profiles, not both".into());

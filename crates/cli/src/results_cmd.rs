@@ -30,25 +30,17 @@ use crate::{
     CompareArgs, ExportArgs, ImportArgs, RunSelect, RunsArgs, command_line, open_store, store_path,
 };
 
-/// Output formats of `compare`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Output formats of a comparison table (`reproduce --format`, `project --format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// mmtests' compare-kernels table.
     Text,
+    /// A GitHub-flavoured markdown table per section.
+    #[value(alias = "md")]
     Markdown,
     Json,
+    /// One line per row and label.
     Csv,
-}
-
-pub fn parse_format(s: &str) -> Result<Format, String> {
-    match s {
-        "text" => Ok(Format::Text),
-        "markdown" | "md" => Ok(Format::Markdown),
-        "json" => Ok(Format::Json),
-        "csv" => Ok(Format::Csv),
-        _ => Err(format!(
-            "unknown format `{s}`; expected text, markdown, json or csv"
-        )),
-    }
 }
 
 /// Output formats of `compare`: the formats of [`Format`], and the 0-day robot's rows.

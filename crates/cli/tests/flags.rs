@@ -34,3 +34,11 @@ fn wrong_significance_is_refused_with_the_choices() {
     refused(&["plot", "a", "--out", "x.svg", "--significance", "anova"], want);
     refused(&["reproduce", "pft-pvl-2023", "--significance", "anova"], want);
 }
+
+#[test]
+fn wrong_table_format_is_refused_with_the_choices() {
+    let want = "invalid value 'html' for '--format <FORMAT>' \
+                [possible values: text, markdown, json, csv]";
+    refused(&["reproduce", "pft-pvl-2023", "--format", "html"], want);
+    refused(&["project", "pft", "--machine", "dev-host", "--format", "html"], want);
+}
