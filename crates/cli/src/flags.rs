@@ -3,6 +3,7 @@
 //! anything. Each converts to the library's type where one exists.
 
 use clap::ValueEnum;
+use pagelab_bench::results::Origin;
 use pagelab_bench::stats::Significance;
 
 /// `--significance`: the rule a comparison marks a difference significant by.
@@ -20,6 +21,27 @@ impl From<SignificanceFlag> for Significance {
         match s {
             SignificanceFlag::Interval => Significance::Interval,
             SignificanceFlag::Ttest => Significance::TTest,
+        }
+    }
+}
+
+/// `--origin`: where a run's numbers come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OriginFlag {
+    /// Measured here, on the engine or on the host kernel.
+    Measured,
+    /// Computed by the projector for a machine description.
+    Projected,
+    /// Produced by the real tools anywhere, then imported.
+    Imported,
+}
+
+impl From<OriginFlag> for Origin {
+    fn from(o: OriginFlag) -> Origin {
+        match o {
+            OriginFlag::Measured => Origin::Measured,
+            OriginFlag::Projected => Origin::Projected,
+            OriginFlag::Imported => Origin::Imported,
         }
     }
 }

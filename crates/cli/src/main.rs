@@ -163,9 +163,9 @@ pub(crate) struct RunSelect {
     pub(crate) label: Vec<String>,
     #[arg(long)]
     pub(crate) workload: Option<String>,
-    /// measured, projected or imported.
-    #[arg(long)]
-    pub(crate) origin: Option<String>,
+    /// Only runs of this origin.
+    #[arg(long, value_enum)]
+    pub(crate) origin: Option<flags::OriginFlag>,
     /// running, complete, incomplete, or abandoned (left running by a process that no longer
     /// exists: killed, or the machine rebooted).
     #[arg(long)]

@@ -31,9 +31,9 @@ pub(crate) struct PlotArgs {
     /// Only this mode (processes or threads); default: one panel per mode.
     #[arg(long)]
     pub(crate) mode: Option<String>,
-    /// Only runs of this origin: measured, projected or imported; default: all, drawn apart.
-    #[arg(long)]
-    pub(crate) origin: Option<String>,
+    /// Only runs of this origin; default: all, drawn apart.
+    #[arg(long, value_enum)]
+    pub(crate) origin: Option<crate::flags::OriginFlag>,
     /// scaling (the metric against the task count, with error bars and perfect scaling) or
     /// change (percent change of each label against the baseline, positive is better).
     #[arg(long, default_value = "scaling")]
@@ -188,7 +188,7 @@ fn create_dir(dir: &Path) -> Result<(), String> {
 
 pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
     let kind: Kind = a.kind.parse()?;
-    let origin: Option<Origin> = a.origin.as_deref().map(str::parse).transpose()?;
+    let origin: Option<Origin> = a.origin.map(Into::into);
     let ext = a
         .out
         .extension()

@@ -239,7 +239,7 @@ impl Selector {
                 ids: a.ids.clone(),
                 labels: a.label.clone(),
                 workload: a.workload.clone(),
-                origin: a.origin.as_deref().map(str::parse).transpose()?,
+                origin: a.origin.map(Into::into),
                 status,
                 experiment: a.experiment.clone(),
             },

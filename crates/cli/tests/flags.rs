@@ -42,3 +42,12 @@ fn wrong_table_format_is_refused_with_the_choices() {
     refused(&["reproduce", "pft-pvl-2023", "--format", "html"], want);
     refused(&["project", "pft", "--machine", "dev-host", "--format", "html"], want);
 }
+
+#[test]
+fn wrong_origin_is_refused_with_the_choices() {
+    let want = "invalid value 'guessed' for '--origin <ORIGIN>' \
+                [possible values: measured, projected, imported]";
+    refused(&["runs", "--origin", "guessed"], want);
+    refused(&["export", "--origin", "guessed"], want);
+    refused(&["plot", "a", "--out", "x.svg", "--origin", "guessed"], want);
+}

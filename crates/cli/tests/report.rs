@@ -261,7 +261,7 @@ fn plot_draws_measured_and_projected_apart_as_svg_and_png() {
     fails(
         &db,
         &["plot", "a", "--origin", "guessed", "--out", b],
-        "unknown origin",
+        "invalid value 'guessed' for '--origin <ORIGIN>'",
     );
     fails(&db, &["plot", "zz", "--out", b], "unknown label `zz`");
     fails(&db, &["plot", "--out", b], "nothing to plot");
