@@ -45,3 +45,16 @@ impl From<OriginFlag> for Origin {
         }
     }
 }
+
+/// `--status`: how a run ended, with `abandoned` told apart from `running` by whether the
+/// process that stores it is still alive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StatusFlag {
+    /// Being written by a process that is alive.
+    Running,
+    Complete,
+    /// Stopped early (Ctrl-C, a failure); what was measured is stored.
+    Incomplete,
+    /// Left running by a process that no longer exists (killed, or the machine rebooted).
+    Abandoned,
+}

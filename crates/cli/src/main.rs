@@ -166,10 +166,9 @@ pub(crate) struct RunSelect {
     /// Only runs of this origin.
     #[arg(long, value_enum)]
     pub(crate) origin: Option<flags::OriginFlag>,
-    /// running, complete, incomplete, or abandoned (left running by a process that no longer
-    /// exists: killed, or the machine rebooted).
-    #[arg(long)]
-    pub(crate) status: Option<String>,
+    /// Only runs of this status.
+    #[arg(long, value_enum)]
+    pub(crate) status: Option<flags::StatusFlag>,
     #[arg(long)]
     pub(crate) experiment: Option<String>,
 }

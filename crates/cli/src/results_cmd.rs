@@ -20,11 +20,12 @@ use pagelab_bench::lkp;
 use pagelab_bench::mmtests;
 use pagelab_bench::output::OutputFile;
 use pagelab_bench::owner::Liveness;
-use pagelab_bench::results::{ABANDONED, RunFilter, SampleRow, Status, StoredRun, quote_label};
+use pagelab_bench::results::{RunFilter, SampleRow, Status, StoredRun, quote_label};
 use pagelab_bench::stats;
 use pagelab_bench::store::{Store, StoreError};
 use serde::ser::{SerializeSeq, Serializer};
 
+use crate::flags::StatusFlag;
 use crate::measure::check_label;
 use crate::{
     CompareArgs, ExportArgs, ImportArgs, RunSelect, RunsArgs, command_line, open_store, store_path,
@@ -219,20 +220,13 @@ struct Selector {
 
 impl Selector {
     fn of(a: &RunSelect) -> Result<Selector, String> {
-        let (status, abandoned) = match a.status.as_deref() {
+        let (status, abandoned) = match a.status {
             None => (None, None),
             // Both are stored as running; whether the process is alive says which.
-            Some(ABANDONED) => (Some(Status::Running), Some(true)),
-            Some("running") => (Some(Status::Running), Some(false)),
-            Some(s) => (
-                Some(s.parse::<Status>().map_err(|_| {
-                    format!(
-                        "unknown status `{}`; expected running, complete, incomplete or {ABANDONED}",
-                        s.escape_debug()
-                    )
-                })?),
-                None,
-            ),
+            Some(StatusFlag::Abandoned) => (Some(Status::Running), Some(true)),
+            Some(StatusFlag::Running) => (Some(Status::Running), Some(false)),
+            Some(StatusFlag::Complete) => (Some(Status::Complete), None),
+            Some(StatusFlag::Incomplete) => (Some(Status::Incomplete), None),
         };
         Ok(Selector {
             filter: RunFilter {

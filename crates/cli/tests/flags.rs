@@ -51,3 +51,11 @@ fn wrong_origin_is_refused_with_the_choices() {
     refused(&["export", "--origin", "guessed"], want);
     refused(&["plot", "a", "--out", "x.svg", "--origin", "guessed"], want);
 }
+
+#[test]
+fn wrong_status_is_refused_with_the_choices() {
+    let want = "invalid value 'done' for '--status <STATUS>' \
+                [possible values: running, complete, incomplete, abandoned]";
+    refused(&["runs", "--status", "done"], want);
+    refused(&["export", "--status", "done"], want);
+}
