@@ -197,9 +197,9 @@ pub(crate) struct RunsArgs {
 pub(crate) struct ExportArgs {
     #[command(flatten)]
     pub(crate) select: RunSelect,
-    /// csv or json.
-    #[arg(long, default_value = "csv")]
-    pub(crate) format: String,
+    /// The samples' layout.
+    #[arg(long, value_enum, default_value_t = results_cmd::ExportFormat::Csv)]
+    pub(crate) format: results_cmd::ExportFormat,
     /// Write to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub(crate) out: Option<PathBuf>,

@@ -391,9 +391,11 @@ impl From<serde_json::Error> for ExportError {
 }
 
 /// Export formats.
-#[derive(Clone, Copy)]
-enum ExportFormat {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExportFormat {
+    /// One line per sample, which `pagelab import` reads back.
     Csv,
+    /// An array of samples.
     Json,
 }
 
@@ -468,11 +470,7 @@ fn write_export(
 }
 
 pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
-    let format = match a.format.as_str() {
-        "csv" => ExportFormat::Csv,
-        "json" => ExportFormat::Json,
-        f => return Err(format!("unknown export format `{f}`; expected csv or json")),
-    };
+    let format = a.format;
     let store = open_read(db)?;
     let runs = Selector::of(&a.select)?.runs(&store)?;
     if runs.is_empty() {

@@ -59,3 +59,11 @@ fn wrong_status_is_refused_with_the_choices() {
     refused(&["runs", "--status", "done"], want);
     refused(&["export", "--status", "done"], want);
 }
+
+#[test]
+fn wrong_export_format_is_refused_with_the_choices() {
+    refused(
+        &["export", "--format", "xml"],
+        "invalid value 'xml' for '--format <FORMAT>' [possible values: csv, json]",
+    );
+}
