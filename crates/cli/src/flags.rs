@@ -3,6 +3,7 @@
 //! anything. Each converts to the library's type where one exists.
 
 use clap::ValueEnum;
+use pagelab_bench::import;
 use pagelab_bench::results::Origin;
 use pagelab_bench::stats::Significance;
 
@@ -57,4 +58,28 @@ pub(crate) enum StatusFlag {
     Incomplete,
     /// Left running by a process that no longer exists (killed, or the machine rebooted).
     Abandoned,
+}
+
+/// `import --format`: which tool's output a file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ImportFormatFlag {
+    /// The stdout of a will-it-scale binary.
+    WillItScale,
+    /// The CSV will-it-scale's runtest.py prints.
+    WillItScaleCsv,
+    /// pft's result lines, as mmtests logs them.
+    Pft,
+    /// pagelab's plain sample CSV.
+    Csv,
+}
+
+impl From<ImportFormatFlag> for import::Format {
+    fn from(f: ImportFormatFlag) -> import::Format {
+        match f {
+            ImportFormatFlag::WillItScale => import::Format::WillItScale,
+            ImportFormatFlag::WillItScaleCsv => import::Format::WillItScaleCsv,
+            ImportFormatFlag::Pft => import::Format::Pft,
+            ImportFormatFlag::Csv => import::Format::Csv,
+        }
+    }
 }

@@ -216,9 +216,9 @@ pub(crate) struct ImportArgs {
     /// directory the default is the directory's name (the run name, usually the kernel's).
     #[arg(long)]
     pub(crate) label: Option<String>,
-    /// will-it-scale, will-it-scale-csv, pft or csv (default: recognised from the content).
-    #[arg(long)]
-    pub(crate) format: Option<String>,
+    /// The tool whose output the file is (default: recognised from the content).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<flags::ImportFormatFlag>,
     /// Workload name, where the file does not say.
     #[arg(long)]
     pub(crate) workload: Option<String>,

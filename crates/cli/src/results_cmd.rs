@@ -570,7 +570,7 @@ pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let file = std::fs::File::open(&a.file).map_err(|e| format!("cannot read {name}: {e}"))?;
     let text = import::read_input(&name, file).map_err(|e| e.to_string())?;
     let format = match &a.format {
-        Some(f) => f.parse::<import::Format>()?,
+        Some(f) => (*f).into(),
         None => import::detect(&name, &text).map_err(|e| e.to_string())?,
     };
     let opts = ImportOptions {

@@ -67,3 +67,12 @@ fn wrong_export_format_is_refused_with_the_choices() {
         "invalid value 'xml' for '--format <FORMAT>' [possible values: csv, json]",
     );
 }
+
+#[test]
+fn wrong_import_format_is_refused_with_the_choices() {
+    refused(
+        &["import", "x.txt", "--label", "x", "--format", "lmbench"],
+        "invalid value 'lmbench' for '--format <FORMAT>' \
+         [possible values: will-it-scale, will-it-scale-csv, pft, csv]",
+    );
+}
