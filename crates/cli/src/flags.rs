@@ -6,6 +6,7 @@ use clap::ValueEnum;
 use pagelab_bench::import;
 use pagelab_bench::results::Origin;
 use pagelab_bench::stats::Significance;
+use pagelab_workloads::Mode;
 
 /// `--significance`: the rule a comparison marks a difference significant by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -80,6 +81,43 @@ impl From<ImportFormatFlag> for import::Format {
             ImportFormatFlag::WillItScaleCsv => import::Format::WillItScaleCsv,
             ImportFormatFlag::Pft => import::Format::Pft,
             ImportFormatFlag::Csv => import::Format::Csv,
+        }
+    }
+}
+
+/// `--mode` where one mode is meant: the tasks are threads of one address space, or processes
+/// with one each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ModeFlag {
+    Processes,
+    Threads,
+}
+
+impl From<ModeFlag> for Mode {
+    fn from(m: ModeFlag) -> Mode {
+        match m {
+            ModeFlag::Processes => Mode::Processes,
+            ModeFlag::Threads => Mode::Threads,
+        }
+    }
+}
+
+/// `--mode` where a run or a projection may cover both modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ModesFlag {
+    Processes,
+    Threads,
+    /// Processes, then threads.
+    Both,
+}
+
+impl ModesFlag {
+    /// The modes to measure or project, in that order.
+    pub(crate) fn modes(self) -> Vec<Mode> {
+        match self {
+            ModesFlag::Processes => vec![Mode::Processes],
+            ModesFlag::Threads => vec![Mode::Threads],
+            ModesFlag::Both => vec![Mode::Processes, Mode::Threads],
         }
     }
 }

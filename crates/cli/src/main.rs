@@ -222,9 +222,9 @@ pub(crate) struct ImportArgs {
     /// Workload name, where the file does not say.
     #[arg(long)]
     pub(crate) workload: Option<String>,
-    /// processes or threads, where the file does not say.
-    #[arg(long)]
-    pub(crate) mode: Option<String>,
+    /// The mode, where the file does not say.
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<flags::ModeFlag>,
     /// Task count, where the file does not say.
     #[arg(long)]
     pub(crate) tasks: Option<u32>,
@@ -251,10 +251,10 @@ pub(crate) struct RunArgs {
     /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
     #[arg(long, default_value = "1,2")]
     pub(crate) tasks: String,
-    /// processes, threads or both (default: processes; threads for mapbench-shared and the
-    /// cortenmm tests, which have no processes mode).
-    #[arg(long)]
-    pub(crate) mode: Option<String>,
+    /// The modes to measure (default: processes; threads for mapbench-shared and the cortenmm
+    /// tests, which have no processes mode).
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<flags::ModesFlag>,
     /// Samples kept per task count (repetitions for pft and lameter).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) samples: u64,

@@ -19,7 +19,9 @@ use pagelab_bench::run::{
 };
 use pagelab_bench::store::Store;
 use pagelab_workloads::runner::SampleSpec;
-use pagelab_workloads::{Mode, WorkloadKind};
+use pagelab_workloads::WorkloadKind;
+
+use crate::flags::ModesFlag;
 
 use pagelab_mm::reclaim::swap::Backing;
 
@@ -231,11 +233,11 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
     let workload: WorkloadKind = a.workload.parse()?;
     // The research designs' benchmarks are about one address space: threads unless asked.
     let default_mode = if workload.threads_only() {
-        "threads"
+        ModesFlag::Threads
     } else {
-        "processes"
+        ModesFlag::Processes
     };
-    let modes = parse_modes(a.mode.as_deref().unwrap_or(default_mode))?;
+    let modes = a.mode.unwrap_or(default_mode).modes();
     let (target, profile) = match a.target.as_str() {
         "engine" => {
             let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))?;
@@ -337,15 +339,6 @@ fn same_path(a: &Path, b: &Path) -> bool {
     }
     pagelab_bench::output::same_file(a, b)
         || matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
-}
-
-pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
-    match s {
-        "both" => Ok(vec![Mode::Processes, Mode::Threads]),
-        m => Ok(vec![
-            m.parse::<Mode>().map_err(|e| format!("{e} (or both)"))?,
-        ]),
-    }
 }
 
 /// Labels are names in tables and file names in reports: printable, no surprises.

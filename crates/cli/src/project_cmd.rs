@@ -19,6 +19,7 @@ use pagelab_project::trace::Trace;
 use pagelab_project::validate;
 use pagelab_workloads::{Mode, WorkloadKind};
 
+use crate::flags::ModesFlag;
 use crate::measure::check_label;
 use crate::results_cmd::{Format, render};
 use crate::{command_line, interrupt_flag, open_store, store_path};
@@ -87,9 +88,9 @@ pub(crate) struct ProjectArgs {
     /// ... and its profiles, the baseline first (repeatable).
     #[arg(long = "profile")]
     profiles: Vec<String>,
-    /// processes, threads or both (default: the experiment's, else both).
-    #[arg(long)]
-    mode: Option<String>,
+    /// The modes to project (default: the experiment's, else both).
+    #[arg(long, value_enum)]
+    mode: Option<ModesFlag>,
     /// Task counts, mmtests style (1,4,16 or 1..8 or 2..64:2).
     #[arg(long)]
     tasks: Option<String>,
@@ -284,13 +285,6 @@ pub(crate) fn trace_cmd(a: TraceArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
-    match s {
-        "both" => Ok(vec![Mode::Processes, Mode::Threads]),
-        m => Ok(vec![m.parse()?]),
-    }
-}
-
 /// Task counts for a machine when none are given: powers of two up to its CPUs, and its CPUs.
 fn machine_tasks(m: &Machine) -> Vec<usize> {
     let mut v: Vec<usize> = std::iter::successors(Some(1usize), |x| Some(x * 2))
@@ -359,7 +353,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         }
     };
     let modes = match &a.mode {
-        Some(s) => parse_modes(s)?,
+        Some(s) => s.modes(),
         None => modes,
     };
     let tasks = match &a.tasks {

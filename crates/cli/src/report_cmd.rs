@@ -17,6 +17,7 @@ use pagelab_report::Results;
 use pagelab_report::html::{self, ExperimentInfo, Meta};
 use pagelab_report::plot::{self, Format, Kind};
 use pagelab_report::series::{self, Filter};
+use pagelab_workloads::Mode;
 
 use crate::command_line;
 use crate::results_cmd::{self, CompareSelect, open_read, stored_labels};
@@ -28,9 +29,9 @@ pub(crate) struct PlotArgs {
     /// Only this metric (faults/sec, faults/cpu, ops/sec, ...); default: every metric.
     #[arg(long)]
     pub(crate) metric: Option<String>,
-    /// Only this mode (processes or threads); default: one panel per mode.
-    #[arg(long)]
-    pub(crate) mode: Option<String>,
+    /// Only this mode; default: one panel per mode.
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<crate::flags::ModeFlag>,
     /// Only runs of this origin; default: all, drawn apart.
     #[arg(long, value_enum)]
     pub(crate) origin: Option<crate::flags::OriginFlag>,
@@ -229,9 +230,10 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
             ));
         }
     }
+    let mode = a.mode.map(|m| Mode::from(m).to_string());
     let filter = Filter {
         metric: a.metric.clone(),
-        mode: a.mode.clone(),
+        mode: mode.clone(),
     };
     let charts = series::charts(&res, &filter);
     if charts.is_empty() {
@@ -249,8 +251,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
             a.metric
                 .as_deref()
                 .map_or(String::new(), |m| format!(" of metric `{m}`")),
-            a.mode
-                .as_deref()
+            mode.as_deref()
                 .map_or(String::new(), |m| format!(" in mode `{m}`")),
             metrics.join(", "),
             modes.join(", ")

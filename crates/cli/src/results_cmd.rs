@@ -23,6 +23,7 @@ use pagelab_bench::owner::Liveness;
 use pagelab_bench::results::{RunFilter, SampleRow, Status, StoredRun, quote_label};
 use pagelab_bench::stats;
 use pagelab_bench::store::{Store, StoreError};
+use pagelab_workloads::Mode;
 use serde::ser::{SerializeSeq, Serializer};
 
 use crate::flags::StatusFlag;
@@ -533,7 +534,7 @@ fn import_mmtests(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let opts = ImportOptions {
         label: label.clone(),
         workload: None,
-        mode: a.mode.clone(),
+        mode: a.mode.map(|m| Mode::from(m).to_string()),
         tasks: None,
         warmup: 0,
         machine: a.machine.clone(),
@@ -576,7 +577,7 @@ pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let opts = ImportOptions {
         label: label.clone(),
         workload: a.workload.clone(),
-        mode: a.mode.clone(),
+        mode: a.mode.map(|m| Mode::from(m).to_string()),
         tasks: a.tasks,
         warmup: a.warmup,
         machine: a.machine.clone(),

@@ -76,3 +76,14 @@ fn wrong_import_format_is_refused_with_the_choices() {
          [possible values: will-it-scale, will-it-scale-csv, pft, csv]",
     );
 }
+
+#[test]
+fn wrong_mode_is_refused_with_the_choices() {
+    let one = "invalid value 'fibers' for '--mode <MODE>' [possible values: processes, threads]";
+    let both = "invalid value 'fibers' for '--mode <MODE>' \
+                [possible values: processes, threads, both]";
+    refused(&["run", "pft", "--mode", "fibers"], both);
+    refused(&["project", "pft", "--machine", "dev-host", "--mode", "fibers"], both);
+    refused(&["import", "x.txt", "--label", "x", "--mode", "fibers"], one);
+    refused(&["plot", "a", "--out", "x.svg", "--mode", "fibers"], one);
+}
