@@ -6,6 +6,7 @@ use clap::ValueEnum;
 use pagelab_bench::import;
 use pagelab_bench::results::Origin;
 use pagelab_bench::stats::Significance;
+use pagelab_report::plot;
 use pagelab_workloads::Mode;
 
 /// `--significance`: the rule a comparison marks a difference significant by.
@@ -118,6 +119,40 @@ impl ModesFlag {
             ModesFlag::Processes => vec![Mode::Processes],
             ModesFlag::Threads => vec![Mode::Threads],
             ModesFlag::Both => vec![Mode::Processes, Mode::Threads],
+        }
+    }
+}
+
+/// `plot --kind`: what a plot draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PlotKindFlag {
+    /// The metric against the task count, with error bars and perfect scaling.
+    Scaling,
+    /// Each label's percent change against the baseline, positive is better.
+    Change,
+}
+
+impl From<PlotKindFlag> for plot::Kind {
+    fn from(k: PlotKindFlag) -> plot::Kind {
+        match k {
+            PlotKindFlag::Scaling => plot::Kind::Scaling,
+            PlotKindFlag::Change => plot::Kind::Change,
+        }
+    }
+}
+
+/// `plot --format`: the image file's format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PlotFormatFlag {
+    Svg,
+    Png,
+}
+
+impl From<PlotFormatFlag> for plot::Format {
+    fn from(f: PlotFormatFlag) -> plot::Format {
+        match f {
+            PlotFormatFlag::Svg => plot::Format::Svg,
+            PlotFormatFlag::Png => plot::Format::Png,
         }
     }
 }

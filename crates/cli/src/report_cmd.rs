@@ -20,6 +20,7 @@ use pagelab_report::series::{self, Filter};
 use pagelab_workloads::Mode;
 
 use crate::command_line;
+use crate::flags::{PlotFormatFlag, PlotKindFlag};
 use crate::results_cmd::{self, CompareSelect, open_read, stored_labels};
 
 #[derive(Args)]
@@ -35,13 +36,12 @@ pub(crate) struct PlotArgs {
     /// Only runs of this origin; default: all, drawn apart.
     #[arg(long, value_enum)]
     pub(crate) origin: Option<crate::flags::OriginFlag>,
-    /// scaling (the metric against the task count, with error bars and perfect scaling) or
-    /// change (percent change of each label against the baseline, positive is better).
-    #[arg(long, default_value = "scaling")]
-    pub(crate) kind: String,
-    /// svg or png. Default: the extension of --out, else svg.
-    #[arg(long)]
-    pub(crate) format: Option<String>,
+    /// What to draw.
+    #[arg(long, value_enum, default_value_t = PlotKindFlag::Scaling)]
+    pub(crate) kind: PlotKindFlag,
+    /// The image format. Default: the extension of --out, else svg.
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<PlotFormatFlag>,
     /// A .svg or .png file for a single plot, or a directory that gets one file per workload
     /// and metric. Missing directories are created (as `mkdir -p`); an SQLite database (the
     /// results store) is never overwritten.
@@ -188,7 +188,7 @@ fn create_dir(dir: &Path) -> Result<(), String> {
 }
 
 pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
-    let kind: Kind = a.kind.parse()?;
+    let kind: Kind = a.kind.into();
     let origin: Option<Origin> = a.origin.map(Into::into);
     let ext = a
         .out
@@ -201,7 +201,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         _ => None,
     };
     let format = match (
-        a.format.as_deref().map(str::parse::<Format>).transpose()?,
+        a.format.map(Format::from),
         file_format,
     ) {
         (Some(f), Some(g)) if f != g => {

@@ -87,3 +87,15 @@ fn wrong_mode_is_refused_with_the_choices() {
     refused(&["import", "x.txt", "--label", "x", "--mode", "fibers"], one);
     refused(&["plot", "a", "--out", "x.svg", "--mode", "fibers"], one);
 }
+
+#[test]
+fn wrong_plot_kind_and_format_are_refused_with_the_choices() {
+    refused(
+        &["plot", "a", "--out", "x.svg", "--kind", "pie"],
+        "invalid value 'pie' for '--kind <KIND>' [possible values: scaling, change]",
+    );
+    refused(
+        &["plot", "a", "--out", "x.svg", "--format", "pdf"],
+        "invalid value 'pdf' for '--format <FORMAT>' [possible values: svg, png]",
+    );
+}

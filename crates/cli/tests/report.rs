@@ -208,12 +208,12 @@ fn plot_draws_measured_and_projected_apart_as_svg_and_png() {
     fails(
         &db,
         &["plot", "a", "--kind", "pie", "--out", b],
-        "unknown plot kind",
+        "invalid value 'pie' for '--kind <KIND>' [possible values: scaling, change]",
     );
     fails(
         &db,
         &["plot", "a", "--format", "pdf", "--out", b],
-        "unknown plot format",
+        "invalid value 'pdf' for '--format <FORMAT>' [possible values: svg, png]",
     );
     fails(
         &db,
