@@ -156,3 +156,41 @@ impl From<PlotFormatFlag> for plot::Format {
         }
     }
 }
+
+/// `run --target`: what runs the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TargetFlag {
+    /// The userspace kernel, with --profile.
+    Engine,
+    /// This machine's kernel, for real.
+    Kernel,
+}
+
+/// `run --lock-stat`: whether the engine counts its lock statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LockStatFlag {
+    /// Counted per class and stored with the run.
+    On,
+    /// Not counted, to measure what counting costs; no lock counters are stored.
+    Off,
+}
+
+/// `micro fault --lock-stat`: measured with the engine's lock statistics on, off, or both ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LockStatsFlag {
+    On,
+    Off,
+    /// Each profile measured both ways, interleaved round by round, with the on/off ratio.
+    Both,
+}
+
+impl LockStatsFlag {
+    /// The settings to measure, in order.
+    pub(crate) fn settings(self) -> &'static [bool] {
+        match self {
+            LockStatsFlag::On => &[true],
+            LockStatsFlag::Off => &[false],
+            LockStatsFlag::Both => &[true, false],
+        }
+    }
+}

@@ -242,9 +242,9 @@ pub(crate) struct RunArgs {
     /// kvcache, mapbench, mapbench-shared, cortenmm-mmap, cortenmm-mmap-pf, cortenmm-pf-low,
     /// cortenmm-pf-high, cortenmm-munmap-low or cortenmm-munmap-high.
     pub(crate) workload: String,
-    /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
-    #[arg(long, default_value = "engine")]
-    pub(crate) target: String,
+    /// What runs the workload.
+    #[arg(long, value_enum, default_value_t = flags::TargetFlag::Engine)]
+    pub(crate) target: flags::TargetFlag,
     /// Profile for the engine (default linux-6.7): a shipped name or a path to a .toml file.
     #[arg(long)]
     pub(crate) profile: Option<String>,
@@ -282,10 +282,9 @@ pub(crate) struct RunArgs {
     /// The cortenmm tests: requests per task per round (CortenMM: 32).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub(crate) requests: u64,
-    /// Engine lock statistics: on (counted per class and stored with the run) or off (to
-    /// measure what counting costs; no lock counters are stored). kvcache always counts.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub(crate) lock_stat: String,
+    /// Engine lock statistics. kvcache always counts.
+    #[arg(long, value_enum, default_value_t = flags::LockStatFlag::On)]
+    pub(crate) lock_stat: flags::LockStatFlag,
     #[command(flatten)]
     pub(crate) kvcache: KvcacheArgs,
 }
@@ -367,10 +366,9 @@ struct FaultArgs {
     /// Engine profiles to measure (shipped names or paths). Repeatable; default linux-6.7.
     #[arg(long = "profile", value_name = "NAME|PATH")]
     profiles: Vec<String>,
-    /// Engine lock statistics: on, off, or both (each profile measured both ways, interleaved
-    /// round by round, with the on/off ratio).
-    #[arg(long, default_value = "both", value_parser = ["on", "off", "both"])]
-    lock_stat: String,
+    /// Engine lock statistics.
+    #[arg(long, value_enum, default_value_t = flags::LockStatsFlag::Both)]
+    lock_stat: flags::LockStatsFlag,
 }
 
 #[derive(Args)]
@@ -564,11 +562,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 .map(|n| profiles::load(n).map(|p| (p.name, p.policy)))
                 .collect::<Result<Vec<_>, _>>()?;
             let stop = interrupt_flag();
-            let lock_stat = match a.lock_stat.as_str() {
-                "on" => &[true][..],
-                "off" => &[false],
-                _ => &[true, false],
-            };
+            let lock_stat = a.lock_stat.settings();
             let rep = pagelab_bench::micro::fault::run(
                 &profs,
                 a.size,

@@ -21,7 +21,7 @@ use pagelab_bench::store::Store;
 use pagelab_workloads::runner::SampleSpec;
 use pagelab_workloads::WorkloadKind;
 
-use crate::flags::ModesFlag;
+use crate::flags::{LockStatFlag, ModesFlag, TargetFlag};
 
 use pagelab_mm::reclaim::swap::Backing;
 
@@ -238,8 +238,8 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         ModesFlag::Processes
     };
     let modes = a.mode.unwrap_or(default_mode).modes();
-    let (target, profile) = match a.target.as_str() {
-        "engine" => {
+    let (target, profile) = match a.target {
+        TargetFlag::Engine => {
             let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))?;
             (
                 Target::Engine {
@@ -249,14 +249,13 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
                 Some(p),
             )
         }
-        "kernel" if a.profile.is_some() => {
+        TargetFlag::Kernel if a.profile.is_some() => {
             return Err(
                 "--profile applies to the engine; the kernel target runs this machine's kernel"
                     .into(),
             );
         }
-        "kernel" => (Target::Kernel, None),
-        t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
+        TargetFlag::Kernel => (Target::Kernel, None),
     };
     let tasks = parse_tasks_for(&a.tasks, &target)?;
     let label = match (&a.label, &profile) {
@@ -284,7 +283,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         repeats: a.repeats as usize,
         first_repeat: 0,
         swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap)?,
-        lock_stat: a.lock_stat == "on",
+        lock_stat: a.lock_stat == LockStatFlag::On,
     };
     if let Backing::File(swap) = &req.swap {
         refuse_store_as_swap(swap, &store_path(db)?)?;

@@ -99,3 +99,23 @@ fn wrong_plot_kind_and_format_are_refused_with_the_choices() {
         "invalid value 'pdf' for '--format <FORMAT>' [possible values: svg, png]",
     );
 }
+
+#[test]
+fn wrong_target_is_refused_with_the_choices() {
+    refused(
+        &["run", "pft", "--target", "qemu"],
+        "invalid value 'qemu' for '--target <TARGET>' [possible values: engine, kernel]",
+    );
+}
+
+#[test]
+fn wrong_lock_stat_is_refused_with_the_choices() {
+    refused(
+        &["run", "pft", "--lock-stat", "maybe"],
+        "invalid value 'maybe' for '--lock-stat <LOCK_STAT>' [possible values: on, off]",
+    );
+    refused(
+        &["micro", "fault", "--lock-stat", "maybe"],
+        "invalid value 'maybe' for '--lock-stat <LOCK_STAT>' [possible values: on, off, both]",
+    );
+}
