@@ -29,7 +29,8 @@ use pagelab_mm::vmstat::VmEvent;
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
 use pagelab_sync::LockStatsSnapshot;
 
-use super::{median, ns_per_op};
+use super::ns_per_op;
+use crate::stats::median;
 use crate::profiles::Profile;
 use pagelab_workloads::pin::{pin_to_core, unpin};
 
@@ -407,7 +408,7 @@ pub fn run(
     for (i, b) in built.iter().enumerate() {
         let (zl, tf) = counted(&b.mem, || pairs(&b.mem, cpu, 0, cfg.ops));
         rep.order0_pair
-            .push(row(b, median(&mut times[i]), None, cfg.ops, zl, tf));
+            .push(row(b, median(&times[i]), None, cfg.ops, zl, tf));
     }
 
     // 2. order-0 bursts.
@@ -429,7 +430,7 @@ pub fn run(
         // Each page is one allocation and one free: 2 operations.
         let (zl, tf) = counted(&b.mem, || bursts(&b.mem, cpu, ops, &mut buf));
         rep.order0_burst
-            .push(row(b, median(&mut times[i]), None, 2 * ops, zl, tf));
+            .push(row(b, median(&times[i]), None, 2 * ops, zl, tf));
     }
 
     // 3. orders 1..3.
@@ -450,7 +451,7 @@ pub fn run(
         let mut rows = Vec::new();
         for (i, b) in built.iter().enumerate() {
             let (zl, tf) = counted(&b.mem, || pairs(&b.mem, cpu, order, ops));
-            rows.push(row(b, median(&mut times[i]), None, ops, zl, tf));
+            rows.push(row(b, median(&times[i]), None, ops, zl, tf));
         }
         rep.high_order.push((order, rows));
     }
@@ -469,7 +470,7 @@ pub fn run(
         }
     }
     for (i, b) in built.iter().enumerate() {
-        let rate = median(&mut rates[i]);
+        let rate = median(&rates[i]);
         let (zl, tf) = counted(&b.mem, || {
             producer_consumer(&b.mem, pages, pinned);
         });
@@ -510,8 +511,8 @@ pub fn run(
             rep.concurrent.push(ConcurrentRow {
                 pattern,
                 threads,
-                buddy_ns: median(&mut times[0]),
-                llfree_ns: median(&mut times[1]),
+                buddy_ns: median(&times[0]),
+                llfree_ns: median(&times[1]),
                 buddy_zone_locks_per_kpage: zl.acquisitions as f64 * 1000.0
                     / (pages * threads as u64) as f64,
             });
@@ -570,8 +571,8 @@ pub fn run(
                 .map(|(i, b)| {
                     (
                         b.name.clone(),
-                        median(&mut pair_t[i]),
-                        median(&mut burst_t[i]),
+                        median(&pair_t[i]),
+                        median(&burst_t[i]),
                     )
                 })
                 .collect(),

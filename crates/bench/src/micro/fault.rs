@@ -23,7 +23,7 @@ use pagelab_workloads::host::HostVm;
 use pagelab_workloads::vm::Vm;
 use pagelab_workloads::{Mode, WorkloadError};
 
-use super::median;
+use crate::stats::median;
 
 /// One profile's result with lock statistics on or off.
 #[derive(Clone, Debug, PartialEq)]
@@ -193,15 +193,15 @@ fn run_settings(
             rows.push(FaultRow {
                 profile: name.clone(),
                 lock_stat: setting,
-                fault_ns: median(&mut fault[i][j]),
-                zero_ns: median(&mut zero[i][j]),
+                fault_ns: median(&fault[i][j]),
+                zero_ns: median(&zero[i][j]),
             });
         }
     }
     Ok(FaultReport {
         rows,
         lock_stat_cost,
-        host_fault_ns: median(&mut hostv),
+        host_fault_ns: median(&hostv),
         pages,
         rounds,
         interrupted,
