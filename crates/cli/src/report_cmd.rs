@@ -279,10 +279,10 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         let bytes = match plot::render(chart, kind, format, &ctx) {
             Ok(b) => b,
             Err(e) if file_format.is_none() => {
-                skipped.push(e);
+                skipped.push(e.to_string());
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.to_string()),
         };
         let path = match file_format {
             Some(_) => a.out.clone(),
@@ -346,7 +346,7 @@ pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
         version: env!("CARGO_PKG_VERSION").into(),
         command: command_line(),
     };
-    let page = html::render(&res, &meta)?;
+    let page = html::render(&res, &meta).map_err(|e| e.to_string())?;
     create_dir(&a.out)?;
     write_file(&path, store.as_deref(), page.as_bytes())?;
     println!("{}", path.display());
