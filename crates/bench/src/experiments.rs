@@ -186,6 +186,7 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         .iter()
         .map(|m| m.parse::<Mode>())
         .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())
         .map_err(ctx)?;
     if modes.is_empty() {
         return Err(ctx("names no mode".into()));
@@ -202,7 +203,10 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         )));
     }
     Ok(Experiment {
-        workload: f.workload.parse().map_err(ctx)?,
+        workload: f
+            .workload
+            .parse::<WorkloadKind>()
+            .map_err(|e| ctx(e.to_string()))?,
         tasks: parse_tasks(&f.tasks).map_err(ctx)?,
         memsize: f
             .memsize

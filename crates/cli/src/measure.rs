@@ -19,7 +19,7 @@ use pagelab_bench::run::{
 };
 use pagelab_bench::store::Store;
 use pagelab_workloads::runner::SampleSpec;
-use pagelab_workloads::WorkloadKind;
+use pagelab_workloads::{ParseError, WorkloadKind};
 
 use crate::flags::{LockStatFlag, ModesFlag, TargetFlag};
 
@@ -230,7 +230,7 @@ fn measure_interleaved(
 }
 
 pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
-    let workload: WorkloadKind = a.workload.parse()?;
+    let workload: WorkloadKind = a.workload.parse().map_err(|e: ParseError| e.to_string())?;
     // The research designs' benchmarks are about one address space: threads unless asked.
     let default_mode = if workload.threads_only() {
         ModesFlag::Threads
@@ -282,7 +282,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         },
         repeats: a.repeats as usize,
         first_repeat: 0,
-        swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap)?,
+        swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap).map_err(|e| e.to_string())?,
         lock_stat: a.lock_stat == LockStatFlag::On,
     };
     if let Backing::File(swap) = &req.swap {

@@ -17,7 +17,7 @@ use pagelab_project::project::{
 };
 use pagelab_project::trace::Trace;
 use pagelab_project::validate;
-use pagelab_workloads::{Mode, WorkloadKind};
+use pagelab_workloads::{Mode, ParseError, WorkloadKind};
 
 use crate::flags::ModesFlag;
 use crate::measure::check_label;
@@ -243,7 +243,7 @@ pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), S
 }
 
 fn projectable(w: &str) -> Result<WorkloadKind, String> {
-    let w: WorkloadKind = w.parse()?;
+    let w: WorkloadKind = w.parse().map_err(|e: ParseError| e.to_string())?;
     pagelab_project::capture::shape(w)?;
     Ok(w)
 }
@@ -332,7 +332,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             )
         }
         (None, Some(w)) => {
-            let w: WorkloadKind = w.parse()?;
+            let w: WorkloadKind = w.parse().map_err(|e: ParseError| e.to_string())?;
             let names = if a.profiles.is_empty() {
                 vec!["linux-6.7".to_string()]
             } else {
