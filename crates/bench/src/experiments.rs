@@ -180,7 +180,7 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         .iter()
         .map(|p| profiles::load(p))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ctx)?;
+        .map_err(|e| ctx(e.to_string()))?;
     let modes = f
         .modes
         .iter()
