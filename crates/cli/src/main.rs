@@ -388,7 +388,7 @@ struct AllocArgs {
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
-    pagelab_bench::experiments::parse_bytes(s)
+    pagelab_bench::experiments::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
