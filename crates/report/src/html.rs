@@ -588,7 +588,7 @@ fn sections(res: &Results, runs: &[&StoredRun]) -> Vec<SourceSection> {
                         comp_tables(&c)
                     }
                     Err(e) => {
-                        notes.push(e);
+                        notes.push(e.to_string());
                         Vec::new()
                     }
                 }
