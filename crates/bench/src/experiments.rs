@@ -419,7 +419,10 @@ mod tests {
             assert!(e.contains(want) && !e.contains('\n'), "{want}: {e}");
         }
         let e = load("nope").unwrap_err();
-        assert!(matches!(&e, ExperimentError::Unknown(n) if n == "nope"), "{e:?}");
+        assert!(
+            matches!(&e, ExperimentError::Unknown(n) if n == "nope"),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("pft-pvl-2023"));
     }
 

@@ -100,10 +100,7 @@ pub enum ProfileError {
     )]
     Unknown(String),
     #[error("shipped profile {name} is invalid: {source}")]
-    ShippedInvalid {
-        name: String,
-        source: PolicyError,
-    },
+    ShippedInvalid { name: String, source: PolicyError },
     #[error("cannot read profile {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -138,10 +135,11 @@ pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
         let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) else {
             return Err(ProfileError::Unknown(name_or_path.to_string()));
         };
-        let policy = Policy::from_toml_str(text).map_err(|source| ProfileError::ShippedInvalid {
-            name: name.to_string(),
-            source,
-        })?;
+        let policy =
+            Policy::from_toml_str(text).map_err(|source| ProfileError::ShippedInvalid {
+                name: name.to_string(),
+                source,
+            })?;
         return Ok(Profile {
             name: policy.name.clone().unwrap_or_else(|| name.to_string()),
             policy,
@@ -362,7 +360,10 @@ mod tests {
     #[test]
     fn unknown_name_lists_the_shipped_ones() {
         let e = load("linux-9.9").unwrap_err();
-        assert!(matches!(&e, ProfileError::Unknown(n) if n == "linux-9.9"), "{e:?}");
+        assert!(
+            matches!(&e, ProfileError::Unknown(n) if n == "linux-9.9"),
+            "{e:?}"
+        );
         let e = e.to_string();
         assert!(
             e.contains("linux-4.15") && e.contains("unknown profile"),

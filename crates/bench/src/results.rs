@@ -253,6 +253,9 @@ mod tests {
         let e = "done".parse::<Status>().unwrap_err();
         assert_eq!((e.what, e.name.as_str()), ("status", "done"));
         let e = e.to_string();
-        assert!(e.contains("unknown status `done`; expected running, complete, incomplete"), "{e}");
+        assert!(
+            e.contains("unknown status `done`; expected running, complete, incomplete"),
+            "{e}"
+        );
     }
 }

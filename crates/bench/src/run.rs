@@ -1207,9 +1207,24 @@ mod tests {
         assert_eq!(parse_tasks("1..4").unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(parse_tasks("2..10:4").unwrap(), vec![2, 6, 10]);
         assert_eq!(parse_tasks("1, 3..4").unwrap(), vec![1, 3, 4]);
-        assert!(parse_tasks("0").unwrap_err().to_string().contains("not a positive"));
-        assert!(parse_tasks("4..1").unwrap_err().to_string().contains("empty range"));
-        assert!(parse_tasks("").unwrap_err().to_string().contains("names no task"));
+        assert!(
+            parse_tasks("0")
+                .unwrap_err()
+                .to_string()
+                .contains("not a positive")
+        );
+        assert!(
+            parse_tasks("4..1")
+                .unwrap_err()
+                .to_string()
+                .contains("empty range")
+        );
+        assert!(
+            parse_tasks("")
+                .unwrap_err()
+                .to_string()
+                .contains("names no task")
+        );
         assert_eq!(
             parse_tasks("1,x"),
             Err(TasksError::NotANumber {
@@ -1217,7 +1232,12 @@ mod tests {
                 list: "1,x".into()
             })
         );
-        assert!(parse_tasks("5000").unwrap_err().to_string().contains("4096"));
+        assert!(
+            parse_tasks("5000")
+                .unwrap_err()
+                .to_string()
+                .contains("4096")
+        );
         // On the host, the engine's limit does not apply; the host's are checked by `check`.
         assert_eq!(
             parse_tasks_for("5000", &Target::Kernel).unwrap(),
@@ -1231,8 +1251,18 @@ mod tests {
                 .to_string()
                 .contains("at most 4096")
         );
-        assert!(parse_tasks("1,1").unwrap_err().to_string().contains("appears twice"));
-        assert!(parse_tasks("1..4,2").unwrap_err().to_string().contains("appears twice"));
+        assert!(
+            parse_tasks("1,1")
+                .unwrap_err()
+                .to_string()
+                .contains("appears twice")
+        );
+        assert!(
+            parse_tasks("1..4,2")
+                .unwrap_err()
+                .to_string()
+                .contains("appears twice")
+        );
     }
 
     #[test]

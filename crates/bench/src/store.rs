@@ -65,8 +65,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, Row, Transaction, TransactionBe
 use crate::compare::SetSummary;
 use crate::owner::Owner;
 use crate::results::{
-    UnknownName,
     CounterRow, Origin, RunData, RunFilter, RunMeta, SampleKey, SampleRow, Status, StoredRun,
+    UnknownName,
 };
 use crate::stats::Summary;
 

@@ -589,7 +589,9 @@ fn format_names_round_trip() {
     assert_eq!((e.what, e.name.as_str()), ("import format", "wis"));
     let e = e.to_string();
     assert!(
-        e.contains("unknown import format `wis`; expected will-it-scale, will-it-scale-csv, pft, csv"),
+        e.contains(
+            "unknown import format `wis`; expected will-it-scale, will-it-scale-csv, pft, csv"
+        ),
         "{e}"
     );
 }

@@ -200,10 +200,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         Some("png") => Some(Format::Png),
         _ => None,
     };
-    let format = match (
-        a.format.map(Format::from),
-        file_format,
-    ) {
+    let format = match (a.format.map(Format::from), file_format) {
         (Some(f), Some(g)) if f != g => {
             return Err(format!(
                 "--format {f} does not match the file name {}",

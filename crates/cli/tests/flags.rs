@@ -31,8 +31,14 @@ fn wrong_significance_is_refused_with_the_choices() {
     let want = "invalid value 'anova' for '--significance <SIGNIFICANCE>' \
                 [possible values: interval, ttest]";
     refused(&["compare", "a", "b", "--significance", "anova"], want);
-    refused(&["plot", "a", "--out", "x.svg", "--significance", "anova"], want);
-    refused(&["reproduce", "pft-pvl-2023", "--significance", "anova"], want);
+    refused(
+        &["plot", "a", "--out", "x.svg", "--significance", "anova"],
+        want,
+    );
+    refused(
+        &["reproduce", "pft-pvl-2023", "--significance", "anova"],
+        want,
+    );
 }
 
 #[test]
@@ -40,7 +46,17 @@ fn wrong_table_format_is_refused_with_the_choices() {
     let want = "invalid value 'html' for '--format <FORMAT>' \
                 [possible values: text, markdown, json, csv]";
     refused(&["reproduce", "pft-pvl-2023", "--format", "html"], want);
-    refused(&["project", "pft", "--machine", "dev-host", "--format", "html"], want);
+    refused(
+        &[
+            "project",
+            "pft",
+            "--machine",
+            "dev-host",
+            "--format",
+            "html",
+        ],
+        want,
+    );
 }
 
 #[test]
@@ -49,7 +65,10 @@ fn wrong_origin_is_refused_with_the_choices() {
                 [possible values: measured, projected, imported]";
     refused(&["runs", "--origin", "guessed"], want);
     refused(&["export", "--origin", "guessed"], want);
-    refused(&["plot", "a", "--out", "x.svg", "--origin", "guessed"], want);
+    refused(
+        &["plot", "a", "--out", "x.svg", "--origin", "guessed"],
+        want,
+    );
 }
 
 #[test]
@@ -83,8 +102,21 @@ fn wrong_mode_is_refused_with_the_choices() {
     let both = "invalid value 'fibers' for '--mode <MODE>' \
                 [possible values: processes, threads, both]";
     refused(&["run", "pft", "--mode", "fibers"], both);
-    refused(&["project", "pft", "--machine", "dev-host", "--mode", "fibers"], both);
-    refused(&["import", "x.txt", "--label", "x", "--mode", "fibers"], one);
+    refused(
+        &[
+            "project",
+            "pft",
+            "--machine",
+            "dev-host",
+            "--mode",
+            "fibers",
+        ],
+        both,
+    );
+    refused(
+        &["import", "x.txt", "--label", "x", "--mode", "fibers"],
+        one,
+    );
     refused(&["plot", "a", "--out", "x.svg", "--mode", "fibers"], one);
 }
 

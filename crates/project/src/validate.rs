@@ -757,7 +757,13 @@ impl SelfCheck {
                 r.workload, r.mode, r.tasks, r.metric, r.measured, r.projected, r.error_pct
             );
         }
-        let med = median(&self.rows.iter().map(|r| r.error_pct.abs()).collect::<Vec<_>>());
+        let med = median(
+            &self
+                .rows
+                .iter()
+                .map(|r| r.error_pct.abs())
+                .collect::<Vec<_>>(),
+        );
         let _ = writeln!(s, "median absolute error {med:.1}%");
         s
     }

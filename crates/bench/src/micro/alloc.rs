@@ -30,8 +30,8 @@ use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
 use pagelab_sync::LockStatsSnapshot;
 
 use super::ns_per_op;
-use crate::stats::median;
 use crate::profiles::Profile;
+use crate::stats::median;
 use pagelab_workloads::pin::{pin_to_core, unpin};
 
 /// What to run.
@@ -568,13 +568,7 @@ pub fn run(
             by_policy: slab_variants
                 .iter()
                 .enumerate()
-                .map(|(i, b)| {
-                    (
-                        b.name.clone(),
-                        median(&pair_t[i]),
-                        median(&burst_t[i]),
-                    )
-                })
+                .map(|(i, b)| (b.name.clone(), median(&pair_t[i]), median(&burst_t[i])))
                 .collect(),
         });
     }
