@@ -29,7 +29,7 @@ use pagelab_mm::vmstat::VmEvent;
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
 use pagelab_sync::LockStatsSnapshot;
 
-use super::ns_per_op;
+use super::{MicroError, ns_per_op};
 use crate::profiles::Profile;
 use crate::stats::median;
 use pagelab_workloads::pin::{pin_to_core, unpin};
@@ -364,9 +364,9 @@ pub fn run(
     cfg: &AllocBenchConfig,
     mut progress: impl FnMut(&str),
     stop: &AtomicBool,
-) -> Result<AllocBenchReport, String> {
+) -> Result<AllocBenchReport, MicroError> {
     if cfg.ops == 0 || cfg.rounds == 0 {
-        return Err("--ops and --rounds must be at least 1".into());
+        return Err(MicroError::Nothing("--ops and --rounds must be at least 1"));
     }
     let mut variants = builtin_variants();
     variants.extend(cfg.extra.iter().map(|p| Variant {
@@ -375,8 +375,12 @@ pub fn run(
     }));
     let mut built = Vec::new();
     for v in variants {
-        let mem = Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy)
-            .map_err(|e| format!("{}: {e}", v.name))?;
+        let mem = Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy).map_err(|source| {
+            MicroError::Build {
+                policy: v.name.clone(),
+                source,
+            }
+        })?;
         built.push(Built {
             name: v.name,
             mem: std::sync::Arc::new(mem),
@@ -487,7 +491,10 @@ pub fn run(
                     name: v.name.clone(),
                     mem: std::sync::Arc::new(m),
                 })
-                .map_err(|e| format!("{}: {e}", v.name))
+                .map_err(|source| MicroError::Build {
+                    policy: v.name.clone(),
+                    source,
+                })
         })
         .collect::<Result<_, _>>()?;
     unpin();
@@ -581,12 +588,15 @@ pub fn run(
     // Every pass frees what it allocates: the allocators must be whole.
     for b in &built {
         b.mem.drain_all_pages();
-        let c = b
-            .mem
-            .check()
-            .map_err(|e| format!("{}: invariant broken: {e}", b.name))?;
+        let c = b.mem.check().map_err(|finding| MicroError::Invariant {
+            policy: b.name.clone(),
+            finding,
+        })?;
         if c.allocated != 0 {
-            return Err(format!("{}: {} frames leaked", b.name, c.allocated));
+            return Err(MicroError::Leak {
+                policy: b.name.clone(),
+                frames: c.allocated,
+            });
         }
     }
     Ok(rep)
