@@ -26,7 +26,7 @@ use serde::Serialize;
 use crate::csv_text::neutralise;
 use crate::results::{Origin, SampleKey, SampleRow};
 use crate::stats::{self, Significance, Summary};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// One statistic row of a comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -246,7 +246,52 @@ impl SetSummary {
 /// The store sorts in SQLite ([`Store::best_samples`]; a stored run has one label and workload,
 /// so the runs say it all); samples in memory are sorted in memory.
 pub trait BestSamples: std::fmt::Debug {
-    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, String>;
+    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, StoreError>;
+}
+
+/// Why there is no comparison.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error("nothing to compare: name at least one label")]
+    NoLabel,
+    #[error("label `{0}` is named twice")]
+    Twice(String),
+    #[error(
+        "label `{0}` has no samples in the selected runs; `pagelab runs` lists the runs (interrupted ones count only with --include-incomplete)"
+    )]
+    NoSamples(String),
+    /// No `by` (a workload, or a workload and mode) has samples under two of the labels.
+    #[error("nothing to compare: no {by} has samples under two of the labels")]
+    NothingShared { by: &'static str },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// For callers whose errors are still text: the one-line message.
+impl From<CompareError> for String {
+    fn from(e: CompareError) -> String {
+        e.to_string()
+    }
+}
+
+/// The labels a comparison names must be some, each once, and each with samples in `sets`:
+/// compare's tables and the robot's rows refuse the same selections alike.
+pub(crate) fn check_labels(sets: &[SetSummary], labels: &[String]) -> Result<(), CompareError> {
+    if labels.is_empty() {
+        return Err(CompareError::NoLabel);
+    }
+    for (i, l) in labels.iter().enumerate() {
+        if labels[..i].contains(l) {
+            return Err(CompareError::Twice(l.clone()));
+        }
+    }
+    match labels
+        .iter()
+        .find(|l| !sets.iter().any(|s| &s.label == *l && s.summary.n() > 0))
+    {
+        Some(l) => Err(CompareError::NoSamples(l.clone())),
+        None => Ok(()),
+    }
 }
 
 /// A sample set pooled over runs of one label and workload.
@@ -259,14 +304,13 @@ pub struct PoolId<'a> {
 }
 
 impl BestSamples for Store {
-    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, String> {
+    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, StoreError> {
         self.best_samples(set.runs, set.key, lens)
-            .map_err(|e| e.to_string())
     }
 }
 
 impl<T: AsRef<[SampleRow]> + std::fmt::Debug> BestSamples for T {
-    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, String> {
+    fn best(&self, set: &PoolId<'_>, lens: &[u64]) -> Result<Vec<Summary>, StoreError> {
         let key = set.key;
         let mut v: Vec<f64> = self
             .as_ref()
@@ -322,7 +366,7 @@ pub fn build(
     samples: &[SampleRow],
     labels: &[String],
     rule: Significance,
-) -> Result<Comparison, String> {
+) -> Result<Comparison, CompareError> {
     build_from(&summarise(samples), labels, rule, &samples)
 }
 
@@ -333,8 +377,8 @@ pub fn from_store(
     run_ids: &[i64],
     labels: &[String],
     rule: Significance,
-) -> Result<Comparison, String> {
-    let sets = store.sample_stats(run_ids).map_err(|e| e.to_string())?;
+) -> Result<Comparison, CompareError> {
+    let sets = store.sample_stats(run_ids)?;
     build_from(&sets, labels, rule, store)
 }
 
@@ -376,26 +420,14 @@ pub fn build_from(
     labels: &[String],
     rule: Significance,
     best: &dyn BestSamples,
-) -> Result<Comparison, String> {
-    if labels.is_empty() {
-        return Err("nothing to compare: name at least one label".into());
-    }
-    for (i, l) in labels.iter().enumerate() {
-        if labels[..i].contains(l) {
-            return Err(format!("label `{l}` is named twice"));
-        }
-    }
+) -> Result<Comparison, CompareError> {
+    check_labels(sets, labels)?;
     let mut columns = Vec::new();
     for l in labels {
         let mine: Vec<&SetSummary> = sets
             .iter()
             .filter(|s| &s.label == l && s.summary.n() > 0)
             .collect();
-        if mine.is_empty() {
-            return Err(format!(
-                "label `{l}` has no samples in the selected runs; `pagelab runs` lists the runs (interrupted ones count only with --include-incomplete)"
-            ));
-        }
         let origins: BTreeSet<&str> = mine.iter().map(|s| s.origin.as_str()).collect();
         let runs: BTreeSet<i64> = mine.iter().map(|s| s.run_id).collect();
         columns.push(Column {
@@ -545,9 +577,9 @@ pub fn build_from(
         });
     }
     if sections.is_empty() {
-        return Err(
-            "nothing to compare: no workload and mode has samples under two of the labels".into(),
-        );
+        return Err(CompareError::NothingShared {
+            by: "workload and mode",
+        });
     }
     Ok(Comparison {
         columns,
@@ -863,6 +895,8 @@ mod tests {
     fn duplicate_labels_and_disjoint_sections_are_refused() {
         let mut s = row("a", 1, "faults/sec", &[1.0, 2.0]);
         let e = build(&s, &labels(&["a", "a"]), Significance::Interval).unwrap_err();
+        assert!(matches!(&e, CompareError::Twice(l) if l == "a"), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("named twice"), "{e}");
         // b has data only in another mode: nothing is compared.
         let mut other = row("b", 1, "faults/sec", &[1.0, 2.0]);
@@ -870,7 +904,9 @@ mod tests {
             r.key.mode = "processes".into();
         }
         s.extend(other);
-        let e = build(&s, &labels(&["a", "b"]), Significance::Interval).unwrap_err();
+        let e = build(&s, &labels(&["a", "b"]), Significance::Interval)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("nothing to compare"), "{e}");
     }
 
@@ -939,7 +975,9 @@ significance: t-test (2018-2024 rule, p < 0.10)
             text.contains("Hmean     faults/sec-1   1.0000 (   0.00%)        - (     NA )\n"),
             "{text}"
         );
-        let e = build(&s, &labels(&["a", "zz"]), Significance::Interval).unwrap_err();
+        let e = build(&s, &labels(&["a", "zz"]), Significance::Interval)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`zz` has no samples"), "{e}");
         assert!(build(&s, &[], Significance::Interval).is_err());
     }

@@ -7,7 +7,7 @@
 //! file works too. Every key is checked when the file is read (unknown keys are errors), and
 //! every profile it names must load, so a typo fails before anything runs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -163,37 +163,105 @@ pub struct Experiment {
     pub kvcache: Option<KvParams>,
 }
 
+/// A significance rule name that is neither `interval` nor `ttest`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown significance rule `{0}`; expected interval (current mmtests) or ttest (2018-2024)"
+)]
+pub struct SignificanceError(pub String);
+
 /// Parse a significance rule name as the CLI and experiment files write it.
-pub fn parse_significance(s: &str) -> Result<Significance, String> {
+pub fn parse_significance(s: &str) -> Result<Significance, SignificanceError> {
     match s {
         "ttest" | "t-test" => Ok(Significance::TTest),
         "interval" => Ok(Significance::Interval),
-        _ => Err(format!(
-            "unknown significance rule `{s}`; expected interval (current mmtests) or ttest (2018-2024)"
-        )),
+        _ => Err(SignificanceError(s.to_string())),
     }
 }
 
+/// A byte size that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("`{text}` is not a size ({source}); write e.g. 512M or 2G")]
+    NotASize {
+        text: String,
+        source: parse_size::Error,
+    },
+    #[error("a size of zero is not allowed")]
+    Zero,
+}
+
 /// Parse a byte size such as `512M` or `1G`.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
     let v = parse_size::Config::new()
         .with_binary()
         .parse_size(s)
-        .map_err(|e| format!("`{s}` is not a size ({e}); write e.g. 512M or 2G"))?;
+        .map_err(|source| SizeError::NotASize {
+            text: s.to_string(),
+            source,
+        })?;
     if v == 0 {
-        return Err("a size of zero is not allowed".into());
+        return Err(SizeError::Zero);
     }
     Ok(v)
 }
 
+/// Why an experiment could not be loaded. Each message is one line and names the experiment.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    #[error(
+        "unknown experiment `{0}`; shipped experiments: {names} (or give a path to a .toml file)",
+        names = BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+    )]
+    Unknown(String),
+    #[error("cannot read experiment {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is not TOML, or its keys are not an experiment's.
+    #[error("experiment {name}: {}", source.message().trim())]
+    Syntax {
+        name: String,
+        source: toml::de::Error,
+    },
+    /// A value the file sets is refused: a profile, a mode, the task counts, a size, the rule.
+    #[error("experiment {name}: {source}")]
+    Invalid {
+        name: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A file takes a shipped experiment's name but runs something else.
+    #[error(
+        "experiment {} is named `{name}` like a shipped experiment but differs from it in {changed}; give it a name of its own (name = \"...\") so that its runs are not stored under the shipped name",
+        path.display()
+    )]
+    ShippedName {
+        path: PathBuf,
+        name: String,
+        /// The keys that differ, comma-separated.
+        changed: String,
+    },
+}
+
+/// For callers whose errors are still text (the projector's): the one-line message.
+impl From<ExperimentError> for String {
+    fn from(e: ExperimentError) -> String {
+        e.to_string()
+    }
+}
+
 /// Read an experiment from its TOML text; `fallback_name` names it when the file does not.
-pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
-    let f: ExperimentFile = toml::from_str(text).map_err(|e| {
-        let msg = e.message().to_string();
-        format!("experiment {fallback_name}: {}", msg.trim())
+pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, ExperimentError> {
+    let f: ExperimentFile = toml::from_str(text).map_err(|source| ExperimentError::Syntax {
+        name: fallback_name.to_string(),
+        source,
     })?;
     let name = f.name.unwrap_or_else(|| fallback_name.to_string());
-    let ctx = |e: String| format!("experiment {name}: {e}");
+    let ctx = |e: Box<dyn std::error::Error + Send + Sync>| ExperimentError::Invalid {
+        name: name.clone(),
+        source: e,
+    };
     if f.profiles.is_empty() {
         return Err(ctx("names no profile".into()));
     }
@@ -202,13 +270,13 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         .iter()
         .map(|p| profiles::load(p))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ctx)?;
+        .map_err(|e| ctx(e.into()))?;
     let modes = f
         .modes
         .iter()
         .map(|m| m.parse::<Mode>())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ctx)?;
+        .map_err(|e| ctx(e.into()))?;
     if modes.is_empty() {
         return Err(ctx("names no mode".into()));
     }
@@ -221,7 +289,8 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         return Err(ctx(format!(
             "published = \"{table}\" names no shipped table; tables: {}",
             PUBLISHED_TABLES.join(", ")
-        )));
+        )
+        .into()));
     }
     if let Some(m) = &f.machine
         && !MACHINES.contains(&m.as_str())
@@ -229,24 +298,28 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
         return Err(ctx(format!(
             "machine = \"{m}\" names no shipped machine; machines: {}",
             MACHINES.join(", ")
-        )));
+        )
+        .into()));
     }
     Ok(Experiment {
-        workload: f.workload.parse().map_err(ctx)?,
-        tasks: parse_tasks(&f.tasks).map_err(ctx)?,
+        workload: f
+            .workload
+            .parse::<WorkloadKind>()
+            .map_err(|e| ctx(e.into()))?,
+        tasks: parse_tasks(&f.tasks).map_err(|e| ctx(e.into()))?,
         memsize: f
             .memsize
             .as_deref()
             .map(parse_bytes)
             .transpose()
-            .map_err(ctx)?,
+            .map_err(|e| ctx(e.into()))?,
         size: f
             .size
             .as_deref()
             .map(parse_bytes)
             .transpose()
-            .map_err(ctx)?,
-        significance: parse_significance(&f.significance).map_err(ctx)?,
+            .map_err(|e| ctx(e.into()))?,
+        significance: parse_significance(&f.significance).map_err(|e| ctx(e.into()))?,
         name,
         description: f.description,
         source: f.source,
@@ -263,11 +336,13 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, String> {
 }
 
 /// Load a shipped experiment by name, or a user's file by path.
-pub fn load(name_or_path: &str) -> Result<Experiment, String> {
+pub fn load(name_or_path: &str) -> Result<Experiment, ExperimentError> {
     if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
         let path = Path::new(name_or_path);
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read experiment {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| ExperimentError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let stem = path
             .file_stem()
             .map_or_else(|| name_or_path.into(), |s| s.to_string_lossy().into_owned());
@@ -277,13 +352,7 @@ pub fn load(name_or_path: &str) -> Result<Experiment, String> {
     }
     match BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
         Some((n, text)) => parse(text, n),
-        None => {
-            let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
-            Err(format!(
-                "unknown experiment `{name_or_path}`; shipped experiments: {} (or give a path to a .toml file)",
-                names.join(", ")
-            ))
-        }
+        None => Err(ExperimentError::Unknown(name_or_path.to_string())),
     }
 }
 
@@ -322,7 +391,7 @@ fn differences(a: &Experiment, b: &Experiment) -> Vec<&'static str> {
 /// thing: its runs are stored under the experiment's name, and `compare --experiment` and the
 /// report would pool a changed copy's rows with the shipped experiment's. The comparison is on
 /// parsed values, so a copy that only reformats the file loads.
-fn refuse_shipped_name(e: &Experiment, path: &Path) -> Result<(), String> {
+fn refuse_shipped_name(e: &Experiment, path: &Path) -> Result<(), ExperimentError> {
     let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == e.name) else {
         return Ok(());
     };
@@ -331,11 +400,11 @@ fn refuse_shipped_name(e: &Experiment, path: &Path) -> Result<(), String> {
     if changed.is_empty() {
         return Ok(());
     }
-    Err(format!(
-        "experiment {} is named `{name}` like a shipped experiment but differs from it in {}; give it a name of its own (name = \"...\") so that its runs are not stored under the shipped name",
-        path.display(),
-        changed.join(", ")
-    ))
+    Err(ExperimentError::ShippedName {
+        path: path.to_path_buf(),
+        name: name.to_string(),
+        changed: changed.join(", "),
+    })
 }
 
 #[cfg(test)]
@@ -379,10 +448,15 @@ mod tests {
             (format!("{ok}size = \"lots\"\n"), "not a size"),
         ];
         for (text, want) in cases {
-            let e = parse(&text, "x").unwrap_err();
+            let e = parse(&text, "x").unwrap_err().to_string();
             assert!(e.contains(want) && !e.contains('\n'), "{want}: {e}");
         }
-        assert!(load("nope").unwrap_err().contains("pft-pvl-2023"));
+        let e = load("nope").unwrap_err();
+        assert!(
+            matches!(&e, ExperimentError::Unknown(n) if n == "nope"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("pft-pvl-2023"));
     }
 
     #[test]
@@ -469,7 +543,7 @@ mod tests {
             .unwrap()
             .1;
         let bad = text.replace("pft-single-vma-2023", "pft-single-vma-2032");
-        let e = parse(&bad, "x").unwrap_err();
+        let e = parse(&bad, "x").unwrap_err().to_string();
         assert!(
             e.contains("published = \"pft-single-vma-2032\" names no shipped table")
                 && e.contains("page_fault1-2018")
@@ -496,7 +570,7 @@ mod tests {
             .find(|l| l.starts_with("samples"))
             .expect("lameter-2005 sets samples");
         std::fs::write(&same, text.replace(samples, "samples = 99")).unwrap();
-        let e = load(same.to_str().unwrap()).unwrap_err();
+        let e = load(same.to_str().unwrap()).unwrap_err().to_string();
         assert!(
             e.contains("named `lameter-2005` like a shipped experiment")
                 && e.contains("differs from it in samples")
@@ -511,6 +585,7 @@ mod tests {
         assert!(
             load(same.to_str().unwrap())
                 .unwrap_err()
+                .to_string()
                 .contains("samples")
         );
         // The same change under a name of its own loads.

@@ -79,7 +79,7 @@ use std::fmt;
 use std::io::Read;
 use std::str::FromStr;
 
-use crate::results::{Origin, RunData, RunMeta, SampleKey, Status};
+use crate::results::{Origin, RunData, RunMeta, SampleKey, Status, UnknownName};
 
 /// Why a file could not be imported. Every message is one line that names the file.
 #[derive(Debug, thiserror::Error)]
@@ -210,17 +210,16 @@ impl fmt::Display for Format {
 }
 
 impl FromStr for Format {
-    type Err = String;
+    type Err = UnknownName;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         Format::ALL
             .into_iter()
             .find(|f| f.as_str() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown import format `{s}`; expected {}",
-                    Format::ALL.map(Format::as_str).join(", ")
-                )
+            .ok_or_else(|| UnknownName {
+                what: "import format",
+                name: s.to_string(),
+                expected: Format::ALL.map(Format::as_str).join(", "),
             })
     }
 }

@@ -44,7 +44,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use crate::compare::SetSummary;
+use crate::compare::{CompareError, SetSummary, check_labels};
 use crate::results::SampleKey;
 use crate::stats::Summary;
 
@@ -89,20 +89,8 @@ struct Row {
 /// summaries (sets of other labels are ignored; each label's runs are pooled). Errors as
 /// [`crate::compare::build_from`] does: no label, a label named twice, a label without samples,
 /// or nothing shared by two labels.
-pub fn render(sets: &[SetSummary], labels: &[String]) -> Result<String, String> {
-    if labels.is_empty() {
-        return Err("nothing to compare: name at least one label".into());
-    }
-    for (i, l) in labels.iter().enumerate() {
-        if labels[..i].contains(l) {
-            return Err(format!("label `{l}` is named twice"));
-        }
-        if !sets.iter().any(|s| &s.label == l && s.summary.n() > 0) {
-            return Err(format!(
-                "label `{l}` has no samples in the selected runs; `pagelab runs` lists the runs (interrupted ones count only with --include-incomplete)"
-            ));
-        }
-    }
+pub fn render(sets: &[SetSummary], labels: &[String]) -> Result<String, CompareError> {
+    check_labels(sets, labels)?;
     // workload -> (key, name) -> per-label pooled summary
     type Cells = Vec<Option<Summary>>;
     let mut groups: BTreeMap<&str, BTreeMap<(&SampleKey, String), Cells>> = BTreeMap::new();
@@ -142,7 +130,7 @@ pub fn render(sets: &[SetSummary], labels: &[String]) -> Result<String, String> 
         shown += 1;
     }
     if shown == 0 {
-        return Err("nothing to compare: no workload has samples under two of the labels".into());
+        return Err(CompareError::NothingShared { by: "workload" });
     }
     Ok(out)
 }
@@ -417,11 +405,13 @@ label:
         assert!(
             render(&sets, &labels(&["a", "a"]))
                 .unwrap_err()
+                .to_string()
                 .contains("named twice")
         );
         assert!(
             render(&sets, &labels(&["a", "b"]))
                 .unwrap_err()
+                .to_string()
                 .contains("`b` has no samples")
         );
     }

@@ -1,9 +1,10 @@
 //! The shipped profiles (`profiles/*.toml`), embedded in the binary so that `pagelab` works from
 //! any directory, and lookup of a profile by name or by path to a user's own file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pagelab_mm::Policy;
+use pagelab_mm::policy::PolicyError;
 
 /// `(name, TOML text)` of every shipped profile.
 pub const BUILTIN: &[(&str, &str)] = &[
@@ -91,20 +92,55 @@ pub struct Profile {
     pub source: String,
 }
 
+/// Why a profile could not be loaded. Each message is one line and says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error(
+        "unknown profile `{0}`; shipped profiles: {names} (or give a path to a .toml file)",
+        names = BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+    )]
+    Unknown(String),
+    #[error("shipped profile {name} is invalid: {source}")]
+    ShippedInvalid { name: String, source: PolicyError },
+    #[error("cannot read profile {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("profile {}: {source}", path.display())]
+    Invalid { path: PathBuf, source: PolicyError },
+    /// A file takes a shipped profile's name but sets other values (see [`load`]).
+    #[error(
+        "profile {} is named `{name}` like a shipped profile but differs from it ({changed}); give it a name of its own (name = \"...\") so that its runs are not stored under the shipped label",
+        path.display()
+    )]
+    ShippedName {
+        path: PathBuf,
+        name: String,
+        /// The keys that differ, `key old -> new`, comma-separated.
+        changed: String,
+    },
+}
+
+/// For callers whose errors are still text (the projector's): the one-line message.
+impl From<ProfileError> for String {
+    fn from(e: ProfileError) -> String {
+        e.to_string()
+    }
+}
+
 /// Load a profile by shipped name, or from a path (anything containing `/` or ending `.toml`).
-/// Errors are one line and say what to do.
-pub fn load(name_or_path: &str) -> Result<Profile, String> {
+pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
     let looks_like_path = name_or_path.contains('/') || name_or_path.ends_with(".toml");
     if !looks_like_path {
         let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) else {
-            let names: Vec<_> = BUILTIN.iter().map(|(n, _)| *n).collect();
-            return Err(format!(
-                "unknown profile `{name_or_path}`; shipped profiles: {} (or give a path to a .toml file)",
-                names.join(", ")
-            ));
+            return Err(ProfileError::Unknown(name_or_path.to_string()));
         };
-        let policy = Policy::from_toml_str(text)
-            .map_err(|e| format!("shipped profile {name} is invalid: {e}"))?;
+        let policy =
+            Policy::from_toml_str(text).map_err(|source| ProfileError::ShippedInvalid {
+                name: name.to_string(),
+                source,
+            })?;
         return Ok(Profile {
             name: policy.name.clone().unwrap_or_else(|| name.to_string()),
             policy,
@@ -112,10 +148,14 @@ pub fn load(name_or_path: &str) -> Result<Profile, String> {
         });
     }
     let path = Path::new(name_or_path);
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read profile {}: {e}", path.display()))?;
-    let policy =
-        Policy::from_toml_str(&text).map_err(|e| format!("profile {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let policy = Policy::from_toml_str(&text).map_err(|source| ProfileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -133,12 +173,14 @@ pub fn load(name_or_path: &str) -> Result<Profile, String> {
 /// runs are stored under the profile's name, so a changed copy named `linux-4.15` would put its
 /// rows beside the real `linux-4.15` ones, and compare would pool them. Identical copies are
 /// harmless (their rows are the shipped profile's), so they load.
-fn refuse_shipped_name(name: &str, policy: &Policy, path: &Path) -> Result<(), String> {
+fn refuse_shipped_name(name: &str, policy: &Policy, path: &Path) -> Result<(), ProfileError> {
     let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name) else {
         return Ok(());
     };
-    let shipped = Policy::from_toml_str(text)
-        .map_err(|e| format!("shipped profile {name} is invalid: {e}"))?;
+    let shipped = Policy::from_toml_str(text).map_err(|source| ProfileError::ShippedInvalid {
+        name: name.to_string(),
+        source,
+    })?;
     let unnamed = |p: &Policy| Policy {
         name: None,
         ..p.clone()
@@ -153,11 +195,11 @@ fn refuse_shipped_name(name: &str, policy: &Policy, path: &Path) -> Result<(), S
     if shipped.description != policy.description {
         changed.push("description".into());
     }
-    Err(format!(
-        "profile {} is named `{name}` like a shipped profile but differs from it ({}); give it a name of its own (name = \"...\") so that its runs are not stored under the shipped label",
-        path.display(),
-        changed.join(", ")
-    ))
+    Err(ProfileError::ShippedName {
+        path: path.to_path_buf(),
+        name: name.to_string(),
+        changed: changed.join(", "),
+    })
 }
 
 /// Test helper: the files embedded as `builtin` are exactly the `*.toml` files of the
@@ -300,14 +342,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("anon.toml");
         std::fs::write(&f, "[mm]\nanon_prefault = 512\n").unwrap();
-        let e = load(f.to_str().unwrap()).unwrap_err();
+        let e = load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(
             e.contains("anon.toml") && e.contains("mm.anon_prefault") && e.contains("511"),
             "{e}"
         );
         assert!(!e.contains('\n'));
         std::fs::write(&f, "[mm]\nptl = \"cmpxchg\"\n").unwrap();
-        let e = load(f.to_str().unwrap()).unwrap_err();
+        let e = load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(
             e.contains("anon.toml") && e.contains("cmpxchg") && e.contains("atomic"),
             "{e}"
@@ -319,6 +361,11 @@ mod tests {
     #[test]
     fn unknown_name_lists_the_shipped_ones() {
         let e = load("linux-9.9").unwrap_err();
+        assert!(
+            matches!(&e, ProfileError::Unknown(n) if n == "linux-9.9"),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(
             e.contains("linux-4.15") && e.contains("unknown profile"),
             "{e}"
@@ -332,13 +379,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("mine.toml");
         std::fs::write(&f, "[pcp]\nbatch = 500\nhigh = 100\n").unwrap();
-        let e = load(f.to_str().unwrap()).unwrap_err();
+        let e = load(f.to_str().unwrap()).unwrap_err().to_string();
         assert!(e.contains("mine.toml") && e.contains("pcp.batch"), "{e}");
         std::fs::write(&f, "[pcp]\nbatch = 5\nhigh = 100\n").unwrap();
         assert_eq!(load(f.to_str().unwrap()).unwrap().name, "mine");
         assert!(
             load("/nonexistent/x.toml")
                 .unwrap_err()
+                .to_string()
                 .contains("cannot read")
         );
         std::fs::remove_dir_all(&dir).unwrap();
@@ -359,7 +407,7 @@ mod tests {
         // One value changed: refused, naming the key.
         let changed = dir.path().join("mine.toml");
         std::fs::write(&changed, shipped.replace("batch = 31", "batch = 62")).unwrap();
-        let e = load(changed.to_str().unwrap()).unwrap_err();
+        let e = load(changed.to_str().unwrap()).unwrap_err().to_string();
         assert!(
             e.contains("named `linux-4.15` like a shipped profile")
                 && e.contains("pcp.batch 31 -> 62")
@@ -369,7 +417,7 @@ mod tests {
         );
         // The stem alone collides too.
         std::fs::write(&unnamed, "[pcp]\nbatch = 7\n").unwrap();
-        let e = load(unnamed.to_str().unwrap()).unwrap_err();
+        let e = load(unnamed.to_str().unwrap()).unwrap_err().to_string();
         assert!(e.contains("named `vanilla-4.9`"), "{e}");
         // A name of its own loads.
         let own = shipped.replace("name = \"linux-4.15\"", "name = \"linux-4.15-b62\"");

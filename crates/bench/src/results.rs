@@ -37,6 +37,16 @@ pub enum Status {
     Incomplete,
 }
 
+/// A name that is none of an enum's (an origin, a status, an import format): what kind of name,
+/// the name, and the names there are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} `{name}`; expected {expected}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    pub expected: String,
+}
+
 macro_rules! str_enum {
     ($t:ty, $what:literal, $($v:ident => $s:literal),+) => {
         impl $t {
@@ -50,12 +60,15 @@ macro_rules! str_enum {
             }
         }
         impl FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
                 match s {
                     $($s => Ok(Self::$v),)+
-                    _ => Err(format!(concat!("unknown ", $what, " `{}`; expected {}"), s,
-                        [$($s),+].join(", "))),
+                    _ => Err(UnknownName {
+                        what: $what,
+                        name: s.to_string(),
+                        expected: [$($s),+].join(", "),
+                    }),
                 }
             }
         }
@@ -238,6 +251,11 @@ mod tests {
             assert_eq!(s.to_string().parse::<Status>().unwrap(), s);
         }
         let e = "done".parse::<Status>().unwrap_err();
-        assert!(e.contains("running, complete, incomplete"), "{e}");
+        assert_eq!((e.what, e.name.as_str()), ("status", "done"));
+        let e = e.to_string();
+        assert!(
+            e.contains("unknown status `done`; expected running, complete, incomplete"),
+            "{e}"
+        );
     }
 }

@@ -128,12 +128,34 @@ pub struct RunRow {
     pub interrupted: bool,
 }
 
+/// What is wrong with a task list; each message quotes the list or the count.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TasksError {
+    #[error("`{item}` in task list `{list}` is not a positive number")]
+    NotANumber { item: String, list: String },
+    #[error("{0} tasks: the engine models at most {ENGINE_MAX_CPUS} CPUs")]
+    OverEngineCpus(usize),
+    #[error("{0} tasks: pagelab runs at most {HOST_MAX_TASKS} tasks on the host")]
+    OverHostTasks(usize),
+    #[error("empty range `{range}` in task list `{list}`")]
+    EmptyRange { range: String, list: String },
+    #[error("task count {count} appears twice in task list `{list}`")]
+    Twice { count: usize, list: String },
+    #[error("task list `{0}` names no task count")]
+    Empty(String),
+}
+
+/// For callers whose errors are still text (the projector's): the one-line message.
+impl From<TasksError> for String {
+    fn from(e: TasksError) -> String {
+        e.to_string()
+    }
+}
+
 /// Parse an mmtests-style task list: `1,2,4` (or space-separated, as shell loops list them),
 /// `1..8` (inclusive), `2..16:2` (stride). A count may appear only once.
-pub fn parse_tasks(s: &str) -> Result<Vec<usize>, String> {
-    parse_tasks_up_to(s, ENGINE_MAX_CPUS, &|n| {
-        format!("{n} tasks: the engine models at most {ENGINE_MAX_CPUS} CPUs")
-    })
+pub fn parse_tasks(s: &str) -> Result<Vec<usize>, TasksError> {
+    parse_tasks_up_to(s, ENGINE_MAX_CPUS, TasksError::OverEngineCpus)
 }
 
 /// The most virtual CPUs the engine models.
@@ -142,12 +164,10 @@ const ENGINE_MAX_CPUS: usize = 4096;
 /// A task list for `target`: on the engine, [`parse_tasks`]; on the host, counts up to a
 /// bound of pagelab's own that only keeps a typo from building a huge list. The host's real
 /// limits (processes, threads, memory) are checked by [`check`], which names them.
-pub fn parse_tasks_for(s: &str, target: &Target) -> Result<Vec<usize>, String> {
+pub fn parse_tasks_for(s: &str, target: &Target) -> Result<Vec<usize>, TasksError> {
     match target {
         Target::Engine { .. } => parse_tasks(s),
-        Target::Kernel => parse_tasks_up_to(s, HOST_MAX_TASKS, &|n| {
-            format!("{n} tasks: pagelab runs at most {HOST_MAX_TASKS} tasks on the host")
-        }),
+        Target::Kernel => parse_tasks_up_to(s, HOST_MAX_TASKS, TasksError::OverHostTasks),
     }
 }
 
@@ -157,16 +177,19 @@ const HOST_MAX_TASKS: usize = 1 << 20;
 fn parse_tasks_up_to(
     s: &str,
     max: usize,
-    too_many: &dyn Fn(usize) -> String,
-) -> Result<Vec<usize>, String> {
+    too_many: fn(usize) -> TasksError,
+) -> Result<Vec<usize>, TasksError> {
     let mut out: Vec<usize> = Vec::new();
-    let num = |t: &str| -> Result<usize, String> {
+    let num = |t: &str| -> Result<usize, TasksError> {
         let n = t
             .trim()
             .parse::<usize>()
             .ok()
             .filter(|&n| n >= 1)
-            .ok_or_else(|| format!("`{t}` in task list `{s}` is not a positive number"))?;
+            .ok_or_else(|| TasksError::NotANumber {
+                item: t.to_string(),
+                list: s.to_string(),
+            })?;
         if n > max {
             return Err(too_many(n));
         }
@@ -183,7 +206,10 @@ fn parse_tasks_up_to(
             };
             let lo = num(range)?;
             if lo > hi {
-                return Err(format!("empty range `{part}` in task list `{s}`"));
+                return Err(TasksError::EmptyRange {
+                    range: part.to_string(),
+                    list: s.to_string(),
+                });
             }
             (lo..=hi).step_by(stride).collect()
         } else {
@@ -191,13 +217,16 @@ fn parse_tasks_up_to(
         };
         for n in counts {
             if out.contains(&n) {
-                return Err(format!("task count {n} appears twice in task list `{s}`"));
+                return Err(TasksError::Twice {
+                    count: n,
+                    list: s.to_string(),
+                });
             }
             out.push(n);
         }
     }
     if out.is_empty() {
-        return Err(format!("task list `{s}` names no task count"));
+        return Err(TasksError::Empty(s.to_string()));
     }
     Ok(out)
 }
@@ -1178,11 +1207,37 @@ mod tests {
         assert_eq!(parse_tasks("1..4").unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(parse_tasks("2..10:4").unwrap(), vec![2, 6, 10]);
         assert_eq!(parse_tasks("1, 3..4").unwrap(), vec![1, 3, 4]);
-        assert!(parse_tasks("0").unwrap_err().contains("not a positive"));
-        assert!(parse_tasks("4..1").unwrap_err().contains("empty range"));
-        assert!(parse_tasks("").unwrap_err().contains("names no task"));
-        assert!(parse_tasks("x").is_err());
-        assert!(parse_tasks("5000").unwrap_err().contains("4096"));
+        assert!(
+            parse_tasks("0")
+                .unwrap_err()
+                .to_string()
+                .contains("not a positive")
+        );
+        assert!(
+            parse_tasks("4..1")
+                .unwrap_err()
+                .to_string()
+                .contains("empty range")
+        );
+        assert!(
+            parse_tasks("")
+                .unwrap_err()
+                .to_string()
+                .contains("names no task")
+        );
+        assert_eq!(
+            parse_tasks("1,x"),
+            Err(TasksError::NotANumber {
+                item: "x".into(),
+                list: "1,x".into()
+            })
+        );
+        assert!(
+            parse_tasks("5000")
+                .unwrap_err()
+                .to_string()
+                .contains("4096")
+        );
         // On the host, the engine's limit does not apply; the host's are checked by `check`.
         assert_eq!(
             parse_tasks_for("5000", &Target::Kernel).unwrap(),
@@ -1193,10 +1248,21 @@ mod tests {
         assert!(
             parse_tasks("1..100000000000")
                 .unwrap_err()
+                .to_string()
                 .contains("at most 4096")
         );
-        assert!(parse_tasks("1,1").unwrap_err().contains("appears twice"));
-        assert!(parse_tasks("1..4,2").unwrap_err().contains("appears twice"));
+        assert!(
+            parse_tasks("1,1")
+                .unwrap_err()
+                .to_string()
+                .contains("appears twice")
+        );
+        assert!(
+            parse_tasks("1..4,2")
+                .unwrap_err()
+                .to_string()
+                .contains("appears twice")
+        );
     }
 
     #[test]

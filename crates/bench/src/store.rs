@@ -66,6 +66,7 @@ use crate::compare::SetSummary;
 use crate::owner::Owner;
 use crate::results::{
     CounterRow, Origin, RunData, RunFilter, RunMeta, SampleKey, SampleRow, Status, StoredRun,
+    UnknownName,
 };
 use crate::stats::Summary;
 
@@ -1421,10 +1422,14 @@ pub struct CounterTotal {
 }
 
 /// Reads a text column into an enum (`Origin`, `Status`).
-fn parse_col<T: std::str::FromStr<Err = String>>(r: &Row<'_>, i: usize) -> rusqlite::Result<T> {
+fn parse_col<T: std::str::FromStr<Err = UnknownName>>(
+    r: &Row<'_>,
+    i: usize,
+) -> rusqlite::Result<T> {
     let s: String = r.get(i)?;
-    s.parse()
-        .map_err(|e: String| rusqlite::Error::FromSqlConversionFailure(i, Type::Text, e.into()))
+    s.parse().map_err(|e: UnknownName| {
+        rusqlite::Error::FromSqlConversionFailure(i, Type::Text, Box::new(e))
+    })
 }
 
 fn json_ids(ids: &[i64]) -> String {

@@ -586,8 +586,12 @@ fn format_names_round_trip() {
     }
     assert_eq!(Format::WillItScaleCsv.tool(), "will-it-scale");
     let e = "wis".parse::<Format>().unwrap_err();
+    assert_eq!((e.what, e.name.as_str()), ("import format", "wis"));
+    let e = e.to_string();
     assert!(
-        e.contains("will-it-scale, will-it-scale-csv, pft, csv"),
+        e.contains(
+            "unknown import format `wis`; expected will-it-scale, will-it-scale-csv, pft, csv"
+        ),
         "{e}"
     );
 }

@@ -13,6 +13,7 @@ use pagelab_bench::micro::alloc::{AllocBenchConfig, run as run_alloc_bench};
 use pagelab_bench::profiles;
 use pagelab_bench::store::Store;
 
+mod flags;
 mod measure;
 mod project_cmd;
 mod report_cmd;
@@ -100,13 +101,12 @@ pub(crate) struct ReproduceArgs {
     /// Override the experiment's task counts (mmtests style: 1,2,4 or 1..8 or 2..16:2).
     #[arg(long)]
     pub(crate) tasks: Option<String>,
-    /// Significance rule: interval (current mmtests) or ttest (2018-2024); default: the
-    /// experiment's.
-    #[arg(long)]
-    pub(crate) significance: Option<String>,
-    /// text, markdown, json or csv.
-    #[arg(long, default_value = "text")]
-    pub(crate) format: String,
+    /// Significance rule; default: the experiment's.
+    #[arg(long, value_enum)]
+    pub(crate) significance: Option<flags::SignificanceFlag>,
+    /// The comparison table's layout.
+    #[arg(long, value_enum, default_value_t = results_cmd::Format::Text)]
+    pub(crate) format: results_cmd::Format,
     #[command(flatten)]
     pub(crate) projection: reproduce_cmd::ProjectionArgs,
 }
@@ -137,13 +137,12 @@ pub(crate) struct RunSelect {
     pub(crate) label: Vec<String>,
     #[arg(long)]
     pub(crate) workload: Option<String>,
-    /// measured, projected or imported.
-    #[arg(long)]
-    pub(crate) origin: Option<String>,
-    /// running, complete, incomplete, or abandoned (left running by a process that no longer
-    /// exists: killed, or the machine rebooted).
-    #[arg(long)]
-    pub(crate) status: Option<String>,
+    /// Only runs of this origin.
+    #[arg(long, value_enum)]
+    pub(crate) origin: Option<flags::OriginFlag>,
+    /// Only runs of this status.
+    #[arg(long, value_enum)]
+    pub(crate) status: Option<flags::StatusFlag>,
     #[arg(long)]
     pub(crate) experiment: Option<String>,
 }
@@ -172,9 +171,9 @@ pub(crate) struct RunsArgs {
 pub(crate) struct ExportArgs {
     #[command(flatten)]
     pub(crate) select: RunSelect,
-    /// csv or json.
-    #[arg(long, default_value = "csv")]
-    pub(crate) format: String,
+    /// The samples' layout.
+    #[arg(long, value_enum, default_value_t = results_cmd::ExportFormat::Csv)]
+    pub(crate) format: results_cmd::ExportFormat,
     /// Write to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub(crate) out: Option<PathBuf>,
@@ -191,15 +190,15 @@ pub(crate) struct ImportArgs {
     /// directory the default is the directory's name (the run name, usually the kernel's).
     #[arg(long)]
     pub(crate) label: Option<String>,
-    /// will-it-scale, will-it-scale-csv, pft or csv (default: recognised from the content).
-    #[arg(long)]
-    pub(crate) format: Option<String>,
+    /// The tool whose output the file is (default: recognised from the content).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<flags::ImportFormatFlag>,
     /// Workload name, where the file does not say.
     #[arg(long)]
     pub(crate) workload: Option<String>,
-    /// processes or threads, where the file does not say.
-    #[arg(long)]
-    pub(crate) mode: Option<String>,
+    /// The mode, where the file does not say.
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<flags::ModeFlag>,
     /// Task count, where the file does not say.
     #[arg(long)]
     pub(crate) tasks: Option<u32>,
@@ -218,19 +217,19 @@ pub(crate) struct RunArgs {
     /// cortenmm-mmap-high, cortenmm-mmap-pf-high, cortenmm-pf-low, cortenmm-pf-high,
     /// cortenmm-munmap-low or cortenmm-munmap-high.
     pub(crate) workload: String,
-    /// engine (the userspace kernel with --profile) or kernel (this machine's kernel, for real).
-    #[arg(long, default_value = "engine")]
-    pub(crate) target: String,
+    /// What runs the workload.
+    #[arg(long, value_enum, default_value_t = flags::TargetFlag::Engine)]
+    pub(crate) target: flags::TargetFlag,
     /// Profile for the engine (default linux-6.7): a shipped name or a path to a .toml file.
     #[arg(long)]
     pub(crate) profile: Option<String>,
     /// Task counts, mmtests style: 1,2,4 or 1..8 or 2..16:2.
     #[arg(long, default_value = "1,2")]
     pub(crate) tasks: String,
-    /// processes, threads or both (default: processes; threads for mapbench-shared and the
-    /// cortenmm tests, which have no processes mode).
-    #[arg(long)]
-    pub(crate) mode: Option<String>,
+    /// The modes to measure (default: processes; threads for mapbench-shared and the cortenmm
+    /// tests, which have no processes mode).
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<flags::ModesFlag>,
     /// Samples kept per task count (repetitions for pft and lameter).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) samples: u64,
@@ -258,10 +257,9 @@ pub(crate) struct RunArgs {
     /// The cortenmm tests: requests per task per round (CortenMM: 32).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub(crate) requests: u64,
-    /// Engine lock statistics: on (counted per class and stored with the run) or off (to
-    /// measure what counting costs; no lock counters are stored). kvcache always counts.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub(crate) lock_stat: String,
+    /// Engine lock statistics. kvcache always counts.
+    #[arg(long, value_enum, default_value_t = flags::LockStatFlag::On)]
+    pub(crate) lock_stat: flags::LockStatFlag,
     #[command(flatten)]
     pub(crate) kvcache: KvcacheArgs,
 }
@@ -343,10 +341,9 @@ struct FaultArgs {
     /// Engine profiles to measure (shipped names or paths). Repeatable; default linux-6.7.
     #[arg(long = "profile", value_name = "NAME|PATH")]
     profiles: Vec<String>,
-    /// Engine lock statistics: on, off, or both (each profile measured both ways, interleaved
-    /// round by round, with the on/off ratio).
-    #[arg(long, default_value = "both", value_parser = ["on", "off", "both"])]
-    lock_stat: String,
+    /// Engine lock statistics.
+    #[arg(long, value_enum, default_value_t = flags::LockStatsFlag::Both)]
+    lock_stat: flags::LockStatsFlag,
 }
 
 #[derive(Args)]
@@ -366,7 +363,7 @@ struct AllocArgs {
 }
 
 fn parse_bytes(s: &str) -> Result<u64, String> {
-    pagelab_bench::experiments::parse_bytes(s)
+    pagelab_bench::experiments::parse_bytes(s).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -376,8 +373,25 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line, as every other error: clap's first line names the problem.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments");
+            let mut lines = text.lines();
+            let first = lines.next().unwrap_or("bad arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
+            // A first line ending in a colon ("the following required arguments were not
+            // provided:") is followed by what it names, one indented line each: kept, or the
+            // line would not say which argument is missing.
+            let named: Vec<&str> = if first.ends_with(':') {
+                lines
+                    .take_while(|l| l.starts_with(' ') && !l.trim().is_empty())
+                    .map(str::trim)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let first = if named.is_empty() {
+                first.to_string()
+            } else {
+                format!("{first} {}", named.join(", "))
+            };
             // A value not among a flag's choices: the choices go on the same line.
             let choices = text
                 .lines()
@@ -523,11 +537,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 .map(|n| profiles::load(n).map(|p| (p.name, p.policy)))
                 .collect::<Result<Vec<_>, _>>()?;
             let stop = interrupt_flag();
-            let lock_stat = match a.lock_stat.as_str() {
-                "on" => &[true][..],
-                "off" => &[false],
-                _ => &[true, false],
-            };
+            let lock_stat = a.lock_stat.settings();
             let rep = pagelab_bench::micro::fault::run(
                 &profs,
                 a.size,

@@ -19,7 +19,9 @@ use pagelab_bench::run::{
 };
 use pagelab_bench::store::Store;
 use pagelab_workloads::runner::SampleSpec;
-use pagelab_workloads::{Mode, WorkloadKind};
+use pagelab_workloads::{ParseError, WorkloadKind};
+
+use crate::flags::{LockStatFlag, ModesFlag, TargetFlag};
 
 use pagelab_mm::reclaim::swap::Backing;
 
@@ -229,16 +231,16 @@ fn measure_interleaved(
 }
 
 pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
-    let workload: WorkloadKind = a.workload.parse()?;
+    let workload: WorkloadKind = a.workload.parse().map_err(|e: ParseError| e.to_string())?;
     // The research designs' benchmarks are about one address space: threads unless asked.
     let default_mode = if workload.threads_only() {
-        "threads"
+        ModesFlag::Threads
     } else {
-        "processes"
+        ModesFlag::Processes
     };
-    let modes = parse_modes(a.mode.as_deref().unwrap_or(default_mode))?;
-    let (target, profile) = match a.target.as_str() {
-        "engine" => {
+    let modes = a.mode.unwrap_or(default_mode).modes();
+    let (target, profile) = match a.target {
+        TargetFlag::Engine => {
             let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))?;
             (
                 Target::Engine {
@@ -248,14 +250,13 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
                 Some(p),
             )
         }
-        "kernel" if a.profile.is_some() => {
+        TargetFlag::Kernel if a.profile.is_some() => {
             return Err(
                 "--profile applies to the engine; the kernel target runs this machine's kernel"
                     .into(),
             );
         }
-        "kernel" => (Target::Kernel, None),
-        t => return Err(format!("unknown target `{t}`; expected engine or kernel")),
+        TargetFlag::Kernel => (Target::Kernel, None),
     };
     let tasks = parse_tasks_for(&a.tasks, &target)?;
     let label = match (&a.label, &profile) {
@@ -282,8 +283,8 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         },
         repeats: a.repeats as usize,
         first_repeat: 0,
-        swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap)?,
-        lock_stat: a.lock_stat == "on",
+        swap: pagelab_workloads::kvcache::parse_swap(&a.kvcache.swap).map_err(|e| e.to_string())?,
+        lock_stat: a.lock_stat == LockStatFlag::On,
     };
     if let Backing::File(swap) = &req.swap {
         refuse_store_as_swap(swap, &store_path(db)?)?;
@@ -338,15 +339,6 @@ fn same_path(a: &Path, b: &Path) -> bool {
     }
     pagelab_bench::output::same_file(a, b)
         || matches!((resolved(a), resolved(b)), (Some(x), Some(y)) if x == y)
-}
-
-pub fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
-    match s {
-        "both" => Ok(vec![Mode::Processes, Mode::Threads]),
-        m => Ok(vec![
-            m.parse::<Mode>().map_err(|e| format!("{e} (or both)"))?,
-        ]),
-    }
 }
 
 /// Labels are names in tables and file names in reports: printable, no surprises.
@@ -405,11 +397,8 @@ fn experiment_request(
 /// printed side by side. Everything that can be refused is refused before the engine runs.
 pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     let e = experiments::load(&a.experiment)?;
-    let rule = match &a.significance {
-        Some(s) => experiments::parse_significance(s)?,
-        None => e.significance,
-    };
-    let format = crate::results_cmd::parse_format(&a.format)?;
+    let rule = a.significance.map_or(e.significance, Into::into);
+    let format = a.format;
     let reqs = e
         .profiles
         .iter()

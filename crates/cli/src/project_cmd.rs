@@ -17,10 +17,11 @@ use pagelab_project::project::{
 };
 use pagelab_project::trace::Trace;
 use pagelab_project::validate;
-use pagelab_workloads::{Mode, WorkloadKind};
+use pagelab_workloads::{Mode, ParseError, WorkloadKind};
 
+use crate::flags::ModesFlag;
 use crate::measure::check_label;
-use crate::results_cmd::{parse_format, render};
+use crate::results_cmd::{Format, render};
 use crate::{command_line, interrupt_flag, open_store, store_path};
 
 #[derive(Args)]
@@ -88,9 +89,9 @@ pub(crate) struct ProjectArgs {
     /// ... and its profiles, the baseline first (repeatable).
     #[arg(long = "profile")]
     profiles: Vec<String>,
-    /// processes, threads or both (default: the experiment's, else both).
-    #[arg(long)]
-    mode: Option<String>,
+    /// The modes to project (default: the experiment's, else both).
+    #[arg(long, value_enum)]
+    mode: Option<ModesFlag>,
     /// Task counts, mmtests style (1,4,16 or 1..8 or 2..64:2).
     #[arg(long)]
     tasks: Option<String>,
@@ -110,9 +111,9 @@ pub(crate) struct ProjectArgs {
     /// Store under this label instead of `<profile>@<machine>` (one profile only).
     #[arg(long)]
     label: Option<String>,
-    /// text, markdown, json or csv.
-    #[arg(long, default_value = "text")]
-    format: String,
+    /// The comparison table's layout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
 }
 
 #[derive(Args)]
@@ -256,7 +257,7 @@ pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), S
 }
 
 fn projectable(w: &str) -> Result<WorkloadKind, String> {
-    let w: WorkloadKind = w.parse()?;
+    let w: WorkloadKind = w.parse().map_err(|e: ParseError| e.to_string())?;
     pagelab_project::capture::shape(w)?;
     Ok(w)
 }
@@ -298,13 +299,6 @@ pub(crate) fn trace_cmd(a: TraceArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
-    match s {
-        "both" => Ok(vec![Mode::Processes, Mode::Threads]),
-        m => Ok(vec![m.parse()?]),
-    }
-}
-
 /// Task counts for a machine when none are given: powers of two up to its CPUs, and its CPUs.
 fn machine_tasks(m: &Machine) -> Vec<usize> {
     let mut v: Vec<usize> = std::iter::successors(Some(1usize), |x| Some(x * 2))
@@ -340,7 +334,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         (None, None) => return Err("--machine is needed: the machine to project to".into()),
     };
     let m = Machine::load(&machine)?;
-    let format = parse_format(&a.format)?;
+    let format = a.format;
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
     let mut region_bytes = None;
@@ -365,7 +359,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             )
         }
         (None, Some(w)) => {
-            let w: WorkloadKind = w.parse()?;
+            let w: WorkloadKind = w.parse().map_err(|e: ParseError| e.to_string())?;
             let names = if a.profiles.is_empty() {
                 vec!["linux-6.7".to_string()]
             } else {
@@ -386,7 +380,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         }
     };
     let modes = match &a.mode {
-        Some(s) => parse_modes(s)?,
+        Some(s) => s.modes(),
         None => modes,
     };
     let tasks = match &a.tasks {

@@ -17,8 +17,10 @@ use pagelab_report::Results;
 use pagelab_report::html::{self, ExperimentInfo, Meta};
 use pagelab_report::plot::{self, Format, Kind};
 use pagelab_report::series::{self, Filter};
+use pagelab_workloads::Mode;
 
 use crate::command_line;
+use crate::flags::{PlotFormatFlag, PlotKindFlag};
 use crate::results_cmd::{self, CompareSelect, open_read, stored_labels};
 
 #[derive(Args)]
@@ -28,19 +30,18 @@ pub(crate) struct PlotArgs {
     /// Only this metric (faults/sec, faults/cpu, ops/sec, ...); default: every metric.
     #[arg(long)]
     pub(crate) metric: Option<String>,
-    /// Only this mode (processes or threads); default: one panel per mode.
-    #[arg(long)]
-    pub(crate) mode: Option<String>,
-    /// Only runs of this origin: measured, projected or imported; default: all, drawn apart.
-    #[arg(long)]
-    pub(crate) origin: Option<String>,
-    /// scaling (the metric against the task count, with error bars and perfect scaling) or
-    /// change (percent change of each label against the baseline, positive is better).
-    #[arg(long, default_value = "scaling")]
-    pub(crate) kind: String,
-    /// svg or png. Default: the extension of --out, else svg.
-    #[arg(long)]
-    pub(crate) format: Option<String>,
+    /// Only this mode; default: one panel per mode.
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<crate::flags::ModeFlag>,
+    /// Only runs of this origin; default: all, drawn apart.
+    #[arg(long, value_enum)]
+    pub(crate) origin: Option<crate::flags::OriginFlag>,
+    /// What to draw.
+    #[arg(long, value_enum, default_value_t = PlotKindFlag::Scaling)]
+    pub(crate) kind: PlotKindFlag,
+    /// The image format. Default: the extension of --out, else svg.
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<PlotFormatFlag>,
     /// A .svg or .png file for a single plot, or a directory that gets one file per workload
     /// and metric. Missing directories are created (as `mkdir -p`); an SQLite database (the
     /// results store) is never overwritten.
@@ -187,8 +188,8 @@ fn create_dir(dir: &Path) -> Result<(), String> {
 }
 
 pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
-    let kind: Kind = a.kind.parse()?;
-    let origin: Option<Origin> = a.origin.as_deref().map(str::parse).transpose()?;
+    let kind: Kind = a.kind.into();
+    let origin: Option<Origin> = a.origin.map(Into::into);
     let ext = a
         .out
         .extension()
@@ -199,10 +200,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         Some("png") => Some(Format::Png),
         _ => None,
     };
-    let format = match (
-        a.format.as_deref().map(str::parse::<Format>).transpose()?,
-        file_format,
-    ) {
+    let format = match (a.format.map(Format::from), file_format) {
         (Some(f), Some(g)) if f != g => {
             return Err(format!(
                 "--format {f} does not match the file name {}",
@@ -229,9 +227,10 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
             ));
         }
     }
+    let mode = a.mode.map(|m| Mode::from(m).to_string());
     let filter = Filter {
         metric: a.metric.clone(),
-        mode: a.mode.clone(),
+        mode: mode.clone(),
     };
     let charts = series::charts(&res, &filter);
     if charts.is_empty() {
@@ -249,8 +248,7 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
             a.metric
                 .as_deref()
                 .map_or(String::new(), |m| format!(" of metric `{m}`")),
-            a.mode
-                .as_deref()
+            mode.as_deref()
                 .map_or(String::new(), |m| format!(" in mode `{m}`")),
             metrics.join(", "),
             modes.join(", ")
@@ -278,10 +276,10 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
         let bytes = match plot::render(chart, kind, format, &ctx) {
             Ok(b) => b,
             Err(e) if file_format.is_none() => {
-                skipped.push(e);
+                skipped.push(e.to_string());
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.to_string()),
         };
         let path = match file_format {
             Some(_) => a.out.clone(),
@@ -345,7 +343,7 @@ pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
         version: env!("CARGO_PKG_VERSION").into(),
         command: command_line(),
     };
-    let page = html::render(&res, &meta)?;
+    let page = html::render(&res, &meta).map_err(|e| e.to_string())?;
     create_dir(&a.out)?;
     write_file(&path, store.as_deref(), page.as_bytes())?;
     println!("{}", path.display());

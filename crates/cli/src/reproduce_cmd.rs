@@ -27,7 +27,7 @@ use pagelab_bench::store::Store;
 use pagelab_project::machine::Machine;
 use pagelab_project::project::{ProjectSpec, default_label, project, store_projection};
 use pagelab_project::validate::{self, MeanKind, Published};
-use pagelab_workloads::Mode;
+use pagelab_workloads::{Mode, WorkloadKind};
 
 use crate::command_line;
 use crate::results_cmd::Format;
@@ -157,6 +157,12 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
         captures: a.captures.unwrap_or(REPRODUCE_CAPTURES) as usize,
         seed: a.seed.unwrap_or(1),
         ops_per_cpu: a.ops_per_cpu.unwrap_or(REPRODUCE_OPS_PER_CPU),
+        // Lameter's test faults one region split between the threads (as `project` does).
+        region_bytes: if e.workload == WorkloadKind::Lameter {
+            e.size
+        } else {
+            None
+        },
     };
     spec.check()
         .map_err(|err| format!("--project-tasks: {err}"))?;

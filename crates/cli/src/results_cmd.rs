@@ -20,35 +20,29 @@ use pagelab_bench::lkp;
 use pagelab_bench::mmtests;
 use pagelab_bench::output::OutputFile;
 use pagelab_bench::owner::Liveness;
-use pagelab_bench::results::{ABANDONED, RunFilter, SampleRow, Status, StoredRun, quote_label};
+use pagelab_bench::results::{RunFilter, SampleRow, Status, StoredRun, quote_label};
 use pagelab_bench::stats;
 use pagelab_bench::store::{Store, StoreError};
+use pagelab_workloads::Mode;
 use serde::ser::{SerializeSeq, Serializer};
 
+use crate::flags::StatusFlag;
 use crate::measure::check_label;
 use crate::{
     CompareArgs, ExportArgs, ImportArgs, RunSelect, RunsArgs, command_line, open_store, store_path,
 };
 
-/// Output formats of `compare`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Output formats of a comparison table (`reproduce --format`, `project --format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// mmtests' compare-kernels table.
     Text,
+    /// A GitHub-flavoured markdown table per section.
+    #[value(alias = "md")]
     Markdown,
     Json,
+    /// One line per row and label.
     Csv,
-}
-
-pub fn parse_format(s: &str) -> Result<Format, String> {
-    match s {
-        "text" => Ok(Format::Text),
-        "markdown" | "md" => Ok(Format::Markdown),
-        "json" => Ok(Format::Json),
-        "csv" => Ok(Format::Csv),
-        _ => Err(format!(
-            "unknown format `{s}`; expected text, markdown, json or csv"
-        )),
-    }
 }
 
 /// Output formats of `compare`: the formats of [`Format`], and the 0-day robot's rows.
@@ -109,10 +103,9 @@ pub(crate) struct CompareSelect {
     /// Also use runs that were interrupted.
     #[arg(long)]
     pub(crate) include_incomplete: bool,
-    /// interval (current mmtests rule) or ttest (the 2018-2024 rule). Default: the
-    /// experiment's rule with --experiment, else interval.
-    #[arg(long)]
-    pub(crate) significance: Option<String>,
+    /// The significance rule. Default: the experiment's rule with --experiment, else interval.
+    #[arg(long, value_enum)]
+    pub(crate) significance: Option<crate::flags::SignificanceFlag>,
 }
 
 /// What a comparison works on: the store (read-only), the labels with the baseline first, the
@@ -136,7 +129,7 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
         a.experiment = Some(e.name.clone());
     }
     let rule = match (&a.significance, &exp) {
-        (Some(r), _) => experiments::parse_significance(r)?,
+        (Some(r), _) => (*r).into(),
         (None, Some(e)) => e.significance,
         (None, None) => stats::Significance::Interval,
     };
@@ -228,27 +221,20 @@ struct Selector {
 
 impl Selector {
     fn of(a: &RunSelect) -> Result<Selector, String> {
-        let (status, abandoned) = match a.status.as_deref() {
+        let (status, abandoned) = match a.status {
             None => (None, None),
             // Both are stored as running; whether the process is alive says which.
-            Some(ABANDONED) => (Some(Status::Running), Some(true)),
-            Some("running") => (Some(Status::Running), Some(false)),
-            Some(s) => (
-                Some(s.parse::<Status>().map_err(|_| {
-                    format!(
-                        "unknown status `{}`; expected running, complete, incomplete or {ABANDONED}",
-                        s.escape_debug()
-                    )
-                })?),
-                None,
-            ),
+            Some(StatusFlag::Abandoned) => (Some(Status::Running), Some(true)),
+            Some(StatusFlag::Running) => (Some(Status::Running), Some(false)),
+            Some(StatusFlag::Complete) => (Some(Status::Complete), None),
+            Some(StatusFlag::Incomplete) => (Some(Status::Incomplete), None),
         };
         Ok(Selector {
             filter: RunFilter {
                 ids: a.ids.clone(),
                 labels: a.label.clone(),
                 workload: a.workload.clone(),
-                origin: a.origin.as_deref().map(str::parse).transpose()?,
+                origin: a.origin.map(Into::into),
                 status,
                 experiment: a.experiment.clone(),
             },
@@ -406,9 +392,11 @@ impl From<serde_json::Error> for ExportError {
 }
 
 /// Export formats.
-#[derive(Clone, Copy)]
-enum ExportFormat {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExportFormat {
+    /// One line per sample, which `pagelab import` reads back.
     Csv,
+    /// An array of samples.
     Json,
 }
 
@@ -483,11 +471,7 @@ fn write_export(
 }
 
 pub fn export_cmd(a: ExportArgs, db: Option<&Path>) -> Result<(), String> {
-    let format = match a.format.as_str() {
-        "csv" => ExportFormat::Csv,
-        "json" => ExportFormat::Json,
-        f => return Err(format!("unknown export format `{f}`; expected csv or json")),
-    };
+    let format = a.format;
     let store = open_read(db)?;
     let runs = Selector::of(&a.select)?.runs(&store)?;
     if runs.is_empty() {
@@ -550,7 +534,7 @@ fn import_mmtests(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let opts = ImportOptions {
         label: label.clone(),
         workload: None,
-        mode: a.mode.clone(),
+        mode: a.mode.map(|m| Mode::from(m).to_string()),
         tasks: None,
         warmup: 0,
         machine: a.machine.clone(),
@@ -587,13 +571,13 @@ pub fn import_cmd(a: ImportArgs, db: Option<&Path>) -> Result<(), String> {
     let file = std::fs::File::open(&a.file).map_err(|e| format!("cannot read {name}: {e}"))?;
     let text = import::read_input(&name, file).map_err(|e| e.to_string())?;
     let format = match &a.format {
-        Some(f) => f.parse::<import::Format>()?,
+        Some(f) => (*f).into(),
         None => import::detect(&name, &text).map_err(|e| e.to_string())?,
     };
     let opts = ImportOptions {
         label: label.clone(),
         workload: a.workload.clone(),
-        mode: a.mode.clone(),
+        mode: a.mode.map(|m| Mode::from(m).to_string()),
         tasks: a.tasks,
         warmup: a.warmup,
         machine: a.machine.clone(),

@@ -64,7 +64,7 @@ fn export_out_refuses_the_store_and_any_database() {
     fails(
         &db,
         &["export", "--format", "xml", "--out", out.to_str().unwrap()],
-        "unknown export format `xml`",
+        "invalid value 'xml' for '--format <FORMAT>' [possible values: csv, json]",
     );
     assert!(!out.exists());
     // An ordinary file is replaced whole.

@@ -208,12 +208,12 @@ fn plot_draws_measured_and_projected_apart_as_svg_and_png() {
     fails(
         &db,
         &["plot", "a", "--kind", "pie", "--out", b],
-        "unknown plot kind",
+        "invalid value 'pie' for '--kind <KIND>' [possible values: scaling, change]",
     );
     fails(
         &db,
         &["plot", "a", "--format", "pdf", "--out", b],
-        "unknown plot format",
+        "invalid value 'pdf' for '--format <FORMAT>' [possible values: svg, png]",
     );
     fails(
         &db,
@@ -261,7 +261,7 @@ fn plot_draws_measured_and_projected_apart_as_svg_and_png() {
     fails(
         &db,
         &["plot", "a", "--origin", "guessed", "--out", b],
-        "unknown origin",
+        "invalid value 'guessed' for '--origin <ORIGIN>'",
     );
     fails(&db, &["plot", "zz", "--out", b], "unknown label `zz`");
     fails(&db, &["plot", "--out", b], "nothing to plot");

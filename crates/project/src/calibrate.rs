@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use pagelab_bench::stats::median;
 use pagelab_workloads::host::HostVm;
 use pagelab_workloads::pin::{allowed_cpus, pin_to_core};
 use pagelab_workloads::vm::Vm;
@@ -31,11 +32,6 @@ use serde::Serialize;
 
 use crate::machine::{Cpu, KernelCosts, Latency, Machine, Memory, Numa, Topology};
 use crate::validate::Published;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// The fewest nanoseconds any of `runs` timings of `f` took: on a shared host another task can
 /// only add time to a run (it preempts, or evicts the caches), never remove it, so the quickest
@@ -163,7 +159,7 @@ pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
 pub fn wakeup_ns() -> f64 {
     const ROUNDS: u64 = 20_000;
     median(
-        (0..3)
+        &(0..3)
             .map(|_| {
                 let turn = Arc::new(AtomicU64::new(0));
                 let main = std::thread::current();
@@ -191,7 +187,7 @@ pub fn wakeup_ns() -> f64 {
                 peer.join().expect("peer thread");
                 ns / ROUNDS as f64 / 2.0
             })
-            .collect(),
+            .collect::<Vec<_>>(),
     )
 }
 
@@ -218,7 +214,7 @@ pub fn shootdown_ns() -> Result<(f64, f64), String> {
     let peer_region = b.mmap_anon(1 << 20).map_err(err)?;
     pin_to_core(0);
     let alone = median(
-        (0..3)
+        &(0..3)
             .map(|_| unmap_loop(&a))
             .collect::<Result<Vec<_>, _>>()?,
     );
@@ -248,7 +244,7 @@ pub fn shootdown_ns() -> Result<(f64, f64), String> {
         }
         let t = Instant::now();
         let with = median(
-            (0..3)
+            &(0..3)
                 .map(|_| unmap_loop(&a))
                 .collect::<Result<Vec<_>, _>>()?,
         );
@@ -287,7 +283,7 @@ pub fn trap_ns(profile: &pagelab_bench::profiles::Profile) -> Result<f64, String
     pin_to_core(0);
     let host = HostVm::new();
     let host_ns = median(
-        (0..3)
+        &(0..3)
             .map(|_| {
                 per_fault(&|c, s| {
                     task_loop(&host, Variant::Anon, bytes, c, s).map_err(|e| e.to_string())
@@ -302,7 +298,7 @@ pub fn trap_ns(profile: &pagelab_bench::profiles::Profile) -> Result<f64, String
         pagelab_workloads::engine::tasks(&k, 1, pagelab_workloads::Mode::Threads, false)
             .map_err(|e| format!("calibrate: {e}"))?;
     let engine_ns = median(
-        (0..3)
+        &(0..3)
             .map(|_| {
                 per_fault(&|c, s| {
                     task_loop(&vms[0], Variant::Anon, bytes, c, s).map_err(|e| e.to_string())
@@ -396,7 +392,7 @@ pub fn pair_throughput(a: usize, b: usize) -> f64 {
         t.elapsed().as_nanos() as f64
     };
     median(
-        (0..3)
+        &(0..3)
             .map(|_| {
                 pin_to_core(a);
                 let alone = chain();
@@ -408,7 +404,7 @@ pub fn pair_throughput(a: usize, b: usize) -> f64 {
                 let theirs = peer.join().expect("chain thread");
                 2.0 * alone / mine.max(theirs)
             })
-            .collect(),
+            .collect::<Vec<_>>(),
     )
 }
 

@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 
 use pagelab_bench::experiments;
 use pagelab_bench::profiles::Profile;
-use pagelab_bench::stats::{amean, hmean, pct_change};
+use pagelab_bench::stats::{amean, hmean, median, pct_change};
 use pagelab_workloads::{Mode, WorkloadKind};
 use serde::Serialize;
 
@@ -280,7 +280,7 @@ impl ClassSummary {
                 .filter(|c| c.error_points() <= NEAR_POINTS)
                 .count(),
             median_error_points: (!changes.is_empty())
-                .then(|| median(changes.iter().map(|c| c.error_points()).collect())),
+                .then(|| median(&changes.iter().map(|c| c.error_points()).collect::<Vec<_>>())),
             failures: changes
                 .iter()
                 .filter(|c| c.failed())
@@ -352,8 +352,8 @@ impl Summaries {
         Summaries {
             beyond_noise: ClassSummary::of(changes.iter().filter(|c| c.beyond_noise)),
             within_noise: ClassSummary::of(changes.iter().filter(|c| !c.beyond_noise)),
-            median_row_error_pct: (!row_errs.is_empty()).then(|| median(row_errs)),
-            median_scaling_error_pct: (!shape.is_empty()).then(|| median(shape)),
+            median_row_error_pct: (!row_errs.is_empty()).then(|| median(&row_errs)),
+            median_scaling_error_pct: (!shape.is_empty()).then(|| median(&shape)),
             fitted_rows: rows
                 .iter()
                 .filter(|r| r.fitted)
@@ -422,20 +422,6 @@ pub struct TableReport {
     /// Simulated events and replay seconds, for the speed figures.
     pub events: u64,
     pub replay_seconds: f64,
-}
-
-/// The median (the mean of the middle two for an even count); NaN for none.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if !n.is_multiple_of(2) {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 impl TableReport {
@@ -772,7 +758,13 @@ impl SelfCheck {
                 r.workload, r.mode, r.tasks, r.metric, r.measured, r.projected, r.error_pct
             );
         }
-        let med = median(self.rows.iter().map(|r| r.error_pct.abs()).collect());
+        let med = median(
+            &self
+                .rows
+                .iter()
+                .map(|r| r.error_pct.abs())
+                .collect::<Vec<_>>(),
+        );
         let _ = writeln!(s, "median absolute error {med:.1}%");
         s
     }

@@ -51,20 +51,30 @@ pub struct ExperimentInfo {
     pub source: String,
 }
 
-/// Renders the report of `res`. Errors (one line) only if the template fails, which the tests
-/// rule out for every shape of input they build.
-pub fn render(res: &Results, meta: &Meta) -> Result<String, String> {
+/// Why the report could not be written: only the template can fail, which the tests rule out
+/// for every shape of input they build.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("the report template is invalid: {0}")]
+    Template(#[source] minijinja::Error),
+    #[error("the report template is missing: {0}")]
+    Missing(#[source] minijinja::Error),
+    #[error("cannot render the report: {0}")]
+    Render(#[source] minijinja::Error),
+}
+
+/// Renders the report of `res`.
+pub fn render(res: &Results, meta: &Meta) -> Result<String, ReportError> {
     let page = page(res, meta);
     let mut env = Environment::new();
     env.set_auto_escape_callback(|_| AutoEscape::Html);
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     env.add_template("report.html", TEMPLATE)
-        .map_err(|e| format!("the report template is invalid: {e}"))?;
+        .map_err(ReportError::Template)?;
     let tmpl = env
         .get_template("report.html")
-        .map_err(|e| format!("the report template is missing: {e}"))?;
-    tmpl.render(Serde(&page))
-        .map_err(|e| format!("cannot render the report: {e}"))
+        .map_err(ReportError::Missing)?;
+    tmpl.render(Serde(&page)).map_err(ReportError::Render)
 }
 
 #[derive(Serialize)]
@@ -530,7 +540,7 @@ fn plots(res: &Results) -> (Vec<PlotOut>, Vec<String>) {
                         caption: format!("{what}. {}.", ctx.provenance),
                     });
                 }
-                Err(e) => notes.push(e),
+                Err(e) => notes.push(e.to_string()),
             }
         }
     }
@@ -578,7 +588,7 @@ fn sections(res: &Results, runs: &[&StoredRun]) -> Vec<SourceSection> {
                         comp_tables(&c)
                     }
                     Err(e) => {
-                        notes.push(e);
+                        notes.push(e.to_string());
                         Vec::new()
                     }
                 }

@@ -182,9 +182,9 @@ impl KvParams {
 /// A path must not exist yet, or be a swap file an earlier run left: the device refuses
 /// anything else unwritten, and removes its file when the run ends (see
 /// [`Backing::File`]).
-pub fn parse_swap(s: &str) -> Result<Backing, String> {
+pub fn parse_swap(s: &str) -> Result<Backing, crate::ParseError> {
     match s {
-        "" => Err("an empty swap device name; use memory, lz4 or a file path".into()),
+        "" => Err(crate::ParseError::EmptySwapDevice),
         "memory" => Ok(Backing::Memory { compress: false }),
         "lz4" => Ok(Backing::Memory { compress: true }),
         path => Ok(Backing::File(path.into())),

@@ -61,14 +61,25 @@ impl fmt::Display for Mode {
 }
 
 impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Mode, ParseError> {
         match s {
             "processes" => Ok(Mode::Processes),
             "threads" => Ok(Mode::Threads),
-            _ => Err(format!("unknown mode `{s}`; expected processes or threads")),
+            _ => Err(ParseError::Mode(s.to_string())),
         }
     }
+}
+
+/// A name that is not one of the workloads', modes' or swap devices'.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("unknown mode `{0}`; expected processes or threads")]
+    Mode(String),
+    #[error("unknown workload `{0}`; workloads: {names}", names = WorkloadKind::ALL.map(WorkloadKind::name).join(", "))]
+    Workload(String),
+    #[error("an empty swap device name; use memory, lz4 or a file path")]
+    EmptySwapDevice,
 }
 
 /// Why a run stopped without a result.
@@ -179,21 +190,43 @@ impl WorkloadKind {
 }
 
 impl FromStr for WorkloadKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         WorkloadKind::ALL
             .iter()
             .copied()
             .find(|w| w.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = WorkloadKind::ALL.iter().map(|w| w.name()).collect();
-                format!("unknown workload `{s}`; workloads: {}", names.join(", "))
-            })
+            .ok_or_else(|| ParseError::Workload(s.to_string()))
     }
 }
 
 impl fmt::Display for WorkloadKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_are_typed_errors_with_one_line_messages() {
+        assert_eq!(
+            "fibers".parse::<Mode>(),
+            Err(ParseError::Mode("fibers".into()))
+        );
+        let e = "page_fault9".parse::<WorkloadKind>().unwrap_err();
+        assert_eq!(e, ParseError::Workload("page_fault9".into()));
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("unknown workload `page_fault9`; workloads: page_fault1, ")
+                && !msg.contains('\n'),
+            "{msg}"
+        );
+        assert_eq!(
+            kvcache::parse_swap("").unwrap_err(),
+            ParseError::EmptySwapDevice
+        );
     }
 }

@@ -721,18 +721,43 @@ pub fn write_message(mem: &Mem, obj: Obj, bytes: usize, seq: u64) {
 }
 
 /// Check that `obj` holds message `seq` (as the receiver's copy would read it).
-pub fn check_message(mem: &Mem, obj: Obj, bytes: usize, seq: u64) -> Result<(), String> {
+pub fn check_message(mem: &Mem, obj: Obj, bytes: usize, seq: u64) -> Result<(), CheckError> {
     for (i, complement) in touched_words(bytes) {
         let want = if complement { !seq } else { seq };
         let got = obj.word(mem, i).load(Relaxed);
         if got != want {
-            let got_seq = if complement { !got } else { got };
-            return Err(format!(
-                "message {seq} at {obj:?}: word {i} says message {got_seq} (lost, duplicated, reordered or overwritten)"
-            ));
+            let found = if complement { !got } else { got };
+            return Err(CheckError::Message {
+                seq,
+                obj,
+                word: i,
+                found,
+            });
         }
     }
     Ok(())
+}
+
+/// What a check of the kernel side's state found wrong: a message that is not the one sent,
+/// or slab objects or allocator state left behind once a run is over (a leak, or a broken
+/// invariant, as the kernel's `slab_debug` and `CONFIG_DEBUG_VM` checks would report).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    #[error(
+        "message {seq} at {obj:?}: word {word} says message {found} (lost, duplicated, reordered or overwritten)"
+    )]
+    Message {
+        seq: u64,
+        obj: Obj,
+        word: usize,
+        found: u64,
+    },
+    #[error("{objects} kmalloc'd objects in {pages} slab frames are still live after the run")]
+    Live { objects: u64, pages: u64 },
+    /// The engine's own consistency check of the slab or page allocator failed; it reports
+    /// its finding as text.
+    #[error("{0}")]
+    Allocator(String),
 }
 
 /// How a pair's two sides waited for each other, each field written by one side only.
@@ -1096,7 +1121,7 @@ impl Netpipe {
                     self.params.alloc_size()
                 ));
             } else if let Err(e) = check_message(mem, msg.obj, msg.size, expect) {
-                pair.fail(e);
+                pair.fail(e.to_string());
             }
             self.kmalloc.kfree(pair.rx, msg.obj);
             expect += 1;
@@ -1289,22 +1314,22 @@ impl Netpipe {
     /// allocators. Errors when a kmalloc'd object is still live or an invariant is broken;
     /// otherwise returns the page allocator's census, or `None` when the policy runs background
     /// threads (the prezeroer, the pcp decay worker) that keep the allocator from being quiescent.
-    pub fn quiesce(&self) -> Result<Option<Census>, String> {
+    pub fn quiesce(&self) -> Result<Option<Census>, CheckError> {
         let slab = self.kmalloc.slab();
         slab.shrink_on(CpuId(0));
-        let c = slab.check()?.total();
+        let c = slab.check().map_err(CheckError::Allocator)?.total();
         if c.objects_in_use != 0 || c.pages != 0 {
-            return Err(format!(
-                "{} kmalloc'd objects in {} slab frames are still live after the run",
-                c.objects_in_use, c.pages
-            ));
+            return Err(CheckError::Live {
+                objects: c.objects_in_use,
+                pages: c.pages,
+            });
         }
         let mem = self.kernel.mem();
         mem.drain_all_pages();
         if has_background_threads(mem.policy()) {
             return Ok(None);
         }
-        mem.check().map(Some)
+        mem.check().map(Some).map_err(CheckError::Allocator)
     }
 }
 
@@ -1716,7 +1741,15 @@ mod tests {
         let small = km.kmalloc(CpuId(0), 4480).unwrap();
         write_message(mem, big, 16768, 7);
         check_message(mem, big, 16768, 7).unwrap();
-        assert!(check_message(mem, big, 16768, 8).is_err());
+        // The error names the message expected and the one found.
+        assert!(matches!(
+            check_message(mem, big, 16768, 8),
+            Err(CheckError::Message {
+                seq: 8,
+                found: 7,
+                ..
+            })
+        ));
         // Freed on the other CPU, as the receiver does.
         km.kfree(CpuId(1), big);
         km.kfree(CpuId(1), small);

@@ -29,8 +29,9 @@ use pagelab_mm::vmstat::VmEvent;
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Policy};
 use pagelab_sync::LockStatsSnapshot;
 
-use super::{median, ns_per_op};
+use super::{MicroError, ns_per_op};
 use crate::profiles::Profile;
+use crate::stats::median;
 use pagelab_workloads::pin::{pin_to_core, unpin};
 
 /// What to run.
@@ -363,9 +364,9 @@ pub fn run(
     cfg: &AllocBenchConfig,
     mut progress: impl FnMut(&str),
     stop: &AtomicBool,
-) -> Result<AllocBenchReport, String> {
+) -> Result<AllocBenchReport, MicroError> {
     if cfg.ops == 0 || cfg.rounds == 0 {
-        return Err("--ops and --rounds must be at least 1".into());
+        return Err(MicroError::Nothing("--ops and --rounds must be at least 1"));
     }
     let mut variants = builtin_variants();
     variants.extend(cfg.extra.iter().map(|p| Variant {
@@ -374,8 +375,12 @@ pub fn run(
     }));
     let mut built = Vec::new();
     for v in variants {
-        let mem = Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy)
-            .map_err(|e| format!("{}: {e}", v.name))?;
+        let mem = Mem::new(&MemConfig::new(cfg.arena_bytes, 2), &v.policy).map_err(|source| {
+            MicroError::Build {
+                policy: v.name.clone(),
+                source,
+            }
+        })?;
         built.push(Built {
             name: v.name,
             mem: std::sync::Arc::new(mem),
@@ -407,7 +412,7 @@ pub fn run(
     for (i, b) in built.iter().enumerate() {
         let (zl, tf) = counted(&b.mem, || pairs(&b.mem, cpu, 0, cfg.ops));
         rep.order0_pair
-            .push(row(b, median(&mut times[i]), None, cfg.ops, zl, tf));
+            .push(row(b, median(&times[i]), None, cfg.ops, zl, tf));
     }
 
     // 2. order-0 bursts.
@@ -429,7 +434,7 @@ pub fn run(
         // Each page is one allocation and one free: 2 operations.
         let (zl, tf) = counted(&b.mem, || bursts(&b.mem, cpu, ops, &mut buf));
         rep.order0_burst
-            .push(row(b, median(&mut times[i]), None, 2 * ops, zl, tf));
+            .push(row(b, median(&times[i]), None, 2 * ops, zl, tf));
     }
 
     // 3. orders 1..3.
@@ -450,7 +455,7 @@ pub fn run(
         let mut rows = Vec::new();
         for (i, b) in built.iter().enumerate() {
             let (zl, tf) = counted(&b.mem, || pairs(&b.mem, cpu, order, ops));
-            rows.push(row(b, median(&mut times[i]), None, ops, zl, tf));
+            rows.push(row(b, median(&times[i]), None, ops, zl, tf));
         }
         rep.high_order.push((order, rows));
     }
@@ -469,7 +474,7 @@ pub fn run(
         }
     }
     for (i, b) in built.iter().enumerate() {
-        let rate = median(&mut rates[i]);
+        let rate = median(&rates[i]);
         let (zl, tf) = counted(&b.mem, || {
             producer_consumer(&b.mem, pages, pinned);
         });
@@ -486,7 +491,10 @@ pub fn run(
                     name: v.name.clone(),
                     mem: std::sync::Arc::new(m),
                 })
-                .map_err(|e| format!("{}: {e}", v.name))
+                .map_err(|source| MicroError::Build {
+                    policy: v.name.clone(),
+                    source,
+                })
         })
         .collect::<Result<_, _>>()?;
     unpin();
@@ -510,8 +518,8 @@ pub fn run(
             rep.concurrent.push(ConcurrentRow {
                 pattern,
                 threads,
-                buddy_ns: median(&mut times[0]),
-                llfree_ns: median(&mut times[1]),
+                buddy_ns: median(&times[0]),
+                llfree_ns: median(&times[1]),
                 buddy_zone_locks_per_kpage: zl.acquisitions as f64 * 1000.0
                     / (pages * threads as u64) as f64,
             });
@@ -567,13 +575,7 @@ pub fn run(
             by_policy: slab_variants
                 .iter()
                 .enumerate()
-                .map(|(i, b)| {
-                    (
-                        b.name.clone(),
-                        median(&mut pair_t[i]),
-                        median(&mut burst_t[i]),
-                    )
-                })
+                .map(|(i, b)| (b.name.clone(), median(&pair_t[i]), median(&burst_t[i])))
                 .collect(),
         });
     }
@@ -586,12 +588,15 @@ pub fn run(
     // Every pass frees what it allocates: the allocators must be whole.
     for b in &built {
         b.mem.drain_all_pages();
-        let c = b
-            .mem
-            .check()
-            .map_err(|e| format!("{}: invariant broken: {e}", b.name))?;
+        let c = b.mem.check().map_err(|finding| MicroError::Invariant {
+            policy: b.name.clone(),
+            finding,
+        })?;
         if c.allocated != 0 {
-            return Err(format!("{}: {} frames leaked", b.name, c.allocated));
+            return Err(MicroError::Leak {
+                policy: b.name.clone(),
+                frames: c.allocated,
+            });
         }
     }
     Ok(rep)

@@ -23,7 +23,8 @@ use pagelab_workloads::host::HostVm;
 use pagelab_workloads::vm::Vm;
 use pagelab_workloads::{Mode, WorkloadError};
 
-use super::median;
+use super::MicroError;
+use crate::stats::median;
 
 /// One profile's result with lock statistics on or off.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,9 +90,9 @@ pub fn run(
     rounds: usize,
     lock_stat: &[bool],
     stop: &AtomicBool,
-) -> Result<FaultReport, String> {
+) -> Result<FaultReport, MicroError> {
     if lock_stat.is_empty() {
-        return Err("no lock statistics setting to measure".into());
+        return Err(MicroError::Nothing("no lock statistics setting to measure"));
     }
     let was = pagelab_sync::stats::enabled();
     let r = run_settings(profiles, bytes, rounds, lock_stat, stop);
@@ -105,14 +106,16 @@ fn run_settings(
     rounds: usize,
     lock_stat: &[bool],
     stop: &AtomicBool,
-) -> Result<FaultReport, String> {
+) -> Result<FaultReport, MicroError> {
     let pages = bytes / 4096;
     let arena = bytes * 2 + (64 << 20);
     let mut engines = Vec::new();
     for (name, p) in profiles {
-        let k = engine::boot(p, arena, 1).map_err(|e| format!("{name}: {e}"))?;
-        let (erun, mut vms) =
-            engine::tasks(&k, 1, Mode::Processes, false).map_err(|e| e.to_string())?;
+        let k = engine::boot(p, arena, 1).map_err(|source| MicroError::Engine {
+            policy: name.clone(),
+            source,
+        })?;
+        let (erun, mut vms) = engine::tasks(&k, 1, Mode::Processes, false)?;
         let vm: EngineVm = vms.pop().expect("one task");
         engines.push((name.clone(), k, erun, vm));
     }
@@ -129,9 +132,9 @@ fn run_settings(
     // One warm-up pass each (with counting on, so that its per-thread blocks exist).
     pagelab_sync::stats::set_enabled(true);
     for (_, _, _, vm) in &engines {
-        touch_ns(vm, bytes).map_err(|e| e.to_string())?;
+        touch_ns(vm, bytes)?;
     }
-    touch_ns(&host, bytes).map_err(|e| e.to_string())?;
+    touch_ns(&host, bytes)?;
     for round in 0..rounds {
         for (i, (_, k, _, vm)) in engines.iter().enumerate() {
             // Settings take turns going first: the first pass after another target's runs on
@@ -142,7 +145,7 @@ fn run_settings(
                 let on = lock_stat[j];
                 pagelab_sync::stats::set_enabled(on);
                 let before = acquisitions(k);
-                fault[i][j].push(touch_ns(vm, bytes).map_err(|e| e.to_string())?);
+                fault[i][j].push(touch_ns(vm, bytes)?);
                 if on {
                     counted[i] += acquisitions(k) - before;
                     counted_faults[i] += pages;
@@ -151,10 +154,7 @@ fn run_settings(
                 let mem = k.mem();
                 let mut frames = Vec::with_capacity(pages as usize);
                 for _ in 0..pages {
-                    frames.push(
-                        mem.alloc_page(CpuId(0), Gfp::USER)
-                            .map_err(|e| e.to_string())?,
-                    );
+                    frames.push(mem.alloc_page(CpuId(0), Gfp::USER)?);
                 }
                 let t = Instant::now();
                 for &f in &frames {
@@ -166,7 +166,7 @@ fn run_settings(
                 }
             }
         }
-        hostv.push(touch_ns(&host, bytes).map_err(|e| e.to_string())?);
+        hostv.push(touch_ns(&host, bytes)?);
         if stop.load(Ordering::Relaxed) {
             interrupted = true;
             break;
@@ -193,15 +193,15 @@ fn run_settings(
             rows.push(FaultRow {
                 profile: name.clone(),
                 lock_stat: setting,
-                fault_ns: median(&mut fault[i][j]),
-                zero_ns: median(&mut zero[i][j]),
+                fault_ns: median(&fault[i][j]),
+                zero_ns: median(&zero[i][j]),
             });
         }
     }
     Ok(FaultReport {
         rows,
         lock_stat_cost,
-        host_fault_ns: median(&mut hostv),
+        host_fault_ns: median(&hostv),
         pages,
         rounds,
         interrupted,

@@ -7,16 +7,40 @@ pub mod fault;
 
 use std::time::Instant;
 
-/// Median of a sample (rounds of one configuration).
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+use pagelab_mm::{AllocError, MemError};
+use pagelab_workloads::WorkloadError;
+
+/// Why a micro-benchmark stopped without a report.
+#[derive(Debug, thiserror::Error)]
+pub enum MicroError {
+    /// The configuration asks for nothing to measure.
+    #[error("{0}")]
+    Nothing(&'static str),
+    /// A policy's engine could not be built (its arena, its settings).
+    #[error("{policy}: {source}")]
+    Build { policy: String, source: MemError },
+    /// Booting an engine, or running its task, failed.
+    #[error("{policy}: {source}")]
+    Engine {
+        policy: String,
+        source: WorkloadError,
+    },
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// After the passes the allocator is not whole: its own check failed (it reports text), or
+    /// frames were never freed.
+    #[error("{policy}: invariant broken: {finding}")]
+    Invariant { policy: String, finding: String },
+    #[error("{policy}: {frames} frames leaked")]
+    Leak { policy: String, frames: u64 },
+}
+
+/// For callers whose errors are still text: the one-line message.
+impl From<MicroError> for String {
+    fn from(e: MicroError) -> String {
+        e.to_string()
     }
 }
 
@@ -38,10 +62,23 @@ pub(crate) fn stats_switch() -> std::sync::MutexGuard<'static, ()> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::MicroError;
+
     #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(super::median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(super::median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(super::median(&mut []).is_nan());
+    fn nothing_to_measure_is_refused_before_anything_is_built() {
+        let stop = AtomicBool::new(false);
+        let cfg = super::alloc::AllocBenchConfig {
+            arena_bytes: 1 << 30,
+            ops: 0,
+            rounds: 1,
+            extra: Vec::new(),
+        };
+        let e = super::alloc::run(&cfg, |_| {}, &stop).unwrap_err();
+        assert!(matches!(e, MicroError::Nothing(_)), "{e:?}");
+        assert_eq!(e.to_string(), "--ops and --rounds must be at least 1");
+        let e = super::fault::run(&[], 1 << 20, 1, &[], &stop).unwrap_err();
+        assert!(matches!(e, MicroError::Nothing(_)), "{e:?}");
     }
 }
