@@ -526,6 +526,8 @@ mod tests {
         );
         assert_ne!(bad, text);
         let e = parse(&bad, "x").unwrap_err();
+        assert!(matches!(e, ExperimentError::Invalid { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with(
                 "experiment pft-pvl-2023: machine = \"icelake-2s-46c\" names no shipped machine"

@@ -437,6 +437,33 @@ pub struct MmPolicy {
     /// [`MmPolicy::MAX_ANON_PREFAULT`].
     #[serde(default)]
     pub anon_prefault: u32,
+    /// False sharing of mmap_lock's line: at how many points of a fault
+    /// ([`MmPolicy::MAX_LOCK_LINE_READS`]) the kernel reads other `mm_struct` fields that share
+    /// the cache line of `mmap_lock.count` in that kernel's layout (x86-64, no lockdep, no
+    /// debug options). Every fault reads `mm->pgd` where `__handle_mm_fault` starts its walk
+    /// (`pgd_offset`); from 4.9 to 6.7 `pgd` shares a line with the count, because the fields
+    /// declared between them (`mm_users`, `mm_count`, `pgtables_bytes`, `map_count`,
+    /// `page_table_lock`) are fewer than 64 bytes; in 6.15 the concurrency-ID fields (and
+    /// `mm_count`'s own line since 6.6) push the count to the next line. While other CPUs
+    /// take and release mmap_lock, each such read fetches the line back from the last of
+    /// them: the transfer Andrea Arcangeli's "mm: cacheline alignment for page_table_lock
+    /// and mmap_lock" removed by giving the lock a line of its own. 0: the lock's line holds
+    /// nothing the fault reads. docs/model.md ("False sharing of lock lines") has the layouts.
+    #[serde(default)]
+    pub mmap_lock_line_reads: u32,
+    /// False sharing of the per-VMA lock's line: at how many points of a fault the kernel
+    /// reads other `vm_area_struct` fields on the line of the VMA lock's count. Per-VMA locks
+    /// v1/v2 (January 2023) embedded the rwsem right after `vm_flags`, so its count and owner
+    /// share the VMA's first line with `vm_start`, `vm_end`, `vm_mm`, `vm_page_prot`,
+    /// `vm_flags` and `vm_lock_seq`, which the fault reads where it starts (the bounds and
+    /// access check, `handle_mm_fault`) and again where it builds the PTE
+    /// (`do_anonymous_page`): 2. Merged 6.4 moved the lock into its own `struct vma_lock`
+    /// ("vma->lock being part of the vm_area_struct causes performance regression during
+    /// page faults ... constant cache line bouncing"), and 6.15 put `vm_refcnt` on a
+    /// cache-line boundary among fields an anonymous fault does not read: 0. Meaningful only
+    /// with a VMA lock that has a lock word (`vma_lock` = "rwsem" or "refcount").
+    #[serde(default)]
+    pub vma_lock_line_reads: u32,
 }
 
 impl MmPolicy {
@@ -467,6 +494,12 @@ impl MmPolicy {
     /// The most pages `anon_prefault` may add to a fault: the rest of one PTE table (the
     /// faulting page is one of its 512 entries), as a fault maps under one table's lock.
     pub const MAX_ANON_PREFAULT: u32 = 511;
+    /// The points of a fault at which the engine records reads of a lock word's line
+    /// (`mmap_lock_line_reads`, `vma_lock_line_reads`): where `handle_mm_fault` starts (the
+    /// VMA's bounds, flags and mm, the mm's `pgd`) and where the anonymous fault builds its PTE
+    /// (`vm_page_prot`, `vm_flags`, `vm_mm`). Reads at one point are one line fill: the fields
+    /// are read within a few instructions of each other, too soon for the line to move.
+    pub const MAX_LOCK_LINE_READS: u32 = 2;
 }
 
 impl Default for MmPolicy {
@@ -481,6 +514,8 @@ impl Default for MmPolicy {
             munmap_downgrade: Self::default_munmap_downgrade(),
             mmap_lock: Self::default_mmap_lock(),
             anon_prefault: 0,
+            mmap_lock_line_reads: 0,
+            vma_lock_line_reads: 0,
         }
     }
 }
@@ -741,7 +776,24 @@ pub const ANON_PREFAULT: Bound = Bound {
     why: "prefaulted pages stay within the faulting page's PTE table",
 };
 
-const NUMERIC: [(&str, &str, Bound, bool); 7] = [
+/// `mm.mmap_lock_line_reads`: the engine's fault has two points at which the kernel reads the
+/// mm's and the VMA's hot fields ([`MmPolicy::MAX_LOCK_LINE_READS`]).
+pub const MMAP_LOCK_LINE_READS: Bound = Bound {
+    key: "mm.mmap_lock_line_reads",
+    min: 0,
+    max: MmPolicy::MAX_LOCK_LINE_READS as u64,
+    why: "a fault reads the lock's line at most where it starts and where it builds its PTE",
+};
+
+/// `mm.vma_lock_line_reads`: as [`MMAP_LOCK_LINE_READS`], for the per-VMA lock's line.
+pub const VMA_LOCK_LINE_READS: Bound = Bound {
+    key: "mm.vma_lock_line_reads",
+    min: 0,
+    max: MmPolicy::MAX_LOCK_LINE_READS as u64,
+    why: "a fault reads the lock's line at most where it starts and where it builds its PTE",
+};
+
+const NUMERIC: [(&str, &str, Bound, bool); 9] = [
     ("pcp", "batch", PCP_BATCH, true),
     ("pcp", "high", PCP_HIGH, true),
     ("alloc", "prezero_pool", PREZERO_POOL, false),
@@ -749,6 +801,8 @@ const NUMERIC: [(&str, &str, Bound, bool); 7] = [
     ("lru", "batch", LRU_BATCH, false),
     ("memcg", "charge_batch", MEMCG_CHARGE_BATCH, false),
     ("mm", "anon_prefault", ANON_PREFAULT, false),
+    ("mm", "mmap_lock_line_reads", MMAP_LOCK_LINE_READS, false),
+    ("mm", "vma_lock_line_reads", VMA_LOCK_LINE_READS, false),
 ];
 
 /// The line (1-based) where `key` is set inside `[section]`, for error messages.
@@ -858,6 +912,8 @@ impl Policy {
         LRU_BATCH.check(u64::from(self.lru.batch))?;
         MEMCG_CHARGE_BATCH.check(u64::from(self.memcg.charge_batch))?;
         ANON_PREFAULT.check(u64::from(self.mm.anon_prefault))?;
+        MMAP_LOCK_LINE_READS.check(u64::from(self.mm.mmap_lock_line_reads))?;
+        VMA_LOCK_LINE_READS.check(u64::from(self.mm.vma_lock_line_reads))?;
         let around = self.mm.fault_around;
         if around != 0 && !around.is_power_of_two() {
             return Err(PolicyError(format!(
@@ -906,6 +962,21 @@ impl Policy {
             return Err(PolicyError(format!(
                 "mm.vma_lock_faults = \"{}\" has no effect with mm.vma_lock = \"none\" (every fault takes mmap_lock); remove it or choose a VMA lock",
                 self.mm.vma_lock_faults.name()
+            )));
+        }
+        // Reads of the VMA lock's line need a lock word in the VMA: none without a VMA lock,
+        // none in the lock-free fault (which reads only the VMA's sequence count).
+        let lockless = match self.mm.vma_lock {
+            VmaLock::None => Some("none"),
+            VmaLock::Rcu => Some("rcu"),
+            VmaLock::Rwsem | VmaLock::Refcount => None,
+        };
+        if let Some(kind) = lockless
+            && self.mm.vma_lock_line_reads != 0
+        {
+            return Err(PolicyError(format!(
+                "mm.vma_lock_line_reads = {} has no effect with mm.vma_lock = \"{kind}\" (no lock word in the VMA); remove it or choose \"rwsem\" or \"refcount\"",
+                self.mm.vma_lock_line_reads
             )));
         }
         // The speculative fault validates its snapshot under the PTE lock it installs under;
@@ -1047,6 +1118,45 @@ mod tests {
         let e =
             Policy::from_toml_str("[pcp]\nlists = \"none\"\ntune = \"adaptive\"\n").unwrap_err();
         assert!(e.0.contains("pcp.tune"), "{e}");
+    }
+
+    #[test]
+    fn lock_line_reads_are_bounded_and_need_a_lock_word() {
+        let p = Policy::from_toml_str(
+            "[mm]\nvma_lock = \"rwsem\"\nmmap_lock_line_reads = 1\nvma_lock_line_reads = 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.mm.mmap_lock_line_reads, p.mm.vma_lock_line_reads),
+            (1, 2)
+        );
+        let d = Policy::from_toml_str("").unwrap().mm;
+        assert_eq!((d.mmap_lock_line_reads, d.vma_lock_line_reads), (0, 0));
+        for key in ["mmap_lock_line_reads", "vma_lock_line_reads"] {
+            let e = Policy::from_toml_str(&format!("[mm]\n{key} = 3\n")).unwrap_err();
+            assert!(
+                e.0.contains(&format!("mm.{key} = 3 is out of range: 0..=2"))
+                    && e.0.contains("line 2"),
+                "{e}"
+            );
+        }
+        for kind in ["none", "rcu"] {
+            let e = Policy::from_toml_str(&format!(
+                "[mm]\nvma_lock = \"{kind}\"\nvma_lock_line_reads = 1\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.0.contains("mm.vma_lock_line_reads = 1 has no effect")
+                    && e.0.contains(&format!("\"{kind}\"")),
+                "{e}"
+            );
+        }
+        // Every shipped profile states the layout of its kernel, within the bounds.
+        let p = Policy::from_toml_str(include_str!("../../../profiles/pvl-v2.toml")).unwrap();
+        assert_eq!(
+            (p.mm.mmap_lock_line_reads, p.mm.vma_lock_line_reads),
+            (1, 2)
+        );
     }
 
     #[test]

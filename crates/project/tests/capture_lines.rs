@@ -168,7 +168,10 @@ fn the_buddy_free_lists_are_written_under_zone_lock_once_per_list_and_hold() {
 
 #[test]
 fn per_vma_lock_faults_read_both_sequence_counts_and_the_lock_word_before_its_exchange() {
-    let p = profiles::load("pvl-v2").unwrap();
+    let mut p = profiles::load("pvl-v2").unwrap();
+    // Only the trylock's own read of the count here; the layout's reads of other fields on
+    // its line are the next test's.
+    p.policy.mm.vma_lock_line_reads = 0;
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
     spec.pft_bytes = 16 << 20;
     let t = capture(&spec).unwrap();
@@ -205,4 +208,90 @@ fn per_vma_lock_faults_read_both_sequence_counts_and_the_lock_word_before_its_ex
         .find(|i| i.class == "vm_lock_seq")
         .unwrap();
     assert_eq!(seq.scope, Scope::Vma);
+}
+
+/// pft on one shared VMA with the profile's lock-line switches overridden.
+fn pft(profile: &str, mmap_reads: u32, vma_reads: u32) -> Trace {
+    let mut p = profiles::load(profile).unwrap();
+    p.policy.mm.mmap_lock_line_reads = mmap_reads;
+    p.policy.mm.vma_lock_line_reads = vma_reads;
+    let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
+    spec.pft_bytes = 16 << 20;
+    capture(&spec).unwrap()
+}
+
+/// Per shared acquisition of `lock`: its plain line reads, and of those, how many come after
+/// the page's clear within the hold (the anonymous fault's read where it builds the PTE).
+fn lock_line_reads(t: &Trace, lock: &str) -> (f64, f64) {
+    let is = |inst: u32| t.instances[inst as usize].class == lock;
+    let (mut holds, mut reads, mut after_clear) = (0u64, 0u64, 0u64);
+    let mut cleared = false;
+    for e in &t.events {
+        match *e {
+            Event::Acquire {
+                inst, shared: true, ..
+            } if is(inst) => {
+                holds += 1;
+                cleared = false;
+            }
+            // The trylock's read of the count comes before its acquisition.
+            Event::Release { inst, .. } if is(inst) => cleared = false,
+            Event::Write { .. } => cleared = true,
+            Event::Line {
+                inst,
+                write: false,
+                sym: Sym::Here,
+            } if is(inst) => {
+                reads += 1;
+                after_clear += u64::from(cleared);
+            }
+            _ => {}
+        }
+    }
+    let h = holds.max(1) as f64;
+    (reads as f64 / h, after_clear as f64 / h)
+}
+
+#[test]
+fn faults_read_the_lock_words_lines_as_often_as_the_layout_switch_says() {
+    // pvl-v2 embeds the VMA's rwsem in its first line: besides the count read before the
+    // trylock, each fault reads that line where it starts and again after clearing its page.
+    for (n, after) in [(0, 0.0), (1, 0.0), (2, 1.0)] {
+        let t = pft("pvl-v2", 0, n);
+        let (reads, after_clear) = lock_line_reads(&t, "vma lock");
+        assert!(
+            (reads - (1.0 + f64::from(n))).abs() < 0.01,
+            "vma_lock_line_reads = {n}: {reads} reads of the VMA lock's line per hold"
+        );
+        assert!(
+            (after_clear - after).abs() < 0.01,
+            "vma_lock_line_reads = {n}: {after_clear} reads after the page clear per hold"
+        );
+        let vma = t.instances.iter().find(|i| i.class == "vma lock").unwrap();
+        assert_eq!((vma.scope, vma.model), (Scope::Vma, LockModel::RwSem));
+    }
+    // Under mmap_lock (mm-unstable) the read is mm->pgd where the walk starts: on the lock's
+    // own instance, which stays the rwsem it is.
+    for n in [0, 1, 2] {
+        let t = pft("mm-unstable-20230210", n, 0);
+        let (reads, after_clear) = lock_line_reads(&t, "mmap_lock");
+        assert!(
+            (reads - f64::from(n)).abs() < 0.01,
+            "mmap_lock_line_reads = {n}: {reads} reads of mmap_lock's line per hold"
+        );
+        assert!(
+            (after_clear - f64::from(n.saturating_sub(1))).abs() < 0.01,
+            "mmap_lock_line_reads = {n}: {after_clear}"
+        );
+        let m = t.instances.iter().find(|i| i.class == "mmap_lock").unwrap();
+        assert_eq!((m.scope, m.model), (Scope::Mm, LockModel::RwSem));
+    }
+    // The shipped profiles: what their layouts say.
+    let (reads, _) = lock_line_reads(&pft("pvl-v2", 1, 2), "vma lock");
+    let shipped = profiles::load("pvl-v2").unwrap().policy.mm;
+    assert_eq!(
+        (shipped.mmap_lock_line_reads, shipped.vma_lock_line_reads),
+        (1, 2)
+    );
+    assert!((reads - 3.0).abs() < 0.01, "{reads}");
 }

@@ -238,3 +238,60 @@ fn a_read_before_the_exchange_makes_the_exchange_invalidate_the_readers_copies()
         "read first {r24} against atomic only {p24}"
     );
 }
+
+#[test]
+fn reads_of_an_rwsem_line_inside_its_read_hold_pay_for_the_other_readers_writes() {
+    // False sharing of a lock word's line: a reader holds an rwsem and reads `k` other fields
+    // on its count's line (the trace names them by the lock's own instance). The reads share
+    // the lock's coherence state: alone, the CPU keeps the line and the reads hit; with other
+    // readers taking and releasing the lock, each read after another CPU's exchange is a
+    // transfer, and the copy it takes is one more the next exchange must invalidate.
+    let m = machine(32, 80.0, 5.0);
+    let mk = |k: usize| {
+        let mut events = Vec::new();
+        for _ in 0..2000 {
+            events.push(Event::Compute { ns: 100.0 });
+            events.push(Event::Acquire {
+                inst: 0,
+                shared: true,
+                trylock: true,
+            });
+            for _ in 0..k {
+                events.push(Event::Compute { ns: 150.0 });
+                events.push(Event::Line {
+                    inst: 0,
+                    write: false,
+                    sym: Sym::Here,
+                });
+            }
+            events.push(Event::Compute {
+                ns: 300.0 - 150.0 * k as f64,
+            });
+            events.push(Event::Release {
+                inst: 0,
+                shared: true,
+            });
+            events.push(Event::Ops { n: 1 });
+        }
+        Trace {
+            meta: meta(2000),
+            instances: vec![inst("rwsem", LockModel::RwSem, true)],
+            events,
+            fallbacks: Vec::new(),
+        }
+    };
+    let traces = [mk(0), mk(1), mk(2)];
+    // One CPU: the same compute and no transfer, whatever k.
+    let one: Vec<f64> = traces.iter().map(|t| rate(&m, t, 1)).collect();
+    for r in &one[1..] {
+        assert!((r - one[0]).abs() / one[0] < 0.001, "{one:?}");
+    }
+    // 16 CPUs: the count's line moves at every acquisition and release; each read inside a
+    // hold fetches it back (80 ns) and leaves a copy to invalidate, so every added read lowers
+    // the rate.
+    let many: Vec<f64> = traces.iter().map(|t| rate(&m, t, 16)).collect();
+    assert!(
+        many[1] < 0.95 * many[0] && many[2] < 0.98 * many[1],
+        "rates with 0, 1, 2 reads per hold: {many:?}"
+    );
+}

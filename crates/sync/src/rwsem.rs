@@ -314,6 +314,25 @@ impl<T> RwSem<T> {
         stats::record_contended(self.hdr.class, Side::Shared, timer);
     }
 
+    /// Records a plain read of another field that shares this semaphore's count line (only
+    /// while a recorder runs; no memory is touched). In the kernel an rwsem lives inside a
+    /// larger object (`mm_struct`, `vm_area_struct`), and fields next to its count are read by
+    /// code that never takes the lock: each such read must fetch the line back from the CPU
+    /// that last took or released the lock. The event carries this semaphore's instance and
+    /// model, so the replay's coherence model charges it on the lock's own line.
+    #[inline]
+    pub fn trace_line_read(&self) {
+        if trace::active() {
+            trace::line(
+                self.hdr.class,
+                self as *const Self as usize,
+                LockModel::RwSem,
+                false,
+                trace::Sym::Here,
+            );
+        }
+    }
+
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {

@@ -443,6 +443,27 @@ impl FaultCtx<'_> {
         Ok((vma, guard))
     }
 
+    /// False sharing of the lock words' lines (`mm.mmap_lock_line_reads`,
+    /// `mm.vma_lock_line_reads`): at `point` of the fault (0 where `handle_mm_fault` starts, 1
+    /// where the anonymous fault builds its PTE) the kernel reads fields that, in the
+    /// profile's layout, share the line of mmap_lock's count or of the VMA lock's word. The
+    /// engine's structures keep their locks padded, so only the trace records those reads, on
+    /// the lock's own instance; the replay charges each a transfer when another CPU wrote
+    /// the line since. Whichever lock the fault holds, it reads these fields.
+    #[inline]
+    fn lock_line_reads(&self, vma: &Vma, point: u32) {
+        if !pagelab_sync::trace::active() {
+            return;
+        }
+        let mm = &self.k.policy().mm;
+        if mm.mmap_lock_line_reads > point {
+            self.mm.mmap_lock.trace_line_read();
+        }
+        if mm.vma_lock_line_reads > point {
+            vma.lock.trace_line_read();
+        }
+    }
+
     /// `handle_mm_fault` for one VMA.
     fn handle_mm_fault(
         &self,
@@ -455,6 +476,8 @@ impl FaultCtx<'_> {
         if write && !vma.writable {
             return Err(FaultError::Segv { addr, write });
         }
+        // access_error and handle_mm_fault read vm_flags and vm_mm, pgd_offset reads mm->pgd.
+        self.lock_line_reads(vma, 0);
         let private_write = vma.needs_anon_vma() && (vma.is_anon() || write);
         if private_write && !vma.has_anon_vma() {
             // vmf_anon_prepare: under the VMA lock, only if mmap_lock is free right now.
@@ -703,6 +726,8 @@ impl FaultCtx<'_> {
         }
         let pfn = self.alloc_charged_page(Gfp::USER_ZERO, addr)?;
         self.prep_anon(pfn, addr);
+        // mk_pte(vma->vm_page_prot), the VM_WRITE test, and vm_mm for the PTE lock.
+        self.lock_line_reads(vma, 1);
         let mut pte = Pte::new(pfn, vma.writable).with_accessed(true);
         if write {
             pte = pte.with_dirty(true);

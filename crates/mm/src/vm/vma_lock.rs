@@ -250,6 +250,25 @@ impl VmaLock {
         Ok(guard)
     }
 
+    /// Records a plain read of another `vm_area_struct` field on the line of this VMA's lock
+    /// word (`mm.vma_lock_line_reads`; only while a recorder runs). The instance is the lock
+    /// word's, so the replay charges the read on the line the lock's readers keep writing.
+    /// The lock-free kind has no lock word: nothing to record.
+    #[inline]
+    pub fn trace_line_read(&self) {
+        match &self.inner {
+            Inner::Rwsem { lock, .. } => lock.trace_line_read(),
+            Inner::Refcount { refcnt } => trace::line(
+                &VMA_LOCK,
+                refcnt as *const AtomicU32 as usize,
+                LockModel::Refcount,
+                false,
+                Sym::Here,
+            ),
+            Inner::Rcu(_) => {}
+        }
+    }
+
     /// Is the VMA write-locked under the current mmap_lock write hold?
     #[inline]
     pub fn is_write_locked(&self, mm_seq: &MmLockSeq) -> bool {
