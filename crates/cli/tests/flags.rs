@@ -20,10 +20,7 @@ fn missing_required_argument_is_named() {
         "the following required arguments were not provided: <WORKLOAD>",
     );
     refused(&["import"], "were not provided: <FILE>");
-    refused(
-        &["project", "pft"],
-        "were not provided: --machine <MACHINE>",
-    );
+    refused(&["plot"], "were not provided: --out <PATH>");
 }
 
 #[test]
