@@ -106,6 +106,40 @@ impl<'a> BatchHold<'a> {
     }
 }
 
+/// The pages a release has taken off their lists and will free: at most
+/// [`SWAP_CLUSTER_MAX`] at a time, handed to the allocator once the caller has dropped its
+/// lock (the kernel's `folio_batch` of pages to free).
+struct ToFree {
+    pfns: [Pfn; SWAP_CLUSTER_MAX],
+    nr: usize,
+    /// Pages freed so far.
+    freed: u64,
+}
+
+impl ToFree {
+    fn new() -> Self {
+        ToFree {
+            pfns: [Pfn(0); SWAP_CLUSTER_MAX],
+            nr: 0,
+            freed: 0,
+        }
+    }
+
+    /// Adds a page; true when the batch is full and must be flushed (with no lock held).
+    fn push(&mut self, pfn: Pfn) -> bool {
+        self.pfns[self.nr] = pfn;
+        self.nr += 1;
+        self.nr == SWAP_CLUSTER_MAX
+    }
+
+    /// Frees the batch.
+    fn flush(&mut self, lru: &Lru, cpu: CpuId) {
+        lru.free_batch(cpu, &self.pfns[..self.nr]);
+        self.freed += self.nr as u64;
+        self.nr = 0;
+    }
+}
+
 /// A release's hold of one lru_lock.
 enum Hold<'a> {
     Exclusive(LruGuard<'a>),
@@ -132,10 +166,9 @@ impl Lru {
             return;
         }
         let pages = self.mem.pages();
-        let mut to_free = [Pfn(0); SWAP_CLUSTER_MAX];
-        let mut nr_free = 0;
+        let mut to_free = ToFree::new();
         let mut held: Option<(usize, Hold<'_>)> = None;
-        let (mut holds, mut waits, mut freed) = (0u64, 0u64, 0u64);
+        let (mut holds, mut waits) = (0u64, 0u64);
         for &pfn in pfns {
             if !self.put_testzero(pfn) {
                 continue;
@@ -159,18 +192,14 @@ impl Lru {
                 // `__folio_clear_lru`: the count is zero, nobody else touches the page.
                 page.clear_nonatomic(pg::LRU);
             }
-            to_free[nr_free] = pfn;
-            nr_free += 1;
-            if nr_free == SWAP_CLUSTER_MAX {
+            if to_free.push(pfn) {
                 drop(held.take());
-                self.free_batch(cpu, &to_free[..nr_free]);
-                freed += nr_free as u64;
-                nr_free = 0;
+                to_free.flush(self, cpu);
             }
         }
         drop(held);
-        self.free_batch(cpu, &to_free[..nr_free]);
-        freed += nr_free as u64;
+        to_free.flush(self, cpu);
+        let freed = to_free.freed;
         self.events.count(cpu, LruEvent::Release, pfns.len() as u64);
         if freed > 0 {
             self.events.count(cpu, LruEvent::ReleaseFree, freed);
@@ -206,10 +235,9 @@ impl Lru {
         let pages = self.mem.pages();
         let tags = self.tags.as_deref().expect("batch-lock release has tags");
         let mut sentinels = [0u64; LRU_BITMAP_SIZE / 64];
-        let mut to_free = [Pfn(0); SWAP_CLUSTER_MAX];
-        let mut nr_free = 0;
+        let mut to_free = ToFree::new();
         let mut held: Option<BatchHold<'_>> = None;
-        let (mut holds, mut freed, mut sentinels_unlinked) = (0u64, 0u64, 0u64);
+        let (mut holds, mut sentinels_unlinked) = (0u64, 0u64);
         for pass in 0..2 {
             for (i, &pfn) in pfns.iter().enumerate() {
                 if pass == 0 {
@@ -239,19 +267,15 @@ impl Lru {
                     // `__ClearPageLRU`: the count is zero, nobody else touches the page.
                     page.clear_nonatomic(pg::LRU);
                 }
-                to_free[nr_free] = pfn;
-                nr_free += 1;
-                if nr_free == SWAP_CLUSTER_MAX {
+                if to_free.push(pfn) {
                     drop(held.take());
-                    self.free_batch(cpu, &to_free[..nr_free]);
-                    freed += nr_free as u64;
-                    nr_free = 0;
+                    to_free.flush(self, cpu);
                 }
             }
         }
         drop(held);
-        self.free_batch(cpu, &to_free[..nr_free]);
-        freed += nr_free as u64;
+        to_free.flush(self, cpu);
+        let freed = to_free.freed;
         if freed > 0 {
             self.events.count(cpu, LruEvent::ReleaseFree, freed);
         }

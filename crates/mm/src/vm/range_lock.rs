@@ -16,7 +16,9 @@
 //!
 //! Every page-table page has a [`NodeLock`] (kept next to its split PTE lock, in the line the
 //! kernel keeps in `struct ptdesc`), a reader-writer word: bit 31 a writer, the low bits the
-//! readers. Node spans nest (a table's span contains its children's), so two ranges that
+//! readers. Its waiters spin (a writer claims the word, then waits for the readers in it to
+//! leave), so the trace records it as a queued rwlock, not as a sleeping rw_semaphore. Node
+//! spans nest (a table's span contains its children's), so two ranges that
 //! overlap are covered by nodes of which one is an ancestor of (or is) the other, and two
 //! disjoint ranges covered by sibling subtrees share no node.
 //!
@@ -82,8 +84,9 @@ impl NodeLock {
         self as *const Self as usize
     }
 
-    /// Take the node for read: wait while a writer holds it.
-    pub fn read_lock(&self) {
+    /// Waits until no writer holds the word, then swaps it for `next(word)` (Acquire on
+    /// success); returns the backoff, for a caller that waits again.
+    fn claim(&self, next: impl Fn(u32) -> u32) -> Backoff {
         let mut b = Backoff::new();
         let mut cur = self.word.load(Ordering::Relaxed);
         loop {
@@ -94,28 +97,33 @@ impl NodeLock {
             }
             match self.word.compare_exchange_weak(
                 cur,
-                cur + 1,
+                next(cur),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => break,
+                Ok(_) => return b,
                 Err(c) => cur = c,
             }
         }
+    }
+
+    /// Take the node for read: wait while a writer holds it.
+    pub fn read_lock(&self) {
+        self.claim(|cur| cur + 1);
         // Our count is ordered before this reader's loads of the ancestors' words (see the
         // module documentation).
         fence(Ordering::SeqCst);
         trace::acquire(
             &PT_NODE_LOCK,
             self.id(),
-            LockModel::RwSem,
+            LockModel::QRwLock,
             Access::Shared,
             false,
         );
     }
 
     pub fn read_unlock(&self) {
-        trace::release(&PT_NODE_LOCK, self.id(), LockModel::RwSem, Access::Shared);
+        trace::release(&PT_NODE_LOCK, self.id(), LockModel::QRwLock, Access::Shared);
         // Release: the reader's work happens before a writer's drain sees the count fall.
         self.word.fetch_sub(1, Ordering::Release);
     }
@@ -123,24 +131,7 @@ impl NodeLock {
     /// Take the node for write: claim the writer bit (new readers are refused from then on),
     /// then wait for the readers already in to leave.
     pub fn write_lock(&self) {
-        let mut b = Backoff::new();
-        let mut cur = self.word.load(Ordering::Relaxed);
-        loop {
-            if cur & WRITER != 0 {
-                b.snooze();
-                cur = self.word.load(Ordering::Relaxed);
-                continue;
-            }
-            match self.word.compare_exchange_weak(
-                cur,
-                cur | WRITER,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(c) => cur = c,
-            }
-        }
+        let mut b = self.claim(|cur| cur | WRITER);
         // The writer bit is ordered before the writer's loads of the ancestors' and the
         // descendants' words (and of the entries that lead to the descendants).
         fence(Ordering::SeqCst);
@@ -151,7 +142,7 @@ impl NodeLock {
         trace::acquire(
             &PT_NODE_LOCK,
             self.id(),
-            LockModel::RwSem,
+            LockModel::QRwLock,
             Access::Exclusive,
             false,
         );
@@ -161,7 +152,7 @@ impl NodeLock {
         trace::release(
             &PT_NODE_LOCK,
             self.id(),
-            LockModel::RwSem,
+            LockModel::QRwLock,
             Access::Exclusive,
         );
         // Readers are refused while the writer bit is set, so the word is exactly WRITER.
@@ -266,6 +257,20 @@ pub fn lock_cover<'a>(
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// Its waiters spin: the replay must model it as a queued rwlock, not a sleeping rwsem.
+    #[test]
+    fn the_trace_records_a_spinning_rwlock() {
+        let n = NodeLock::new();
+        trace::start(16);
+        n.read_lock();
+        n.read_unlock();
+        n.write_lock();
+        n.write_unlock();
+        let ev = trace::stop();
+        assert_eq!(ev.len(), 4, "{ev:?}");
+        assert!(ev.iter().all(|e| e.model == LockModel::QRwLock), "{ev:?}");
+    }
 
     #[test]
     fn readers_share_writers_exclude() {
