@@ -2,6 +2,8 @@
 //! 2005 test projected to it: the machine as documented, replays at 512 CPUs against closed
 //! forms, the page size followed by what a fault clears, and the lameter capture on the engine.
 
+mod common;
+
 use pagelab_bench::profiles;
 use pagelab_project::capture::{CaptureSpec, capture, shape};
 use pagelab_project::machine::Machine;
@@ -79,21 +81,12 @@ fn the_distance_matrix_counts_the_routers_between_nodes() {
 fn meta(workload: &str) -> TraceMeta {
     TraceMeta {
         workload: workload.into(),
-        profile: "test".into(),
-        profile_toml: String::new(),
         op_unit: "faults".into(),
-        window: Window::Once,
         pinning: Pinning::Spread,
         shared_vma: true,
         kernel_cpus: 512,
-        host_cpu: "test".into(),
         host_ghz: 1.6,
-        ops: 0,
-        raw_events: 0,
-        overhead_ns_per_event: 0.0,
-        traced_ns: 1.0,
-        untraced_ns: 1.0,
-        compute_scale: 1.0,
+        ..common::meta(Window::Once, 0)
     }
 }
 

@@ -3,67 +3,27 @@
 //! resolve to the CPU that last wrote the list's first entry; reading a line before writing it
 //! costs the invalidation of every copy the readers took.
 
+mod common;
+
+use common::TestMachine;
 use pagelab_project::machine::Machine;
 use pagelab_project::replay::{Replay, ReplaySpec};
-use pagelab_project::trace::{Event, Instance, Pinning, Trace, TraceMeta, Window};
+use pagelab_project::trace::{Event, Instance, Trace, TraceMeta, Window};
 use pagelab_sync::Scope;
 use pagelab_sync::trace::{LockModel, Sym};
 
 /// A one-socket machine of `cores` cores: every transfer between two cores is `core_ns`.
 fn machine(cores: usize, core_ns: f64, atomic_ns: f64) -> Machine {
-    Machine::parse(
-        &format!(
-            r#"
-name = "test"
-description = "test machine"
-[cpu]
-model = "test"
-ghz = 2.0
-[topology]
-sockets = 1
-cores_per_socket = {cores}
-threads_per_core = 1
-[numa]
-distance = [[10]]
-[latency]
-smt_ns = 1.0
-core_ns = {core_ns}
-atomic_ns = {atomic_ns}
-[latency.remote_ns]
-[memory]
-node_bandwidth_gbs = 100.0
-core_bandwidth_gbs = 100.0
-[kernel]
-trap_ns = 300.0
-wakeup_ns = 2000.0
-ipi_ns = 1000.0
-ipi_handler_ns = 500.0
-"#
-        ),
-        "test",
-    )
-    .unwrap()
+    TestMachine {
+        core_ns,
+        atomic_ns,
+        ..TestMachine::new(cores)
+    }
+    .build()
 }
 
 fn meta(ops: u64) -> TraceMeta {
-    TraceMeta {
-        workload: "synthetic".into(),
-        profile: "test".into(),
-        profile_toml: String::new(),
-        op_unit: "ops".into(),
-        window: Window::Cycle,
-        pinning: Pinning::Cores,
-        shared_vma: false,
-        kernel_cpus: 1,
-        host_cpu: "test".into(),
-        host_ghz: 2.0,
-        ops,
-        raw_events: 0,
-        overhead_ns_per_event: 0.0,
-        traced_ns: 1.0,
-        untraced_ns: 1.0,
-        compute_scale: 1.0,
-    }
+    common::meta(Window::Cycle, ops)
 }
 
 fn inst(class: &str, model: LockModel, sleeps: bool) -> Instance {

@@ -2,47 +2,23 @@
 //! with a loaded-latency curve that is linear in the utilisation, write at the rate the
 //! quadratic fixed point gives (crates/project/src/memory.rs).
 
+mod common;
+
+use common::TestMachine;
 use pagelab_project::machine::Machine;
 use pagelab_project::replay::{Replay, ReplaySpec};
-use pagelab_project::trace::{Event, Pinning, Trace, TraceMeta, Window};
+use pagelab_project::trace::{Event, Trace, Window};
 
 /// One socket of `cores` cores, one core clearing at `core_gbs`, the node peaking at
 /// `node_gbs`, latency `l0 (1 + k u)` at utilisation u.
 fn machine(cores: usize, core_gbs: f64, node_gbs: f64, l0: f64, k: f64) -> Machine {
-    Machine::parse(
-        &format!(
-            r#"
-name = "test"
-description = "test machine"
-[cpu]
-model = "test"
-ghz = 2.0
-[topology]
-sockets = 1
-cores_per_socket = {cores}
-threads_per_core = 1
-[numa]
-distance = [[10]]
-[latency]
-smt_ns = 1.0
-core_ns = 50.0
-atomic_ns = 5.0
-[latency.remote_ns]
-[memory]
-node_bandwidth_gbs = {node_gbs}
-core_bandwidth_gbs = {core_gbs}
-loaded_latency = [[0.0, {l0}], [1.0, {l1}]]
-[kernel]
-trap_ns = 300.0
-wakeup_ns = 2000.0
-ipi_ns = 1000.0
-ipi_handler_ns = 500.0
-"#,
-            l1 = l0 * (1.0 + k)
-        ),
-        "test",
-    )
-    .unwrap()
+    TestMachine {
+        core_gbs,
+        node_gbs,
+        loaded_latency: Some([l0, l0 * (1.0 + k)]),
+        ..TestMachine::new(cores)
+    }
+    .build()
 }
 
 /// A cyclic trace of page clears and nothing else.
@@ -56,24 +32,7 @@ fn clears(pages: usize) -> Trace {
         events.push(Event::Ops { n: 1 });
     }
     Trace {
-        meta: TraceMeta {
-            workload: "synthetic".into(),
-            profile: "test".into(),
-            profile_toml: String::new(),
-            op_unit: "ops".into(),
-            window: Window::Cycle,
-            pinning: Pinning::Cores,
-            shared_vma: false,
-            kernel_cpus: 1,
-            host_cpu: "test".into(),
-            host_ghz: 2.0,
-            ops: pages as u64,
-            raw_events: 0,
-            overhead_ns_per_event: 0.0,
-            traced_ns: 1.0,
-            untraced_ns: 1.0,
-            compute_scale: 1.0,
-        },
+        meta: common::meta(Window::Cycle, pages as u64),
         instances: Vec::new(),
         events,
         fallbacks: Vec::new(),

@@ -3,9 +3,12 @@
 //! rwsem, the mode mapping and the memory bandwidth behave as their models state; a seed
 //! reproduces a run exactly.
 
+mod common;
+
+use common::TestMachine;
 use pagelab_project::machine::Machine;
 use pagelab_project::replay::{Replay, ReplaySpec};
-use pagelab_project::trace::{Event, Instance, Pinning, Trace, TraceMeta, Window};
+use pagelab_project::trace::{Event, Instance, Trace, TraceMeta, Window};
 use pagelab_sync::Scope;
 use pagelab_sync::trace::LockModel;
 use rand::{Rng, SeedableRng};
@@ -13,60 +16,18 @@ use rand_chacha::ChaCha8Rng;
 
 /// A one-socket machine of `cores` cores with the given latencies and bandwidths.
 fn machine(cores: usize, core_ns: f64, atomic_ns: f64, core_gbs: f64, node_gbs: f64) -> Machine {
-    Machine::parse(
-        &format!(
-            r#"
-name = "test"
-description = "test machine"
-[cpu]
-model = "test"
-ghz = 2.0
-[topology]
-sockets = 1
-cores_per_socket = {cores}
-threads_per_core = 1
-[numa]
-distance = [[10]]
-[latency]
-smt_ns = 1.0
-core_ns = {core_ns}
-atomic_ns = {atomic_ns}
-[latency.remote_ns]
-[memory]
-node_bandwidth_gbs = {node_gbs}
-core_bandwidth_gbs = {core_gbs}
-[kernel]
-trap_ns = 300.0
-wakeup_ns = 2000.0
-ipi_ns = 1000.0
-ipi_handler_ns = 500.0
-"#
-        ),
-        "test",
-    )
-    .unwrap()
+    TestMachine {
+        core_ns,
+        atomic_ns,
+        core_gbs,
+        node_gbs,
+        ..TestMachine::new(cores)
+    }
+    .build()
 }
 
 fn meta(window: Window) -> TraceMeta {
-    TraceMeta {
-        workload: "synthetic".into(),
-        profile: "test".into(),
-        profile_toml: String::new(),
-        op_unit: "ops".into(),
-        window,
-        pinning: Pinning::Cores,
-        shared_vma: false,
-        kernel_cpus: 1,
-        host_cpu: "test".into(),
-        // The same clock as the test machine: compute is replayed unscaled.
-        host_ghz: 2.0,
-        ops: 1,
-        raw_events: 0,
-        overhead_ns_per_event: 0.0,
-        traced_ns: 1.0,
-        untraced_ns: 1.0,
-        compute_scale: 1.0,
-    }
+    common::meta(window, 1)
 }
 
 fn inst(class: &str, scope: Scope, model: LockModel, sleeps: bool) -> Instance {
