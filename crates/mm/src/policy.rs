@@ -756,7 +756,6 @@ pub const LRU_BATCH: Bound = Bound {
     why: "no kernel's pagevec or folio_batch held more than 31 pages",
 };
 
-/// Every numeric key of a profile, and whether it also takes `"auto"`.
 /// `memcg.charge_batch`: the kernel's `MEMCG_CHARGE_BATCH` was 32, then 64 (6.1); a stock is
 /// a CPU's small reserve, and past one PTE table's worth (512) a group's limit of a few
 /// thousand pages would sit mostly in stocks.
@@ -793,6 +792,7 @@ pub const VMA_LOCK_LINE_READS: Bound = Bound {
     why: "a fault reads the lock's line at most where it starts and where it builds its PTE",
 };
 
+/// Every numeric key of a profile, and whether it also takes `"auto"`.
 const NUMERIC: [(&str, &str, Bound, bool); 9] = [
     ("pcp", "batch", PCP_BATCH, true),
     ("pcp", "high", PCP_HIGH, true),
