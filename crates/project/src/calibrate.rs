@@ -408,6 +408,60 @@ pub fn pair_throughput(a: usize, b: usize) -> f64 {
     )
 }
 
+/// How much of its CPU the host gives each of `threads` busy tasks pinned to the first
+/// `threads` allowed CPUs: `(fraction of the wall time a task runs, mean ns it waits each time
+/// it is descheduled)`, over `window`. Each thread reads the clock in a tight loop; a gap of
+/// more than [`DESCHEDULED`] between two reads is time it did not run (another task had its
+/// CPU, or the hypervisor ran another guest's vCPU). 1 and 0 where every task owns its CPU.
+/// The engine's tasks are busy the same way (they never sleep in page_fault1 or pft), so
+/// they get the same turns when measured beside it.
+pub fn cpu_share(threads: usize, window: Duration) -> (f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(std::sync::Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (stop, start) = (stop.clone(), start.clone());
+            std::thread::spawn(move || {
+                pin_to_core(i);
+                start.wait();
+                let t0 = Instant::now();
+                let (mut last, mut gaps, mut n) = (t0, Duration::ZERO, 0u64);
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..64 {
+                        let now = Instant::now();
+                        let gap = now - last;
+                        if gap > DESCHEDULED {
+                            gaps += gap;
+                            n += 1;
+                        }
+                        last = now;
+                    }
+                }
+                let wall = last.duration_since(t0).as_nanos().max(1) as f64;
+                (gaps.as_nanos() as f64, n, wall)
+            })
+        })
+        .collect();
+    start.wait();
+    std::thread::sleep(window);
+    stop.store(true, Ordering::Relaxed);
+    let (mut gaps, mut n, mut wall) = (0.0, 0u64, 0.0);
+    for h in handles {
+        let (g, k, w) = h.join().expect("share thread");
+        gaps += g;
+        n += k;
+        wall += w;
+    }
+    let share = (1.0 - gaps / wall).clamp(0.01, 1.0);
+    let off = if n == 0 { 0.0 } else { gaps / n as f64 };
+    (share, off)
+}
+
+/// A gap between two reads of the clock in a tight loop longer than this is time the thread
+/// did not run: far above the loop's own step (tens of ns) and a host interrupt (a few us),
+/// below a scheduler slice (CFS: 0.75 ms or more, `sysctl_sched_base_slice`).
+pub const DESCHEDULED: Duration = Duration::from_micros(50);
+
 /// The hardware threads of one core this process may use: `(i, j)` indices into the allowed
 /// CPUs, from sysfs `thread_siblings_list`.
 fn smt_pair() -> Option<(usize, usize)> {
@@ -742,6 +796,7 @@ fn measure(
             model: host.cpu_model.clone(),
             ghz: round(ghz, 3),
             smt_throughput: round(smt_throughput, 2),
+            share: Vec::new(),
         },
         topology: Topology {
             sockets,
@@ -1061,5 +1116,32 @@ mod tests {
             let t = core_transfer_ns();
             assert!(t > 0.0 && t < 100_000.0, "{t} ns");
         }
+    }
+
+    /// A task sharing its CPU with another busy thread is measured running at most about half
+    /// the time (more of it to the other thread or to the host's other work), the two
+    /// together never above the one CPU they share, and its waits as long as slices.
+    #[test]
+    fn a_cpu_shared_with_a_busy_thread_gives_the_task_part_of_it() {
+        use pagelab_workloads::pft::thread_cpu_ns;
+        let window = Duration::from_millis(300);
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let hog = std::thread::spawn(move || {
+            pin_to_core(0);
+            let (c0, t0) = (thread_cpu_ns(), Instant::now());
+            let mut x = 1u64;
+            while !s2.load(Ordering::Relaxed) {
+                x = black_box(x.wrapping_mul(x | 1));
+            }
+            (thread_cpu_ns() - c0) as f64 / t0.elapsed().as_nanos() as f64
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        let (shared, off) = cpu_share(1, window);
+        stop.store(true, Ordering::Relaxed);
+        let hog_share = hog.join().unwrap();
+        assert!(shared > 0.0 && shared <= 0.75, "shared {shared}");
+        assert!(shared + hog_share <= 1.1, "{shared} + {hog_share}");
+        assert!(off >= DESCHEDULED.as_nanos() as f64, "waits of {off} ns");
     }
 }

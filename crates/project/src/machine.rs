@@ -62,6 +62,32 @@ pub struct Cpu {
     /// (1.0: no gain; only read when `threads_per_core` is 2).
     #[serde(default = "one")]
     pub smt_throughput: f64,
+    /// How much of its CPU the host gives each of `tasks` tasks pinned one per CPU, as
+    /// `[tasks, fraction, off_ns]` entries, measured ([`crate::calibrate::cpu_share`]): the
+    /// fraction of the wall time the task runs, and the mean time it waits, each time it is
+    /// descheduled, before it runs again (0: slices far shorter than anything the replay times,
+    /// a uniform slowdown). Below 1 where the CPUs run other work too: the scheduler (CFS,
+    /// `kernel/sched/fair.c`) runs each runnable task on a CPU in turn for a slice, and a
+    /// hypervisor's vCPU runs only while the host runs it. A task descheduled inside a
+    /// critical section keeps the lock for the whole wait (lock-holder preemption, what
+    /// paravirt spinlocks work around for vCPUs, `kernel/locking/qspinlock_paravirt.h`). Empty
+    /// (every task owns its CPU) for the described machines; the self-check's measured host
+    /// has it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub share: Vec<[f64; 3]>,
+}
+
+impl Cpu {
+    /// Each task's `(fraction of the wall time it runs, mean wait in ns each time it is
+    /// descheduled)` with `tasks` tasks: the entry for that task count, else the one for the
+    /// most tasks below it (more tasks never get more of a CPU each), else its whole CPU.
+    pub fn share_at(&self, tasks: usize) -> (f64, f64) {
+        self.share
+            .iter()
+            .filter(|e| e[0] <= tasks as f64)
+            .max_by(|a, b| a[0].total_cmp(&b[0]))
+            .map_or((1.0, 0.0), |e| (e[1], e[2]))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -555,6 +581,24 @@ impl Machine {
             ));
         }
         self.check_loaded_latency()?;
+        for (i, &[n, f, off]) in self.cpu.share.iter().enumerate() {
+            // A scheduler's wait is a few slices: milliseconds, never a second.
+            if !(0.0..=1e9).contains(&off) {
+                return Err(format!(
+                    "cpu.share[{i}] off_ns must be from 0 to 1e9 ns (a second), not {off}"
+                ));
+            }
+            if n < 1.0 || n.fract() != 0.0 || n > MAX_CPUS as f64 {
+                return Err(format!(
+                    "cpu.share[{i}] task count must be a whole number from 1 to {MAX_CPUS}, not {n}"
+                ));
+            }
+            if f.is_nan() || f <= 0.0 || f > 1.0 {
+                return Err(format!(
+                    "cpu.share[{i}] fraction must be above 0 and at most 1, not {f}"
+                ));
+            }
+        }
         if let Some(c) = &self.calibration {
             if c.table.is_empty() {
                 return Err("calibration.table must name a published table".into());
@@ -1304,5 +1348,32 @@ mod tests {
             Machine::load(&path("mine.toml")).unwrap().name,
             "my-icelake"
         );
+    }
+
+    /// `cpu.share` is a list of `[tasks, fraction]` with whole task counts and fractions in
+    /// (0, 1]; a machine without it gives every task its CPU.
+    #[test]
+    fn cpu_share_is_checked_and_defaults_to_whole_cpus() {
+        let mut m = two_socket();
+        assert!(m.cpu.share.is_empty());
+        assert_eq!(m.cpu.share_at(4), (1.0, 0.0));
+        m.cpu.share = vec![[1.0, 0.9, 3000.0], [2.0, 0.5, 0.0]];
+        let back = Machine::parse(&m.to_toml(), "x.toml").unwrap();
+        assert_eq!(back.cpu.share, m.cpu.share);
+        assert_eq!(back.cpu.share_at(1), (0.9, 3000.0));
+        assert_eq!(back.cpu.share_at(2), (0.5, 0.0));
+        assert_eq!(back.cpu.share_at(8), (0.5, 0.0));
+        for (bad, want) in [
+            ([1.0, 0.0, 0.0], "cpu.share[0] fraction"),
+            ([1.0, 1.5, 0.0], "cpu.share[0] fraction"),
+            ([1.0, f64::NAN, 0.0], "cpu.share[0] fraction"),
+            ([0.0, 0.5, 0.0], "cpu.share[0] task count"),
+            ([1.5, 0.5, 0.0], "cpu.share[0] task count"),
+            ([1.0, 0.5, -1.0], "cpu.share[0] off_ns"),
+            ([1.0, 0.5, f64::INFINITY], "cpu.share[0] off_ns"),
+        ] {
+            m.cpu.share = vec![bad];
+            refused(&m, want);
+        }
     }
 }

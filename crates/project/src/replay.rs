@@ -253,6 +253,12 @@ struct Cpu {
     alt: Option<(u32, u32)>,
     started: u64,
     finished: u64,
+    /// When its memory write began (its CPU time counts from there).
+    write_from: u64,
+    /// The host's slices ([`Sim::on_cpu`]): the task runs until `run_end`, then waits for its
+    /// CPU until `wait_end`.
+    run_end: u64,
+    wait_end: u64,
 }
 
 struct Bus {
@@ -311,6 +317,18 @@ pub struct Replay<'a> {
     /// transfer[i][j] between the tasks' CPUs, ps.
     transfer: Vec<Vec<u64>>,
     factors: Vec<f64>,
+    /// Each task's share of its CPU (`cpu.share` at this task count).
+    share: f64,
+    /// The slowdown applied to every op uniformly: the share, when no wait is timed.
+    uniform: f64,
+    /// Mean picoseconds a task runs and waits in turn for its CPU (exponential both), when
+    /// the host's slices are timed: [`Sim::on_cpu`].
+    sched: Option<(f64, f64)>,
+}
+
+/// An exponential draw of mean `mean` ps, at least 1 (so that a run of periods always moves on).
+fn exp_ps(rng: &mut ChaCha8Rng, mean: f64) -> u64 {
+    ((-mean * (1.0 - rng.r#gen::<f64>()).ln()) as u64).max(1)
 }
 
 /// Nanoseconds to whole picoseconds. `as` saturates (and takes NaN to 0); the replay's time
@@ -652,7 +670,12 @@ impl<'a> Replay<'a> {
                     .collect()
             })
             .collect();
-        // A core's compute slows when both its hardware threads have a task.
+        // A core's compute slows when both its hardware threads have a task; a task the host
+        // runs only part of the time (`cpu.share`) advances at that part of the pace.
+        let (share, off_ns) = machine.cpu.share_at(spec.tasks);
+        // Slices timed (a mean wait for the CPU): the task runs and waits in turns, below;
+        // else a uniform slowdown.
+        let uniform = if off_ns > 0.0 { 1.0 } else { share };
         let factors = cpus
             .iter()
             .map(|&c| {
@@ -662,11 +685,12 @@ impl<'a> Replay<'a> {
                     .filter(|&&o| o != c && machine.pos(o).core == core)
                     .count()
                     > 0;
-                if shared {
+                let smt = if shared {
                     2.0 / machine.cpu.smt_throughput
                 } else {
                     1.0
-                }
+                };
+                smt / uniform
             })
             .collect();
         let k = &machine.kernel;
@@ -688,6 +712,12 @@ impl<'a> Replay<'a> {
             ipi_handler_ps: ps(k.ipi_handler_ns),
             transfer,
             factors,
+            share,
+            uniform,
+            sched: (share < 1.0 && off_ns > 0.0).then(|| {
+                let off = off_ns * 1000.0;
+                (off * share / (1.0 - share), off)
+            }),
         })
     }
 
@@ -715,6 +745,9 @@ impl<'a> Replay<'a> {
 struct Sim<'r, 'a> {
     r: &'r Replay<'a>,
     rng: ChaCha8Rng,
+    /// The host's slices' own stream ([`Sim::on_cpu`]), so that a machine without them
+    /// replays exactly as before.
+    sched_rng: ChaCha8Rng,
     cpus: Vec<Cpu>,
     res: Vec<Resource>,
     buses: Vec<Bus>,
@@ -801,8 +834,26 @@ impl<'r, 'a> Sim<'r, 'a> {
                 alt: None,
                 started: start,
                 finished: 0,
+                write_from: 0,
+                run_end: 0,
+                wait_end: 0,
             });
             heap.push(Reverse((start, i as u32)));
+        }
+        // Each task starts where the host's turns would have it at any moment: running (with
+        // the share's probability) or waiting, for the rest of an exponential period.
+        let mut sched_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5c4e_d51c_e5ee_d000);
+        if let Some((on, off)) = r.sched {
+            for c in &mut cpus {
+                let t = c.started;
+                let running = sched_rng.r#gen::<f64>() < on / (on + off);
+                c.run_end = if running {
+                    t.saturating_add(exp_ps(&mut sched_rng, on))
+                } else {
+                    t
+                };
+                c.wait_end = c.run_end.saturating_add(exp_ps(&mut sched_rng, off));
+            }
         }
         let budget = cpus
             .iter()
@@ -857,6 +908,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         Sim {
             r,
             rng,
+            sched_rng,
             cpus,
             res,
             buses,
@@ -869,6 +921,32 @@ impl<'r, 'a> Sim<'r, 'a> {
             stop_at: None,
             cycled: 0,
             budget,
+        }
+    }
+
+    /// When CPU `c`'s task, starting `d` ps of work at `t`, has run for `d`: with the host's
+    /// slices timed (`cpu.share` with a wait), the task runs for exponential periods of mean
+    /// `on` and waits for exponential periods of mean `off` in turn, and work only advances
+    /// while it runs (a critical section interrupted holds its lock through the wait).
+    fn on_cpu(&mut self, c: usize, mut t: u64, mut d: u64) -> u64 {
+        let Some((on, off)) = self.r.sched else {
+            return t.saturating_add(d);
+        };
+        let rng = &mut self.sched_rng;
+        let cpu = &mut self.cpus[c];
+        loop {
+            // The current period: running until `run_end`, then waiting until `wait_end`.
+            while t >= cpu.wait_end {
+                cpu.run_end = cpu.wait_end.saturating_add(exp_ps(rng, on));
+                cpu.wait_end = cpu.run_end.saturating_add(exp_ps(rng, off));
+            }
+            if t < cpu.run_end {
+                if d <= cpu.run_end - t {
+                    return t + d;
+                }
+                d -= cpu.run_end - t;
+            }
+            t = cpu.wait_end;
         }
     }
 
@@ -1317,8 +1395,13 @@ impl<'r, 'a> Sim<'r, 'a> {
             }
         });
         for c in done {
-            self.cpus[c as usize].st = St::Ready;
-            self.schedule(c as usize, t);
+            let c = c as usize;
+            self.cpus[c].st = St::Ready;
+            // The clearing took the CPU from when it started: it ends once the task has run
+            // that long.
+            let from = self.cpus[c].write_from;
+            let at = self.on_cpu(c, from, t - from).max(t);
+            self.schedule(c, at);
         }
         self.reschedule_bus(node, t);
     }
@@ -1389,11 +1472,13 @@ impl<'r, 'a> Sim<'r, 'a> {
             let factor = cpu.factor;
             match op {
                 Op::Compute(d) => {
-                    self.schedule(c, t.saturating_add((d as f64 * factor) as u64));
+                    let at = self.on_cpu(c, t, (d as f64 * factor) as u64);
+                    self.schedule(c, at);
                     return;
                 }
                 Op::Trap => {
-                    self.schedule(c, t.saturating_add((self.r.trap_ps as f64 * factor) as u64));
+                    let at = self.on_cpu(c, t, (self.r.trap_ps as f64 * factor) as u64);
+                    self.schedule(c, at);
                     return;
                 }
                 Op::Ops(n) => self.count_ops(n, t),
@@ -1440,7 +1525,9 @@ impl<'r, 'a> Sim<'r, 'a> {
                     let node = self.cpus[c].node;
                     let bus = &mut self.buses[node];
                     bus.advance(t);
-                    bus.jobs.push((c as u32, f64::from(bytes)));
+                    // A task run part of the time clears its bytes at that part of the pace.
+                    bus.jobs.push((c as u32, f64::from(bytes) / self.r.uniform));
+                    self.cpus[c].write_from = t;
                     self.cpus[c].st = St::WaitBus;
                     self.reschedule_bus(node, t);
                     return;
@@ -1558,7 +1645,9 @@ impl<'r, 'a> Sim<'r, 'a> {
                     .cpus
                     .iter()
                     .map(|c| c.finished.saturating_sub(c.started + c.slept) as f64 / 1e12)
-                    .sum();
+                    .sum::<f64>()
+                    // CPU time: only the share of its awake time the host ran the task.
+                    * self.r.share;
                 out.ops = self.ops_total;
                 out.span_ns = wall * 1e9;
                 out.samples.push(self.ops_total as f64 / wall);

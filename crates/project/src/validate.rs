@@ -705,6 +705,9 @@ pub struct SelfRow {
     pub measured: f64,
     pub projected: f64,
     pub error_pct: f64,
+    /// Each task's share of its CPU the replay ran it with (`cpu.share`, measured beside the
+    /// engine's run).
+    pub share: f64,
 }
 
 /// The self-consistency check.
@@ -748,14 +751,21 @@ impl SelfCheck {
         );
         let _ = writeln!(
             s,
-            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8}",
-            "workload", "mode", "tasks", "metric", "measured", "projected", "error"
+            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9}",
+            "workload", "mode", "tasks", "metric", "measured", "projected", "error", "cpu share"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}%",
-                r.workload, r.mode, r.tasks, r.metric, r.measured, r.projected, r.error_pct
+                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2}",
+                r.workload,
+                r.mode,
+                r.tasks,
+                r.metric,
+                r.measured,
+                r.projected,
+                r.error_pct,
+                r.share
             );
         }
         let med = median(
@@ -832,7 +842,21 @@ pub fn self_check_on(
             swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
             lock_stat: true,
         };
+        // The share of a CPU the host gives each task, measured on each side of the engine's
+        // run (the host's other work comes and goes): the replay runs each task that part of
+        // the time, as the host ran the engine's.
+        let window = std::time::Duration::from_millis(300);
+        let shares = || [1, 2].map(|n| crate::calibrate::cpu_share(n, window));
+        let before = shares();
         let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
+        let after = shares();
+        let mut machine = machine.clone();
+        machine.cpu.share = (0..2)
+            .map(|i| {
+                let mid = |f: fn(&(f64, f64)) -> f64| (f(&before[i]) + f(&after[i])) / 2.0;
+                [(i + 1) as f64, mid(|s| s.0), mid(|s| s.1)]
+            })
+            .collect();
         progress(&format!("capturing and replaying {w}"));
         let trace = crate::capture::capture(&crate::capture::CaptureSpec::new(
             w,
@@ -885,6 +909,7 @@ pub fn project_measured(
                 measured,
                 projected,
                 error_pct: 100.0 * (projected - measured) / measured,
+                share: machine.cpu.share_at(r.tasks).0,
             });
         }
     }

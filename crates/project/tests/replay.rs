@@ -332,6 +332,110 @@ fn memory_writes_share_the_node_bandwidth() {
     assert!((rate(16) - node).abs() / node < 0.02, "{}", rate(16));
 }
 
+/// A host whose CPUs also run other work gives each task part of its CPU (`cpu.share`): the
+/// task's compute, trap and clearing all advance at that part of the pace, and its CPU time is
+/// that part of its wall time.
+#[test]
+fn a_task_run_part_of_the_time_advances_at_that_part_of_the_pace() {
+    let mut m = machine(4, 50.0, 5.0, 8.0, 20.0);
+    // No wait timed: slices far shorter than any op, a uniform slowdown.
+    m.cpu.share = vec![[1.0, 0.5, 0.0], [2.0, 0.25, 0.0]];
+    // 100 ns compute, the 300 ns trap and 4096 B at 8 GB/s (512 ns) per op.
+    let mut t = Trace {
+        meta: meta(Window::Once),
+        instances: Vec::new(),
+        events: vec![
+            Event::Compute { ns: 100.0 },
+            Event::Trap,
+            Event::Write {
+                bytes: 4096,
+                host_ns: 1.0,
+            },
+            Event::Ops { n: 1 },
+        ],
+        fallbacks: Vec::new(),
+    };
+    t.meta.ops = 1;
+    let r = Replay::new(&m, &t, spec(1, false)).unwrap().run(1).unwrap();
+    let alone_ns = 100.0 + 300.0 + 512.0;
+    assert!(
+        (r.span_ns - alone_ns / 0.5).abs() < 0.01,
+        "{} ns, expected {}",
+        r.span_ns,
+        alone_ns / 0.5
+    );
+    // CPU time: half the wall time, so per CPU-second as fast as a task with its CPU.
+    let per_cpu = r.ops_per_cpu_sec.unwrap();
+    assert!((per_cpu - 1e9 / alone_ns).abs() / per_cpu < 1e-6, "{per_cpu}");
+    // Two tasks at a quarter of a CPU each, compute only: 4 x 100 ns per op each.
+    t.meta.window = Window::Cycle;
+    t.meta.ops = 2000;
+    t.events = (0..2000)
+        .flat_map(|_| [Event::Compute { ns: 100.0 }, Event::Ops { n: 1 }])
+        .collect();
+    let r = Replay::new(&m, &t, spec(2, false)).unwrap().run(1).unwrap();
+    let want = 2.0 * 1e9 / 400.0;
+    assert!((mean(&r.samples) - want).abs() / want < 0.01, "{:?}", r.samples);
+    // Three tasks take the share of the most tasks measured below them.
+    let r = Replay::new(&m, &t, spec(3, false)).unwrap().run(1).unwrap();
+    let want = 3.0 * 1e9 / 400.0;
+    assert!((mean(&r.samples) - want).abs() / want < 0.01, "{:?}", r.samples);
+}
+
+/// With the host's slices timed, a task runs and waits in turns (exponential periods, means
+/// `on` and `off`): alone, it does `on / (on + off)` of its work rate (the renewal theorem), and
+/// its CPU time is the time it ran.
+#[test]
+fn a_task_waiting_for_its_cpu_in_turns_runs_its_share_of_the_time() {
+    let mut m = machine(4, 50.0, 5.0, 8.0, 20.0);
+    // Runs 300 ns, waits 100 ns on average: three quarters of the time, in about 6,700
+    // turns over the run.
+    m.cpu.share = vec![[1.0, 0.75, 100.0]];
+    let mut events = Vec::new();
+    for _ in 0..20_000 {
+        events.push(Event::Compute { ns: 100.0 });
+        events.push(Event::Ops { n: 1 });
+    }
+    let mut mt = meta(Window::Cycle);
+    mt.ops = 20_000;
+    let t = Trace {
+        meta: mt,
+        instances: Vec::new(),
+        events,
+        fallbacks: Vec::new(),
+    };
+    let r = Replay::new(&m, &t, spec(1, false)).unwrap().run(3).unwrap();
+    let want = 0.75 * 1e9 / 100.0;
+    assert!(
+        (mean(&r.samples) - want).abs() / want < 0.03,
+        "{} against {want}",
+        mean(&r.samples)
+    );
+}
+
+/// A task descheduled inside a critical section keeps its lock while it waits (lock-holder
+/// preemption): two tasks sharing a lock lose to it what the uniform slowdown of the same
+/// share does not; the lock's waits grow from the hold times to the slices'.
+#[test]
+fn a_holder_waiting_for_its_cpu_keeps_its_lock() {
+    let mut m = machine(4, 50.0, 5.0, 8.0, 20.0);
+    let t = lock_trace(LockModel::Queued, Scope::Machine, 900.0, 100.0, false);
+    let run = |m: &Machine| {
+        let r = Replay::new(m, &t, spec(2, true)).unwrap().run(5).unwrap();
+        let wait: u64 = r.classes.iter().map(|c| c.wait_ns as u64).sum();
+        (mean(&r.samples), wait)
+    };
+    m.cpu.share = vec![[2.0, 0.5, 0.0]];
+    let (uniform, uniform_wait) = run(&m);
+    // Half the time, in turns of 20 us on and 20 us off: a hold of 100 ns (200 wall) is
+    // interrupted about once in a hundred, and then holds the lock for 20 us.
+    m.cpu.share = vec![[2.0, 0.5, 20_000.0]];
+    let (turns, turns_wait) = run(&m);
+    assert!(turns < 0.97 * uniform, "{turns} against {uniform}");
+    assert!(turns > 0.5 * uniform, "{turns} against {uniform}");
+    assert!(turns_wait > 3 * uniform_wait, "{turns_wait} against {uniform_wait}");
+}
+
 #[test]
 fn a_seed_gives_the_same_run_and_another_seed_another() {
     let m = Machine::load("broadwell-2s-44c").unwrap();
