@@ -26,6 +26,9 @@ use pagelab_workloads::pft::thread_cpu_ns;
 use pagelab_workloads::pin::pin_to_core;
 use pagelab_workloads::{Mode, engine};
 
+/// One thread's loop: its index, its counter, the stop flag.
+type Body = Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) + Send + Sync>;
+
 const WINDOW: Duration = Duration::from_millis(400);
 
 /// The `steal` column of /proc/stat's `cpu` line, in clock ticks.
@@ -43,10 +46,7 @@ fn steal_ticks() -> u64 {
 /// `n` threads, the `i`-th pinned to CPU `i`, each running `body(i, counter, stop)` for
 /// [`WINDOW`]: (operations per second in all, each thread's CPU time over the window, steal
 /// ticks over the window).
-fn window(
-    n: usize,
-    body: Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) + Send + Sync>,
-) -> (f64, Vec<f64>, u64) {
+fn window(n: usize, body: Body) -> (f64, Vec<f64>, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let counters: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let start = Arc::new(Barrier::new(n + 1));
@@ -78,7 +78,7 @@ fn window(
     (ops0 as f64 * 1e9 / wall, cpu, s1 - s0)
 }
 
-fn compute() -> Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) + Send + Sync> {
+fn compute() -> Body {
     Arc::new(|_, c, stop| {
         let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
         while !stop.load(Ordering::Relaxed) {
@@ -91,7 +91,7 @@ fn compute() -> Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) + Send + Sync> {
     })
 }
 
-fn clear(arenas: Arc<Vec<Arena>>) -> Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) + Send + Sync> {
+fn clear(arenas: Arc<Vec<Arena>>) -> Body {
     Arc::new(move |i, c, stop| {
         let a = &arenas[i];
         'outer: loop {
@@ -106,15 +106,19 @@ fn clear(arenas: Arc<Vec<Arena>>) -> Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) 
     })
 }
 
-fn fault(mode: Mode, n: usize) -> Result<Arc<dyn Fn(usize, &AtomicU64, &AtomicBool) + Send + Sync>, String> {
+fn fault(mode: Mode, n: usize) -> Result<Body, String> {
     let p = pagelab_bench::profiles::load("linux-6.7")?;
     let memsize: u64 = 128 << 20;
     let k = engine::boot(&p.policy, memsize * 2 * 2 + (64 << 20), 2).map_err(|e| e.to_string())?;
     let (run, vms) = engine::tasks(&k, n, mode, false).map_err(|e| e.to_string())?;
-    let vms = Arc::new(std::sync::Mutex::new(vms.into_iter().map(Some).collect::<Vec<_>>()));
+    let vms = Arc::new(std::sync::Mutex::new(
+        vms.into_iter().map(Some).collect::<Vec<_>>(),
+    ));
     Ok(Arc::new(move |i, c, stop| {
         let _keep = &run;
-        let vm = vms.lock().expect("vms")[i].take().expect("one body per task");
+        let vm = vms.lock().expect("vms")[i]
+            .take()
+            .expect("one body per task");
         task_loop(&vm, Variant::Anon, memsize, c, stop).expect("engine page_fault1");
     }))
 }
@@ -138,7 +142,12 @@ fn main() -> Result<(), String> {
             })
             .collect::<Result<Vec<_>, _>>()?,
     );
-    println!("load average at start: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+    println!(
+        "load average at start: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     let names = ["compute", "clear", "fault-proc", "fault-thr"];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     for round in 0..rounds {
@@ -161,7 +170,10 @@ fn main() -> Result<(), String> {
                 );
             }
             ratios[k].push(rate[1] / rate[0]);
-            println!("round {round} {name:<10} 2/1 = {:.2}{line}", rate[1] / rate[0]);
+            println!(
+                "round {round} {name:<10} 2/1 = {:.2}{line}",
+                rate[1] / rate[0]
+            );
         }
     }
     for (k, name) in names.iter().enumerate() {
@@ -174,6 +186,11 @@ fn main() -> Result<(), String> {
             r[r.len() - 1]
         );
     }
-    println!("load average at end: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+    println!(
+        "load average at end: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     Ok(())
 }

@@ -366,7 +366,10 @@ fn a_task_run_part_of_the_time_advances_at_that_part_of_the_pace() {
     );
     // CPU time: half the wall time, so per CPU-second as fast as a task with its CPU.
     let per_cpu = r.ops_per_cpu_sec.unwrap();
-    assert!((per_cpu - 1e9 / alone_ns).abs() / per_cpu < 1e-6, "{per_cpu}");
+    assert!(
+        (per_cpu - 1e9 / alone_ns).abs() / per_cpu < 1e-6,
+        "{per_cpu}"
+    );
     // Two tasks at a quarter of a CPU each, compute only: 4 x 100 ns per op each.
     t.meta.window = Window::Cycle;
     t.meta.ops = 2000;
@@ -375,11 +378,19 @@ fn a_task_run_part_of_the_time_advances_at_that_part_of_the_pace() {
         .collect();
     let r = Replay::new(&m, &t, spec(2, false)).unwrap().run(1).unwrap();
     let want = 2.0 * 1e9 / 400.0;
-    assert!((mean(&r.samples) - want).abs() / want < 0.01, "{:?}", r.samples);
+    assert!(
+        (mean(&r.samples) - want).abs() / want < 0.01,
+        "{:?}",
+        r.samples
+    );
     // Three tasks take the share of the most tasks measured below them.
     let r = Replay::new(&m, &t, spec(3, false)).unwrap().run(1).unwrap();
     let want = 3.0 * 1e9 / 400.0;
-    assert!((mean(&r.samples) - want).abs() / want < 0.01, "{:?}", r.samples);
+    assert!(
+        (mean(&r.samples) - want).abs() / want < 0.01,
+        "{:?}",
+        r.samples
+    );
 }
 
 /// With the host's slices timed, a task runs and waits in turns (exponential periods, means
@@ -433,7 +444,10 @@ fn a_holder_waiting_for_its_cpu_keeps_its_lock() {
     let (turns, turns_wait) = run(&m);
     assert!(turns < 0.97 * uniform, "{turns} against {uniform}");
     assert!(turns > 0.5 * uniform, "{turns} against {uniform}");
-    assert!(turns_wait > 3 * uniform_wait, "{turns_wait} against {uniform_wait}");
+    assert!(
+        turns_wait > 3 * uniform_wait,
+        "{turns_wait} against {uniform_wait}"
+    );
 }
 
 #[test]
