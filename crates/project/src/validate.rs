@@ -832,64 +832,68 @@ pub fn self_check_on(
     ];
     for (w, modes) in cases {
         progress(&format!("measuring {w} on the engine"));
-        let req = RunRequest {
-            workload: w,
-            target: Target::Engine {
-                profile: profile.name.clone(),
-                policy: profile.policy.clone(),
-            },
-            tasks: vec![1, 2],
-            modes: modes.clone(),
-            spec: SampleSpec {
-                samples: 5,
-                warmup: 1,
-                interval: std::time::Duration::from_millis(500),
-            },
-            sizes: Sizes {
-                pft_bytes: 256 << 20,
-                ..Sizes::default()
-            },
-            repeats: 1,
-            first_repeat: 0,
-            swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
-            lock_stat: true,
-        };
-        // The share of a CPU the host gives each task, measured on each side of the engine's
-        // run (the host's other work comes and goes): the replay runs each task that part of
-        // the time, as the host ran the engine's. Uniformly: the host's turns (a wait of
-        // milliseconds each time a task is descheduled) are longer than the few milliseconds
-        // a self-check row replays, so replayed in turns a row would hold a turn or two and
-        // its rate would be the luck of its phase; the measured waits are reported instead.
+        // The share of a CPU the host gives each task, measured on each side of each row's
+        // engine run (the host's other work comes and goes within seconds): the replay runs
+        // each task that part of the time, as the host ran the engine's. Uniformly: the
+        // host's turns (a wait of milliseconds each time a task is descheduled) are longer
+        // than the few milliseconds a self-check row replays, so replayed in turns a row would
+        // hold a turn or two and its rate would be the luck of its phase; the measured waits
+        // are reported instead.
         let window = std::time::Duration::from_millis(300);
-        let shares = || [1, 2].map(|n| crate::calibrate::cpu_share(n, window));
-        let before = shares();
-        let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
-        let after = shares();
-        let mut machine = machine.clone();
-        let mid = |i: usize, f: fn(&(f64, f64)) -> f64| (f(&before[i]) + f(&after[i])) / 2.0;
-        machine.cpu.share = (0..2)
-            .map(|i| [(i + 1) as f64, mid(i, |s| s.0), 0.0])
-            .collect();
-        let waits = [mid(0, |s| s.1), mid(1, |s| s.1)];
+        let mut measured: Vec<(Measured, f64, f64)> = Vec::new();
+        for &mode in &modes {
+            for tasks in [1, 2] {
+                let req = RunRequest {
+                    workload: w,
+                    target: Target::Engine {
+                        profile: profile.name.clone(),
+                        policy: profile.policy.clone(),
+                    },
+                    tasks: vec![tasks],
+                    modes: vec![mode],
+                    spec: SampleSpec {
+                        samples: 5,
+                        warmup: 1,
+                        interval: std::time::Duration::from_millis(500),
+                    },
+                    sizes: Sizes {
+                        pft_bytes: 256 << 20,
+                        ..Sizes::default()
+                    },
+                    repeats: 1,
+                    first_repeat: 0,
+                    swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
+                    lock_stat: true,
+                };
+                let before = crate::calibrate::cpu_share(tasks, window);
+                let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
+                let after = crate::calibrate::cpu_share(tasks, window);
+                let (share, wait) = ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0);
+                measured.extend(rows.into_iter().map(|r| {
+                    let m = Measured {
+                        mode: r.mode,
+                        tasks: r.tasks,
+                        metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
+                    };
+                    (m, share, wait)
+                }));
+            }
+        }
         progress(&format!("capturing and replaying {w}"));
         let trace = crate::capture::capture(&crate::capture::CaptureSpec::new(
             w,
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        let measured: Vec<Measured> = rows
-            .into_iter()
-            .map(|r| Measured {
-                mode: r.mode,
-                tasks: r.tasks,
-                metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
-            })
-            .collect();
-        let mut rows = project_measured(&machine, &trace, &measured, seed)?;
-        for r in &mut rows {
-            r.wait_ns = waits[r.tasks.clamp(1, 2) - 1];
+        for (m, share, wait) in measured {
+            let mut host = machine.clone();
+            host.cpu.share = vec![[m.tasks as f64, share, 0.0]];
+            let mut rows = project_measured(&host, &trace, std::slice::from_ref(&m), seed)?;
+            for r in &mut rows {
+                r.wait_ns = wait;
+            }
+            out.rows.extend(rows);
         }
-        out.rows.extend(rows);
     }
     Ok(out)
 }
