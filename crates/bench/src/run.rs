@@ -440,6 +440,21 @@ fn check_host_tasks(tasks: usize) -> Result<(), RunError> {
     }
 }
 
+/// A workload that runs on the engine only, in threads mode: refused on the host kernel, and
+/// refused in processes mode with `why` the mode means nothing to it.
+fn engine_threads_only(req: &RunRequest, why: &str) -> Result<(), RunError> {
+    let w = req.workload;
+    if matches!(req.target, Target::Kernel) {
+        return Err(RunError::Refused(format!("{w} runs on the engine only")));
+    }
+    if req.modes.contains(&Mode::Processes) {
+        return Err(RunError::Refused(format!(
+            "{w} has no processes mode ({why}); use threads"
+        )));
+    }
+    Ok(())
+}
+
 /// What netpipe cannot run: the host (it measures the engine's kmalloc), processes mode (its
 /// tasks share no address space, so there is nothing for the mode to change) and more pairs
 /// than the engine has CPUs for (two each).
@@ -447,14 +462,7 @@ fn check_netpipe(req: &RunRequest) -> Result<(), RunError> {
     if req.workload != WorkloadKind::Netpipe {
         return Ok(());
     }
-    if matches!(req.target, Target::Kernel) {
-        return Err(RunError::Refused("netpipe runs on the engine only".into()));
-    }
-    if req.modes.contains(&Mode::Processes) {
-        return Err(RunError::Refused(
-            "netpipe has no processes mode (its tasks map no memory); use threads".into(),
-        ));
-    }
+    engine_threads_only(req, "its tasks map no memory")?;
     let max_pairs = req.tasks.iter().copied().max().unwrap_or(1);
     if 2 * max_pairs > 4096 {
         return Err(RunError::Refused(format!(
@@ -472,14 +480,7 @@ fn check_kvcache(req: &RunRequest) -> Result<(), RunError> {
     if req.workload != WorkloadKind::Kvcache {
         return Ok(());
     }
-    if matches!(req.target, Target::Kernel) {
-        return Err(RunError::Refused("kvcache runs on the engine only".into()));
-    }
-    if req.modes.contains(&Mode::Processes) {
-        return Err(RunError::Refused(
-            "kvcache has no processes mode (memcached is one process); use threads".into(),
-        ));
-    }
+    engine_threads_only(req, "memcached is one process")?;
     for &n in &req.tasks {
         kvcache_params(req.sizes, n)
             .validate()

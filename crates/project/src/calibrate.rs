@@ -41,19 +41,24 @@ fn quickest(runs: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
 
+/// Nanoseconds `steps` steps of a dependent `or`/`imul` chain take: each step waits for the one
+/// before, so the chain runs at the multiplier's latency (4 cycles a step), whatever the core's
+/// width; the clock and the SMT throughput are both read off it.
+fn multiply_chain_ns(steps: u64) -> f64 {
+    let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
+    let t = Instant::now();
+    for _ in 0..steps {
+        x = x.wrapping_mul(x | 1);
+    }
+    black_box(x);
+    t.elapsed().as_nanos() as f64
+}
+
 /// The core clock, GHz: a dependent `or`/`imul` chain runs at 4 cycles per step; the quickest
 /// of 50 runs of 0.1 ms or so.
 pub fn clock_ghz() -> f64 {
     const STEPS: u64 = 100_000;
-    let ns = quickest(50, || {
-        let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
-        let t = Instant::now();
-        for _ in 0..STEPS {
-            x = x.wrapping_mul(x | 1);
-        }
-        black_box(x);
-        t.elapsed().as_nanos() as f64
-    });
+    let ns = quickest(50, || multiply_chain_ns(STEPS));
     (4 * STEPS) as f64 / ns
 }
 
@@ -387,15 +392,7 @@ pub fn chase_latency_ns(loaders: usize) -> (f64, f64) {
 /// core, or CPUs the host does not run side by side).
 pub fn pair_throughput(a: usize, b: usize) -> f64 {
     const STEPS: u64 = 20_000_000;
-    let chain = || {
-        let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
-        let t = Instant::now();
-        for _ in 0..STEPS {
-            x = x.wrapping_mul(x | 1);
-        }
-        black_box(x);
-        t.elapsed().as_nanos() as f64
-    };
+    let chain = || multiply_chain_ns(STEPS);
     median(
         &(0..3)
             .map(|_| {
