@@ -267,13 +267,6 @@ pub enum CompareError {
     Store(#[from] StoreError),
 }
 
-/// For callers whose errors are still text: the one-line message.
-impl From<CompareError> for String {
-    fn from(e: CompareError) -> String {
-        e.to_string()
-    }
-}
-
 /// The labels a comparison names must be some, each once, and each with samples in `sets`:
 /// compare's tables and the robot's rows refuse the same selections alike.
 pub(crate) fn check_labels(sets: &[SetSummary], labels: &[String]) -> Result<(), CompareError> {

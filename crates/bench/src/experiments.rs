@@ -244,13 +244,6 @@ pub enum ExperimentError {
     },
 }
 
-/// For callers whose errors are still text (the projector's): the one-line message.
-impl From<ExperimentError> for String {
-    fn from(e: ExperimentError) -> String {
-        e.to_string()
-    }
-}
-
 /// Read an experiment from its TOML text; `fallback_name` names it when the file does not.
 pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, ExperimentError> {
     let f: ExperimentFile = toml::from_str(text).map_err(|source| ExperimentError::Syntax {

@@ -122,13 +122,6 @@ pub enum ProfileError {
     },
 }
 
-/// For callers whose errors are still text (the projector's): the one-line message.
-impl From<ProfileError> for String {
-    fn from(e: ProfileError) -> String {
-        e.to_string()
-    }
-}
-
 /// Load a profile by shipped name, or from a path (anything containing `/` or ending `.toml`).
 pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
     let looks_like_path = name_or_path.contains('/') || name_or_path.ends_with(".toml");

@@ -13,6 +13,7 @@ use pagelab_mm::Policy;
 use pagelab_mm::reclaim::swap::Backing;
 
 use crate::results::SampleKey;
+use crate::store::StoreError;
 use pagelab_workloads::cortenmm::{self, CortenParams};
 use pagelab_workloads::engine::{self, EngineCounters, EngineVm};
 use pagelab_workloads::host::HostVm;
@@ -145,11 +146,28 @@ pub enum TasksError {
     Empty(String),
 }
 
-/// For callers whose errors are still text (the projector's): the one-line message.
-impl From<TasksError> for String {
-    fn from(e: TasksError) -> String {
-        e.to_string()
-    }
+/// Why a run was refused before it began, or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The request cannot run here (too large for this machine's memory or task limits, a mode
+    /// or target the workload lacks): the message says what to change.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Tasks(#[from] TasksError),
+    /// The engine refused its configuration or could not start the tasks.
+    #[error(transparent)]
+    Engine(#[from] WorkloadError),
+    /// The workload failed while measuring `label` (target, workload, tasks, mode).
+    #[error("{label}: {source}")]
+    Workload {
+        label: String,
+        #[source]
+        source: WorkloadError,
+    },
+    /// The caller's sink (the results store) refused a sample or a row.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Parse an mmtests-style task list: `1,2,4` (or space-separated, as shell loops list them),
@@ -271,22 +289,23 @@ pub fn cortenmm_params(w: WorkloadKind, sizes: Sizes) -> Option<CortenParams> {
 
 /// What the research designs' benchmarks cannot run: processes mode for the ones whose tasks
 /// share one address space, and shapes they refuse.
-fn check_research(req: &RunRequest) -> Result<(), String> {
+fn check_research(req: &RunRequest) -> Result<(), RunError> {
     let w = req.workload;
     if w.threads_only() && req.modes.contains(&Mode::Processes) {
-        return Err(format!(
+        return Err(RunError::Refused(format!(
             "{w} has no processes mode (its tasks work in one address space); use --mode threads"
-        ));
+        )));
     }
     if matches!(w, WorkloadKind::Mapbench | WorkloadKind::MapbenchShared)
         && req.sizes.map_pages == 0
     {
-        return Err(format!(
+        return Err(RunError::Refused(format!(
             "{w} maps at least one page: --map-pages must be 1 or more"
-        ));
+        )));
     }
     if let Some(p) = cortenmm_params(w, req.sizes) {
-        p.validate().map_err(|e| format!("{w}: {e}"))?;
+        p.validate()
+            .map_err(|e| RunError::Refused(format!("{w}: {e}")))?;
     }
     Ok(())
 }
@@ -294,7 +313,7 @@ fn check_research(req: &RunRequest) -> Result<(), String> {
 /// Check a request against this machine before anything is measured or stored: the engine's
 /// arena must fit in the memory available, and on the host the memory the tasks map at once
 /// must too. The error is one line that says what to shrink.
-pub fn check(req: &RunRequest) -> Result<(), String> {
+pub fn check(req: &RunRequest) -> Result<(), RunError> {
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
     check_netpipe(req)?;
     check_kvcache(req)?;
@@ -321,11 +340,11 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                     w if w.cortenmm().is_some() => "fewer tasks",
                     _ => "a smaller --size/--memsize or fewer tasks",
                 };
-                format!(
+                RunError::Refused(format!(
                     "{} with {max_tasks} tasks needs an engine arena of {} MiB: {e}; use {shrink}",
                     req.workload,
                     arena >> 20
-                )
+                ))
             })?;
             // What the engine would refuse at boot (a pcp larger than its zone, a prezero pool
             // larger than the arena) is refused now, before a run is opened in the store.
@@ -337,7 +356,8 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                 };
                 let cfg =
                     pagelab_mm::MemConfig::new(engine_arena(req.workload, t, req.sizes), cpus);
-                pagelab_mm::Mem::check_config(&cfg, policy).map_err(|e| e.to_string())?;
+                pagelab_mm::Mem::check_config(&cfg, policy)
+                    .map_err(|e| RunError::Refused(e.to_string()))?;
             }
             Ok(())
         }
@@ -358,7 +378,7 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                 },
             };
             match pagelab_mm::arena::host_mem_available() {
-                Some(avail) if need > avail => Err(format!(
+                Some(avail) if need > avail => Err(RunError::Refused(format!(
                     "{} with {max_tasks} tasks maps {} MiB at once but this machine has {} MiB available; use {} or fewer tasks",
                     req.workload,
                     need >> 20,
@@ -369,7 +389,7 @@ pub fn check(req: &RunRequest) -> Result<(), String> {
                         w if w.cortenmm().is_some() => "fewer --requests",
                         _ => "a smaller --size/--memsize",
                     }
-                )),
+                ))),
                 _ => Ok(()),
             }
         }
@@ -411,34 +431,44 @@ fn host_task_limits() -> Vec<(u64, String)> {
 
 /// On the host every task is a thread or a process of its own, beside the ones already running:
 /// a count at or above the host's limit would fail part-way through starting them.
-fn check_host_tasks(tasks: usize) -> Result<(), String> {
+fn check_host_tasks(tasks: usize) -> Result<(), RunError> {
     match host_task_limits().into_iter().next() {
-        Some((limit, what)) if tasks as u64 >= limit => Err(format!(
+        Some((limit, what)) if tasks as u64 >= limit => Err(RunError::Refused(format!(
             "{tasks} tasks on the host kernel: {what}; use fewer tasks"
-        )),
+        ))),
         _ => Ok(()),
     }
+}
+
+/// A workload that runs on the engine only, in threads mode: refused on the host kernel, and
+/// refused in processes mode with `why` the mode means nothing to it.
+fn engine_threads_only(req: &RunRequest, why: &str) -> Result<(), RunError> {
+    let w = req.workload;
+    if matches!(req.target, Target::Kernel) {
+        return Err(RunError::Refused(format!("{w} runs on the engine only")));
+    }
+    if req.modes.contains(&Mode::Processes) {
+        return Err(RunError::Refused(format!(
+            "{w} has no processes mode ({why}); use threads"
+        )));
+    }
+    Ok(())
 }
 
 /// What netpipe cannot run: the host (it measures the engine's kmalloc), processes mode (its
 /// tasks share no address space, so there is nothing for the mode to change) and more pairs
 /// than the engine has CPUs for (two each).
-fn check_netpipe(req: &RunRequest) -> Result<(), String> {
+fn check_netpipe(req: &RunRequest) -> Result<(), RunError> {
     if req.workload != WorkloadKind::Netpipe {
         return Ok(());
     }
-    if matches!(req.target, Target::Kernel) {
-        return Err("netpipe runs on the engine only".into());
-    }
-    if req.modes.contains(&Mode::Processes) {
-        return Err("netpipe has no processes mode (its tasks map no memory); use threads".into());
-    }
+    engine_threads_only(req, "its tasks map no memory")?;
     let max_pairs = req.tasks.iter().copied().max().unwrap_or(1);
     if 2 * max_pairs > 4096 {
-        return Err(format!(
+        return Err(RunError::Refused(format!(
             "netpipe with {max_pairs} pairs needs {} virtual CPUs; the engine models at most 4096",
             2 * max_pairs
-        ));
+        )));
     }
     Ok(())
 }
@@ -446,20 +476,15 @@ fn check_netpipe(req: &RunRequest) -> Result<(), String> {
 /// What kvcache cannot run: the host (it needs swap and a memory cgroup the harness would have
 /// to set up on the machine), processes mode (memcached is one process), and a shape its own
 /// validation refuses.
-fn check_kvcache(req: &RunRequest) -> Result<(), String> {
+fn check_kvcache(req: &RunRequest) -> Result<(), RunError> {
     if req.workload != WorkloadKind::Kvcache {
         return Ok(());
     }
-    if matches!(req.target, Target::Kernel) {
-        return Err("kvcache runs on the engine only".into());
-    }
-    if req.modes.contains(&Mode::Processes) {
-        return Err("kvcache has no processes mode (memcached is one process); use threads".into());
-    }
+    engine_threads_only(req, "memcached is one process")?;
     for &n in &req.tasks {
         kvcache_params(req.sizes, n)
             .validate()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| RunError::Refused(e.to_string()))?;
     }
     if let Backing::File(path) = &req.swap {
         check_swap_file(path)?;
@@ -469,8 +494,8 @@ fn check_kvcache(req: &RunRequest) -> Result<(), String> {
 
 /// A swap file must be creatable, or a free swap file pagelab left, before anything is measured
 /// or stored: anything else at the path is refused here, unwritten, and the run stores nothing.
-fn check_swap_file(path: &std::path::Path) -> Result<(), String> {
-    pagelab_mm::reclaim::swap::check_swap_path(path).map_err(|e| e.to_string())
+fn check_swap_file(path: &std::path::Path) -> Result<(), RunError> {
+    pagelab_mm::reclaim::swap::check_swap_path(path).map_err(|e| RunError::Refused(e.to_string()))
 }
 
 /// kvcache on the engine: `n` server tasks and `n` client threads; metrics `ops/sec` (one
@@ -768,7 +793,7 @@ pub enum Record<'a> {
 
 /// The samples of the row being measured, passed on to the caller's sink as they come.
 struct RowSink<'s> {
-    sink: &'s mut dyn FnMut(Record<'_>) -> Result<(), String>,
+    sink: &'s mut dyn FnMut(Record<'_>) -> Result<(), StoreError>,
     mode: Mode,
     tasks: usize,
     repeat: u32,
@@ -776,7 +801,7 @@ struct RowSink<'s> {
     passed: Vec<(String, usize)>,
     /// The first error of the sink: the row goes on being measured (a workload cannot be
     /// stopped from its progress hook) but nothing more is stored, and the error ends the run.
-    failed: Option<String>,
+    failed: Option<StoreError>,
 }
 
 impl RowSink<'_> {
@@ -824,7 +849,7 @@ impl RowSink<'_> {
 
     /// The row is measured: hand over the samples not passed yet (values known only at the end,
     /// like kvcache's latency percentiles), then the row itself.
-    fn finish(mut self, row: &RunRow) -> Result<(), String> {
+    fn finish(mut self, row: &RunRow) -> Result<(), StoreError> {
         let rest: Vec<(SampleKey, Vec<f64>)> = row
             .metrics
             .iter()
@@ -858,8 +883,8 @@ pub fn run(
     req: &RunRequest,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(&str, usize, usize),
-    sink: &mut dyn FnMut(Record<'_>) -> Result<(), String>,
-) -> Result<Vec<RunRow>, String> {
+    sink: &mut dyn FnMut(Record<'_>) -> Result<(), StoreError>,
+) -> Result<Vec<RunRow>, RunError> {
     let mut rows = Vec::new();
     let max_tasks = req.tasks.iter().copied().max().unwrap_or(1);
     let repeats = req.repeats.max(1);
@@ -897,20 +922,26 @@ pub fn run(
                 let (metrics, reps, counters, interrupted) = match &req.target {
                     Target::Engine { policy, .. } if req.workload == WorkloadKind::Netpipe => {
                         let (m, c, intr) = run_netpipe(policy, n, max_tasks, req, stop, &mut prog)
-                            .map_err(|e| format!("{label}: {e}"))?;
+                            .map_err(|source| RunError::Workload {
+                                label: label.clone(),
+                                source,
+                            })?;
                         (m, Vec::new(), Some(c), intr)
                     }
                     Target::Engine { policy, .. } if req.workload == WorkloadKind::Kvcache => {
-                        let (m, c, intr) = run_kvcache(policy, n, req, stop, &mut prog)
-                            .map_err(|e| format!("{label}: {e}"))?;
+                        let (m, c, intr) =
+                            run_kvcache(policy, n, req, stop, &mut prog).map_err(|source| {
+                                RunError::Workload {
+                                    label: label.clone(),
+                                    source,
+                                }
+                            })?;
                         (m, Vec::new(), Some(c), intr)
                     }
                     Target::Engine { policy, .. } => {
                         let arena = engine_arena(req.workload, max_tasks, req.sizes);
-                        let k =
-                            engine::boot(policy, arena, max_tasks).map_err(|e| e.to_string())?;
-                        let (erun, vms): (_, Vec<EngineVm>) =
-                            engine::tasks(&k, n, mode, lameter).map_err(|e| e.to_string())?;
+                        let k = engine::boot(policy, arena, max_tasks)?;
+                        let (erun, vms): (_, Vec<EngineVm>) = engine::tasks(&k, n, mode, lameter)?;
                         pagelab_sync::stats::set_enabled(req.lock_stat);
                         let mut start = || erun.reset();
                         let r = run_one(
@@ -923,14 +954,20 @@ pub fn run(
                             &mut prog,
                         );
                         pagelab_sync::stats::set_enabled(false);
-                        let (m, reps, intr) = r.map_err(|e| format!("{label}: {e}"))?;
+                        let (m, reps, intr) = r.map_err(|source| RunError::Workload {
+                            label: label.clone(),
+                            source,
+                        })?;
                         (m, reps, Some(erun.counters()), intr)
                     }
                     Target::Kernel if mode == Mode::Processes => {
                         let mut start = || {};
                         let (m, reps, intr) =
                             run_host_processes(req.workload, n, req, stop, &mut start, &mut prog)
-                                .map_err(|e| format!("{label}: {e}"))?;
+                                .map_err(|source| RunError::Workload {
+                                label: label.clone(),
+                                source,
+                            })?;
                         (m, reps, None, intr)
                     }
                     Target::Kernel => {
@@ -938,7 +975,10 @@ pub fn run(
                         let mut start = || {};
                         let (m, reps, intr) =
                             run_one(req.workload, vms, true, req, stop, &mut start, &mut prog)
-                                .map_err(|e| format!("{label}: {e}"))?;
+                                .map_err(|source| RunError::Workload {
+                                    label: label.clone(),
+                                    source,
+                                })?;
                         (m, reps, None, intr)
                     }
                 };
@@ -1281,20 +1321,20 @@ mod tests {
         };
         assert!(check(&req).is_ok());
         req.tasks = vec![1, 10_000_000];
-        let e = check(&req).unwrap_err();
+        let e = check(&req).unwrap_err().to_string();
         assert!(
             e.contains("host") && !e.contains("engine") && !e.contains('\n'),
             "{e}"
         );
         req.tasks = vec![1, 2];
         req.sizes.pft_bytes = 1 << 50;
-        let e = check(&req).unwrap_err();
+        let e = check(&req).unwrap_err().to_string();
         assert!(e.contains("available") && !e.contains('\n'), "{e}");
         req.target = Target::Engine {
             profile: "linux-6.7".into(),
             policy: Policy::default(),
         };
-        let e = check(&req).unwrap_err();
+        let e = check(&req).unwrap_err().to_string();
         assert!(e.contains("engine arena"), "{e}");
         req.sizes.pft_bytes = 64 << 20;
         assert!(check(&req).is_ok());
@@ -1317,6 +1357,29 @@ mod tests {
             swap: Backing::Memory { compress: false },
             lock_stat: true,
         }
+    }
+
+    /// A store that refuses a sample ends the run with the store's own error, typed, not a
+    /// string: the caller can tell a full disk from a failed workload.
+    #[test]
+    fn a_sink_failure_ends_the_run_with_the_store_error() {
+        let p = crate::profiles::load("hopcpu").unwrap();
+        let req = netpipe_request(Target::Engine {
+            profile: p.name.clone(),
+            policy: p.policy.clone(),
+        });
+        let stop = AtomicBool::new(false);
+        let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| {
+            Err(StoreError::ReadOnly {
+                path: "/x/results.db".into(),
+            })
+        })
+        .unwrap_err();
+        assert!(
+            matches!(e, RunError::Store(StoreError::ReadOnly { .. })),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("/x/results.db"), "{e}");
     }
 
     #[test]
@@ -1397,16 +1460,20 @@ mod tests {
     #[test]
     fn netpipe_refuses_the_host_and_processes_mode() {
         let req = netpipe_request(Target::Kernel);
-        assert_eq!(check(&req).unwrap_err(), "netpipe runs on the engine only");
+        let e = check(&req).unwrap_err();
+        assert!(matches!(e, RunError::Refused(_)), "{e:?}");
+        assert_eq!(e.to_string(), "netpipe runs on the engine only");
         let stop = AtomicBool::new(false);
-        let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap_err();
+        let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(()))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("engine only"), "{e}");
         let mut req = netpipe_request(Target::Engine {
             profile: "linux-6.7".into(),
             policy: Policy::default(),
         });
         req.modes = vec![Mode::Processes];
-        assert!(check(&req).unwrap_err().contains("processes"));
+        assert!(check(&req).unwrap_err().to_string().contains("processes"));
     }
 
     /// `lock_stat: false` runs without counting and stores no lock counters (zeros would read
@@ -1515,8 +1582,8 @@ mod tests {
     /// The research benchmarks refuse what they cannot run, in one line, before anything runs.
     #[test]
     fn research_benchmarks_refuse_bad_shapes_up_front() {
-        let one_line = |r: Result<(), String>, has: &str| {
-            let e = r.unwrap_err();
+        let one_line = |r: Result<(), RunError>, has: &str| {
+            let e = r.unwrap_err().to_string();
             assert!(e.contains(has) && !e.contains('\n'), "{e}");
         };
         for w in [
@@ -1529,7 +1596,9 @@ mod tests {
             req.modes = vec![Mode::Processes, Mode::Threads];
             one_line(check(&req), "no processes mode");
             let stop = AtomicBool::new(false);
-            let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(())).unwrap_err();
+            let e = run(&req, &stop, &mut |_, _, _| {}, &mut |_| Ok(()))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("no processes mode"), "{e}");
         }
         // mapbench has a processes mode.
@@ -1607,6 +1676,11 @@ mod tests {
         );
         let mut req = research_request(WorkloadKind::MapbenchShared, engine());
         req.sizes = huge;
-        assert!(check(&req).unwrap_err().contains("engine arena"));
+        assert!(
+            check(&req)
+                .unwrap_err()
+                .to_string()
+                .contains("engine arena")
+        );
     }
 }

@@ -402,6 +402,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The docs' examples that take minutes are checked against the parser only
+    // (crates/cli/tests/docs.rs): parsed as any command line, then nothing run.
+    if std::env::var_os("PAGELAB_PARSE_ONLY").is_some() {
+        return ExitCode::SUCCESS;
+    }
     match dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -486,7 +491,7 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             match a.profile {
                 None => {
                     for (name, _) in profiles::BUILTIN {
-                        let p = profiles::load(name)?;
+                        let p = profiles::load(name).map_err(|e| e.to_string())?;
                         println!(
                             "{name:<22} {}",
                             p.policy.description.as_deref().unwrap_or("")
@@ -494,14 +499,14 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                     }
                 }
                 Some(n) => {
-                    let p = profiles::load(&n)?;
+                    let p = profiles::load(&n).map_err(|e| e.to_string())?;
                     match a.other {
                         None => {
                             println!("# {} (every key, defaults filled in)", p.name);
                             print!("{}", p.policy.to_toml_string());
                         }
                         Some(o) => {
-                            let q = profiles::load(&o)?;
+                            let q = profiles::load(&o).map_err(|e| e.to_string())?;
                             let d = profiles::diff(&p.policy, &q.policy);
                             if d.is_empty() {
                                 println!("{} and {} set every key alike", p.name, q.name);
@@ -535,7 +540,8 @@ fn dispatch(cli: Cli) -> Result<(), String> {
             let profs = names
                 .iter()
                 .map(|n| profiles::load(n).map(|p| (p.name, p.policy)))
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
             let stop = interrupt_flag();
             let lock_stat = a.lock_stat.settings();
             let rep = pagelab_bench::micro::fault::run(
@@ -544,7 +550,8 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 a.rounds as usize,
                 lock_stat,
                 &stop,
-            )?;
+            )
+            .map_err(|e| e.to_string())?;
             print!("{}", rep.render());
             Ok(())
         }
@@ -553,7 +560,8 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 .profiles
                 .iter()
                 .map(|p| profiles::load(p))
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
             let cfg = AllocBenchConfig {
                 arena_bytes: a.arena,
                 ops: a.ops,
@@ -561,7 +569,8 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 extra,
             };
             let stop = interrupt_flag();
-            let rep = run_alloc_bench(&cfg, |what| eprintln!("pagelab: measuring {what}"), &stop)?;
+            let rep = run_alloc_bench(&cfg, |what| eprintln!("pagelab: measuring {what}"), &stop)
+                .map_err(|e| e.to_string())?;
             print!("{}", rep.render());
             if rep.interrupted {
                 return Err("interrupted".into());

@@ -17,7 +17,7 @@ use pagelab_bench::results::{MAX_LABEL_CHARS, Origin, RunFilter, RunMeta, Status
 use pagelab_bench::run::{
     Record, RunRequest, RunRow, Sizes, Target, check, parse_tasks, parse_tasks_for, render, run,
 };
-use pagelab_bench::store::Store;
+use pagelab_bench::store::{Store, StoreError};
 use pagelab_workloads::runner::SampleSpec;
 use pagelab_workloads::{ParseError, WorkloadKind};
 
@@ -97,28 +97,24 @@ fn record(
         *g = Some((store.path().to_path_buf(), id));
     }
     let bar = progress_bar();
-    let mut sink = |record: Record<'_>| -> Result<(), String> {
+    let mut sink = |record: Record<'_>| -> Result<(), StoreError> {
         let row = match record {
             // One transaction per sample (WAL: a commit appends a page or two to the log, well
             // under a millisecond against samples of 100 ms and more).
             Record::Samples { repeat, sets } => {
-                return store
-                    .add_sample_sets(id, repeat, &sets)
-                    .map_err(|e| e.to_string());
+                return store.add_sample_sets(id, repeat, &sets);
             }
             Record::Row(row) => row,
         };
         let counters = row.counter_values();
         if !counters.is_empty() {
-            store
-                .add_counters(
-                    id,
-                    &row.mode.to_string(),
-                    row.tasks as u32,
-                    row.repeat,
-                    &counters,
-                )
-                .map_err(|e| e.to_string())?;
+            store.add_counters(
+                id,
+                &row.mode.to_string(),
+                row.tasks as u32,
+                row.repeat,
+                &counters,
+            )?;
         }
         Ok(())
     };
@@ -136,7 +132,7 @@ fn record(
     if let Ok(mut g) = CURRENT_RUN.lock() {
         *g = None;
     }
-    result
+    result.map_err(|e| e.to_string())
 }
 
 /// Close run `id`: complete, or incomplete (interrupted or failed; what was stored stays).
@@ -241,7 +237,8 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
     let modes = a.mode.unwrap_or(default_mode).modes();
     let (target, profile) = match a.target {
         TargetFlag::Engine => {
-            let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))?;
+            let p = profiles::load(a.profile.as_deref().unwrap_or("linux-6.7"))
+                .map_err(|e| e.to_string())?;
             (
                 Target::Engine {
                     profile: p.name.clone(),
@@ -258,7 +255,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
         }
         TargetFlag::Kernel => (Target::Kernel, None),
     };
-    let tasks = parse_tasks_for(&a.tasks, &target)?;
+    let tasks = parse_tasks_for(&a.tasks, &target).map_err(|e| e.to_string())?;
     let label = match (&a.label, &profile) {
         (Some(l), _) => check_label(l)?,
         (None, Some(p)) => p.name.clone(),
@@ -289,7 +286,7 @@ pub fn run_cmd(a: RunArgs, db: Option<&Path>) -> Result<(), String> {
     if let Backing::File(swap) = &req.swap {
         refuse_store_as_swap(swap, &store_path(db)?)?;
     }
-    check(&req)?;
+    check(&req).map_err(|e| e.to_string())?;
     let store = open_store(db)?;
     let stop = interrupt_flag();
     let (rows, id) = measure_and_store(&store, &req, &label, None, profile.as_ref(), &stop)?;
@@ -369,7 +366,7 @@ fn experiment_request(
             policy: p.policy.clone(),
         },
         tasks: match &a.tasks {
-            Some(t) => parse_tasks(t)?,
+            Some(t) => parse_tasks(t).map_err(|e| e.to_string())?,
             None => e.tasks.clone(),
         },
         modes: e.modes.clone(),
@@ -396,7 +393,7 @@ fn experiment_request(
 /// (unless `--no-project`, or it names none) and the published, projected and measured numbers
 /// printed side by side. Everything that can be refused is refused before the engine runs.
 pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
-    let e = experiments::load(&a.experiment)?;
+    let e = experiments::load(&a.experiment).map_err(|e| e.to_string())?;
     let rule = a.significance.map_or(e.significance, Into::into);
     let format = a.format;
     let reqs = e
@@ -405,7 +402,7 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
         .map(|p| experiment_request(&e, p, &a))
         .collect::<Result<Vec<_>, _>>()?;
     for r in &reqs {
-        check(r)?;
+        check(r).map_err(|e| e.to_string())?;
     }
     let plan = reproduce_cmd::plan(&e, &a.projection)?;
     let table = reproduce_cmd::table_of(&e)?;
@@ -415,7 +412,7 @@ pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> 
     eprintln!("pagelab: published as: {}", e.source);
     let ids = measure_interleaved(&store, &e, &reqs, &stop)?;
     let labels: Vec<String> = e.profiles.iter().map(|p| p.name.clone()).collect();
-    let c = compare::from_store(&store, &ids, &labels, rule)?;
+    let c = compare::from_store(&store, &ids, &labels, rule).map_err(|e| e.to_string())?;
     // JSON is one document with both tables, printed at the end; the others print the
     // measured table now, before the projection's minute.
     let json = format == crate::results_cmd::Format::Json;

@@ -162,11 +162,14 @@ pub(crate) fn machines_cmd(a: MachinesArgs) -> Result<(), String> {
     match a.machine {
         None => {
             for (name, _) in machine::BUILTIN {
-                let m = Machine::load(name)?;
+                let m = Machine::load(name).map_err(|e| e.to_string())?;
                 println!("{name:<24} {:>4} CPUs  {}", m.nr_cpus(), m.description);
             }
         }
-        Some(n) => print!("{}", Machine::load(&n)?.to_toml()),
+        Some(n) => print!(
+            "{}",
+            Machine::load(&n).map_err(|e| e.to_string())?.to_toml()
+        ),
     }
     Ok(())
 }
@@ -184,14 +187,14 @@ fn check_out(out: &Path, db: Option<&Path>) -> Result<(), String> {
 
 /// `pagelab calibrate --machine M --from-table T`: the trap fit, redone here and printed.
 fn calibrate_from_table(machine: &str, table: &str) -> Result<(), String> {
-    let t = validate::published(table)?;
+    let t = validate::published(table).map_err(|e| e.to_string())?;
     if t.machine != machine {
         return Err(format!(
             "--from-table {table} was measured on {}, not on --machine {machine}",
             t.machine
         ));
     }
-    Machine::load(machine)?;
+    Machine::load(machine).map_err(|e| e.to_string())?;
     let stop = interrupt_flag();
     let what = format!("calibrate {machine}");
     let replayed = pagelab_project::calibrate::replay_untrapped_ns(
@@ -201,8 +204,9 @@ fn calibrate_from_table(machine: &str, table: &str) -> Result<(), String> {
         8192,
         &mut progress_printer(&what),
         &stop,
-    )?;
-    let fit = pagelab_project::calibrate::trap_fit(t, replayed)?;
+    )
+    .map_err(|e| e.to_string())?;
+    let fit = pagelab_project::calibrate::trap_fit(t, replayed).map_err(|e| e.to_string())?;
     let host = HostInfo::detect();
     let date = pagelab_bench::store::now_rfc3339()[..10].to_string();
     print!("{}", fit.render(&host.cpu_model, &date));
@@ -239,7 +243,8 @@ pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), S
     }
     let (m, notes) = pagelab_project::calibrate::measure_host(&a.name, &mut |what| {
         eprintln!("pagelab: measuring {what}")
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     let text = format!(
         "# Measured by `pagelab calibrate --name {}` on {} ({}), {}.\n{}",
         a.name,
@@ -258,14 +263,14 @@ pub(crate) fn calibrate_cmd(a: CalibrateArgs, db: Option<&Path>) -> Result<(), S
 
 fn projectable(w: &str) -> Result<WorkloadKind, String> {
     let w: WorkloadKind = w.parse().map_err(|e: ParseError| e.to_string())?;
-    pagelab_project::capture::shape(w)?;
+    pagelab_project::capture::shape(w).map_err(|e| e.to_string())?;
     Ok(w)
 }
 
 pub(crate) fn capture_cmd(a: CaptureArgs, db: Option<&Path>) -> Result<(), String> {
     let w = projectable(&a.workload)?;
-    let p = profiles::load(&a.profile)?;
-    let m = Machine::load(&a.machine)?;
+    let p = profiles::load(&a.profile).map_err(|e| e.to_string())?;
+    let m = Machine::load(&a.machine).map_err(|e| e.to_string())?;
     if let Some(dir) = a.out.parent()
         && !dir.as_os_str().is_empty()
         && !dir.is_dir()
@@ -279,7 +284,7 @@ pub(crate) fn capture_cmd(a: CaptureArgs, db: Option<&Path>) -> Result<(), Strin
         m.nr_cpus(),
         m.name
     );
-    let t = capture(&CaptureSpec::new(w, p, m.nr_cpus()))?;
+    let t = capture(&CaptureSpec::new(w, p, m.nr_cpus())).map_err(|e| e.to_string())?;
     write_file(&a.out, store_in_use(db).as_deref(), &t.encode()).map_err(|e| e.to_string())?;
     let size = std::fs::metadata(&a.out).map_or(0, |m| m.len());
     print!("{}", t.summary());
@@ -328,12 +333,13 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
 pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), String> {
     let machine = match (&a.machine, &a.experiment) {
         (Some(m), _) => m.clone(),
-        (None, Some(e)) => experiments::load(e)?
+        (None, Some(e)) => experiments::load(e)
+            .map_err(|e| e.to_string())?
             .machine
             .ok_or_else(|| format!("--machine is needed: experiment {e} names no machine"))?,
         (None, None) => return Err("--machine is needed: the machine to project to".into()),
     };
-    let m = Machine::load(&machine)?;
+    let m = Machine::load(&machine).map_err(|e| e.to_string())?;
     let format = a.format;
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
@@ -346,7 +352,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             if !a.profiles.is_empty() {
                 return Err("--profile does not go with --experiment (it names its own)".into());
             }
-            let e = experiments::load(e)?;
+            let e = experiments::load(e).map_err(|e| e.to_string())?;
             if e.workload == WorkloadKind::Lameter {
                 region_bytes = e.size;
             }
@@ -368,8 +374,12 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             let profs = names
                 .iter()
                 .map(|n| profiles::load(n))
-                .collect::<Result<Vec<_>, _>>()?;
-            let modes = match pagelab_project::capture::shape(w)?.0 {
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let modes = match pagelab_project::capture::shape(w)
+                .map_err(|e| e.to_string())?
+                .0
+            {
                 pagelab_project::trace::Window::Cycle => vec![Mode::Processes, Mode::Threads],
                 pagelab_project::trace::Window::Once => vec![Mode::Threads],
             };
@@ -384,7 +394,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         None => modes,
     };
     let tasks = match &a.tasks {
-        Some(t) => parse_tasks(t)?,
+        Some(t) => parse_tasks(t).map_err(|e| e.to_string())?,
         None => machine_tasks(&m),
     };
     if a.label.is_some() && profs.len() > 1 {
@@ -408,12 +418,13 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         ops_per_cpu: a.ops_per_cpu,
         region_bytes,
     };
-    spec.check()?;
+    spec.check().map_err(|e| e.to_string())?;
     // Open the store first: a store that cannot be written fails before minutes of work.
     let store = open_store(db)?;
     let stop = interrupt_flag();
     let what = format!("{workload} on {}", m.name);
-    let (proj, interrupted) = project(&spec, &mut progress_printer(&what), &stop)?;
+    let (proj, interrupted) =
+        project(&spec, &mut progress_printer(&what), &stop).map_err(|e| e.to_string())?;
     let host = serde_json::to_string(&HostInfo::detect()).ok();
     let mut labels = Vec::new();
     let mut ids = Vec::new();
@@ -431,7 +442,8 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             &command_line(),
             host.clone(),
             !interrupted,
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         eprintln!(
             "pagelab: stored run {id} as `{label}` (projected, {} rows x {} captures, {:.1} M simulated events in {:.1} s)",
             p.rows.len(),
@@ -449,7 +461,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             "interrupted; what was projected is stored, marked incomplete".into()
         });
     }
-    let c = compare::from_store(&store, &ids, &labels, rule)?;
+    let c = compare::from_store(&store, &ids, &labels, rule).map_err(|e| e.to_string())?;
     print!("{}", render(&c, format));
     for p in &proj {
         let top = p
@@ -487,7 +499,7 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
     let mut reports = Vec::new();
     if !a.self_check_only {
         let tables: Vec<&validate::Published> = match &a.table {
-            Some(t) => vec![validate::published(t)?],
+            Some(t) => vec![validate::published(t).map_err(|e| e.to_string())?],
             None => validate::BUILTIN.iter().collect(),
         };
         let (mut all_changes, mut all_rows) = (Vec::new(), Vec::new());
@@ -501,7 +513,8 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                 a.ops_per_cpu,
                 &mut progress_printer(&what),
                 &stop,
-            )?;
+            )
+            .map_err(|e| e.to_string())?;
             if !summary_only {
                 print!("{}", r.render());
                 println!(
@@ -540,7 +553,8 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
             a.seed,
             &mut |w| eprintln!("pagelab: self-check: {w}"),
             &stop,
-        )?;
+        )
+        .map_err(|e| e.to_string())?;
         print!("{}", r.render());
         json.insert(
             "self-check".into(),
@@ -578,7 +592,7 @@ pub(crate) fn agreement_table(
     };
     let num = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1}{unit}"));
     for (name, _) in experiments::BUILTIN {
-        let e = experiments::load(name)?;
+        let e = experiments::load(name).map_err(|e| e.to_string())?;
         let machine = e.machine.as_deref().unwrap_or("-");
         let report = reports.iter().find(|r| r.experiment == e.name);
         let cells = match (&e.published, report) {

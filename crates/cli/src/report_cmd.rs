@@ -88,7 +88,7 @@ fn resolve(mut sel: CompareSelect, db: Option<&Path>, what: &str) -> Result<Comp
                 "nothing to {what}: name labels (baseline first) or an experiment; `pagelab runs` lists the labels"
             ));
         };
-        let exp = experiments::load(name)?;
+        let exp = experiments::load(name).map_err(|e| e.to_string())?;
         let mut labels: Vec<String> = exp.profiles.iter().map(|p| p.name.clone()).collect();
         let runs = store
             .runs(&RunFilter {
@@ -327,7 +327,8 @@ pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
         .experiment
         .as_deref()
         .map(experiments::load)
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let res = results(&sel, db, true)?;
     let title = match &experiment {
         Some(e) => format!("pagelab report: {}", e.name),

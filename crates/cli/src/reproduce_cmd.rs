@@ -110,7 +110,7 @@ fn default_tasks(m: &Machine, table: Option<&Published>) -> Result<Vec<usize>, S
     let n = m.nr_cpus();
     let mut v: Vec<usize> = vec![1, 4, 16, n];
     if let Some(t) = table {
-        v.extend(t.rows()?.iter().map(|r| r.tasks));
+        v.extend(t.rows().map_err(|e| e.to_string())?.iter().map(|r| r.tasks));
     }
     v.retain(|&t| t >= 1 && t <= n);
     v.sort_unstable();
@@ -142,7 +142,7 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
         .machine
         .as_deref()
         .expect("checked by why_not_projectable");
-    let machine = Machine::load(name)?;
+    let machine = Machine::load(name).map_err(|e| e.to_string())?;
     let tasks = match &a.project_tasks {
         Some(t) => parse_tasks(t).map_err(|err| format!("--project-tasks: {err}"))?,
         None => default_tasks(&machine, table_of(e)?)?,
@@ -192,21 +192,24 @@ pub(crate) fn project_and_store(
             eprintln!("pagelab: {what}: replayed {done}/{total} rows")
         }
     };
-    let (proj, interrupted) = project(spec, &mut progress, stop)?;
+    let (proj, interrupted) = project(spec, &mut progress, stop).map_err(|e| e.to_string())?;
     let host = serde_json::to_string(&HostInfo::detect()).ok();
     let mut ids = Vec::new();
     for p in &proj {
         let label = default_label(&p.profile.name, &m.name);
-        ids.push(store_projection(
-            store,
-            p,
-            &label,
-            m,
-            Some(&e.name),
-            &command_line(),
-            host.clone(),
-            !interrupted,
-        )?);
+        ids.push(
+            store_projection(
+                store,
+                p,
+                &label,
+                m,
+                Some(&e.name),
+                &command_line(),
+                host.clone(),
+                !interrupted,
+            )
+            .map_err(|e| e.to_string())?,
+        );
     }
     if interrupted {
         return Err(format!(
@@ -277,7 +280,7 @@ pub(crate) fn side_by_side(
     verdicts: &Comparison,
 ) -> Result<SideBySide, String> {
     let published = match table {
-        Some(t) => t.rows()?,
+        Some(t) => t.rows().map_err(|e| e.to_string())?,
         None => Vec::new(),
     };
     let profiles: Vec<&str> = e.profiles.iter().map(|p| p.name.as_str()).collect();
@@ -629,7 +632,11 @@ impl SideBySide {
 
 /// The published table an experiment names, if one ships.
 pub(crate) fn table_of(e: &Experiment) -> Result<Option<&'static Published>, String> {
-    e.published.as_deref().map(validate::published).transpose()
+    e.published
+        .as_deref()
+        .map(validate::published)
+        .transpose()
+        .map_err(|e| e.to_string())
 }
 
 /// The sample sets of `ids`, split into measured and projected.
@@ -652,7 +659,8 @@ pub(crate) fn experiments_cmd(experiment: Option<String>) -> Result<(), String> 
             let all = experiments::BUILTIN
                 .iter()
                 .map(|(n, _)| experiments::load(n))
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
             let wn = all.iter().map(|e| e.name.len()).max().unwrap_or(0).max(10);
             let wm = all
                 .iter()
@@ -676,7 +684,7 @@ pub(crate) fn experiments_cmd(experiment: Option<String>) -> Result<(), String> 
             }
         }
         Some(n) => {
-            let e = experiments::load(&n)?;
+            let e = experiments::load(&n).map_err(|e| e.to_string())?;
             let names: Vec<&str> = e.profiles.iter().map(|p| p.name.as_str()).collect();
             let modes: Vec<String> = e.modes.iter().map(|m| m.to_string()).collect();
             let tasks: Vec<String> = e.tasks.iter().map(|t| t.to_string()).collect();

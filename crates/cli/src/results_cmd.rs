@@ -124,7 +124,12 @@ pub(crate) fn select(a: &CompareSelect, db: Option<&Path>) -> Result<Selection, 
     let mut a = a.clone();
     let mut labels = a.labels.clone();
     // An experiment given by path is stored under its name.
-    let exp = a.experiment.as_deref().map(experiments::load).transpose()?;
+    let exp = a
+        .experiment
+        .as_deref()
+        .map(experiments::load)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     if let Some(e) = &exp {
         a.experiment = Some(e.name.clone());
     }
@@ -203,11 +208,15 @@ pub fn compare_cmd(a: CompareArgs, db: Option<&Path>) -> Result<(), String> {
             // The robot's rows need only each set's mean and spread: no significance rule, no
             // best-P rows.
             let sets = sel.store.sample_stats(&ids).map_err(|e| e.to_string())?;
-            print!("{}", lkp::render(&sets, &sel.labels)?);
+            print!(
+                "{}",
+                lkp::render(&sets, &sel.labels).map_err(|e| e.to_string())?
+            );
             return Ok(());
         }
     };
-    let c = compare::from_store(&sel.store, &ids, &sel.labels, sel.rule)?;
+    let c =
+        compare::from_store(&sel.store, &ids, &sel.labels, sel.rule).map_err(|e| e.to_string())?;
     print!("{}", render(&c, format));
     Ok(())
 }

@@ -6,7 +6,8 @@
 //! `MADV_HUGEPAGE` (fewer host TLB misses, closer to the kernel's direct map, which uses 1 GiB
 //! or 2 MiB pages) and can be prefaulted so that host page faults do not pollute a measurement.
 //!
-//! This is one of the two modules with `unsafe` code (the other is in `pagelab-sync`). It
+//! It is the engine's one module with `unsafe` code for memory (the lock primitives of
+//! `pagelab-sync` have theirs; docs/contributor-guide.md lists every place). It
 //! exposes the memory only as `AtomicU64` words: the engine, like a real machine, lets a thread
 //! store into a frame that another thread is freeing (a stale TLB entry, when the shootdown model
 //! is off), and atomic accesses keep such races defined behaviour in Rust.

@@ -50,7 +50,7 @@ impl Sum {
     }
 }
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [trace] = args.as_slice() else {
         return Err("usage: hold_profile TRACE".into());

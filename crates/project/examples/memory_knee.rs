@@ -9,7 +9,7 @@ use pagelab_project::capture::{CaptureSpec, capture};
 use pagelab_project::machine::Machine;
 use pagelab_workloads::{Mode, WorkloadKind};
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = Machine::load("broadwell-2s-44c")?;
     let mut flat = m.clone();
     flat.memory.loaded_latency.clear();

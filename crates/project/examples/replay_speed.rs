@@ -20,7 +20,7 @@ fn cpu_seconds() -> f64 {
     t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
 }
 
-fn main() -> Result<(), String> {
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [trace, machine, tasks @ ..] = args.as_slice() else {
         return Err("usage: replay_speed TRACE MACHINE TASKS...".into());

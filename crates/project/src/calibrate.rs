@@ -30,6 +30,7 @@ use pagelab_workloads::vm::Vm;
 use pagelab_workloads::Mode;
 use serde::Serialize;
 
+use crate::error::ProjectError;
 use crate::machine::{Cpu, KernelCosts, Latency, Machine, Memory, Numa, Topology};
 use crate::validate::Published;
 
@@ -40,19 +41,24 @@ fn quickest(runs: usize, mut f: impl FnMut() -> f64) -> f64 {
     (0..runs).map(|_| f()).fold(f64::INFINITY, f64::min)
 }
 
+/// Nanoseconds `steps` steps of a dependent `or`/`imul` chain take: each step waits for the one
+/// before, so the chain runs at the multiplier's latency (4 cycles a step), whatever the core's
+/// width; the clock and the SMT throughput are both read off it.
+fn multiply_chain_ns(steps: u64) -> f64 {
+    let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
+    let t = Instant::now();
+    for _ in 0..steps {
+        x = x.wrapping_mul(x | 1);
+    }
+    black_box(x);
+    t.elapsed().as_nanos() as f64
+}
+
 /// The core clock, GHz: a dependent `or`/`imul` chain runs at 4 cycles per step; the quickest
 /// of 50 runs of 0.1 ms or so.
 pub fn clock_ghz() -> f64 {
     const STEPS: u64 = 100_000;
-    let ns = quickest(50, || {
-        let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
-        let t = Instant::now();
-        for _ in 0..STEPS {
-            x = x.wrapping_mul(x | 1);
-        }
-        black_box(x);
-        t.elapsed().as_nanos() as f64
-    });
+    let ns = quickest(50, || multiply_chain_ns(STEPS));
     (4 * STEPS) as f64 / ns
 }
 
@@ -193,13 +199,13 @@ pub fn wakeup_ns() -> f64 {
 
 /// `(sender ns per shootdown, handler ns per IPI)`: map-touch-unmap of one page alone, then
 /// with a second thread of the same address space storing on another core.
-pub fn shootdown_ns() -> Result<(f64, f64), String> {
+pub fn shootdown_ns() -> Result<(f64, f64), ProjectError> {
     const ROUNDS: u32 = 20_000;
-    let err = |e: pagelab_workloads::WorkloadError| format!("calibrate: {e}");
+    let err = ProjectError::Measure;
     let vms = HostVm::threads(2);
     let mut it = vms.into_iter();
     let (a, b) = (it.next().expect("two"), it.next().expect("two"));
-    let unmap_loop = |vm: &HostVm| -> Result<f64, String> {
+    let unmap_loop = |vm: &HostVm| -> Result<f64, ProjectError> {
         let t = Instant::now();
         for _ in 0..ROUNDS {
             let p = vm.mmap_anon(4096).map_err(err)?;
@@ -219,7 +225,7 @@ pub fn shootdown_ns() -> Result<(f64, f64), String> {
             .collect::<Result<Vec<_>, _>>()?,
     );
     let (stop, progress) = (&stop, &progress);
-    let (with, lost_per_ipi) = std::thread::scope(|s| -> Result<(f64, f64), String> {
+    let (with, lost_per_ipi) = std::thread::scope(|s| -> Result<(f64, f64), ProjectError> {
         let h = s.spawn(move || {
             pin_to_core(1);
             let mut n = 0u64;
@@ -250,7 +256,9 @@ pub fn shootdown_ns() -> Result<(f64, f64), String> {
         );
         let busy_ns = t.elapsed().as_nanos() as f64;
         stop.store(true, Ordering::Relaxed);
-        let (quiet_rate, n_during) = h.join().map_err(|_| "calibrate: peer panicked")?;
+        let (quiet_rate, n_during) = h
+            .join()
+            .map_err(|_| ProjectError::Calibrate("calibrate: the peer thread panicked".into()))?;
         let expected = quiet_rate * busy_ns;
         let lost_ns = if quiet_rate > 0.0 {
             ((expected - n_during as f64) / quiet_rate).max(0.0)
@@ -264,10 +272,10 @@ pub fn shootdown_ns() -> Result<(f64, f64), String> {
 
 /// What a page fault costs the host kernel beyond the engine's model of it: page_fault1's loop
 /// with one task on each, ns per fault, the difference.
-pub fn trap_ns(profile: &pagelab_bench::profiles::Profile) -> Result<f64, String> {
+pub fn trap_ns(profile: &pagelab_bench::profiles::Profile) -> Result<f64, ProjectError> {
     use pagelab_workloads::page_fault::{Variant, task_loop};
     let bytes: u64 = 64 << 20;
-    let per_fault = |vm: &dyn Fn(&AtomicU64, &AtomicBool) -> Result<(), String>| {
+    let per_fault = |vm: &dyn Fn(&AtomicU64, &AtomicBool) -> Result<(), ProjectError>| {
         let counter = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
         let t = Instant::now();
@@ -278,7 +286,9 @@ pub fn trap_ns(profile: &pagelab_bench::profiles::Profile) -> Result<f64, String
             });
             vm(&counter, &stop)
         })?;
-        Ok::<f64, String>(t.elapsed().as_nanos() as f64 / counter.load(Ordering::Relaxed) as f64)
+        Ok::<f64, ProjectError>(
+            t.elapsed().as_nanos() as f64 / counter.load(Ordering::Relaxed) as f64,
+        )
     };
     pin_to_core(0);
     let host = HostVm::new();
@@ -286,22 +296,22 @@ pub fn trap_ns(profile: &pagelab_bench::profiles::Profile) -> Result<f64, String
         &(0..3)
             .map(|_| {
                 per_fault(&|c, s| {
-                    task_loop(&host, Variant::Anon, bytes, c, s).map_err(|e| e.to_string())
+                    task_loop(&host, Variant::Anon, bytes, c, s).map_err(ProjectError::Measure)
                 })
             })
             .collect::<Result<Vec<_>, _>>()?,
     );
     let arena = bytes * 2 + (64 << 20);
     let k = pagelab_workloads::engine::boot(&profile.policy, arena, 1)
-        .map_err(|e| format!("calibrate: {e}"))?;
+        .map_err(ProjectError::Measure)?;
     let (_run, vms) =
         pagelab_workloads::engine::tasks(&k, 1, pagelab_workloads::Mode::Threads, false)
-            .map_err(|e| format!("calibrate: {e}"))?;
+            .map_err(ProjectError::Measure)?;
     let engine_ns = median(
         &(0..3)
             .map(|_| {
                 per_fault(&|c, s| {
-                    task_loop(&vms[0], Variant::Anon, bytes, c, s).map_err(|e| e.to_string())
+                    task_loop(&vms[0], Variant::Anon, bytes, c, s).map_err(ProjectError::Measure)
                 })
             })
             .collect::<Result<Vec<_>, _>>()?,
@@ -382,15 +392,7 @@ pub fn chase_latency_ns(loaders: usize) -> (f64, f64) {
 /// core, or CPUs the host does not run side by side).
 pub fn pair_throughput(a: usize, b: usize) -> f64 {
     const STEPS: u64 = 20_000_000;
-    let chain = || {
-        let mut x = black_box(0x9e37_79b9_7f4a_7c15u64);
-        let t = Instant::now();
-        for _ in 0..STEPS {
-            x = x.wrapping_mul(x | 1);
-        }
-        black_box(x);
-        t.elapsed().as_nanos() as f64
-    };
+    let chain = || multiply_chain_ns(STEPS);
     median(
         &(0..3)
             .map(|_| {
@@ -561,7 +563,7 @@ pub fn annotate(m: &Machine, notes: &Notes) -> String {
 pub fn measure_host(
     name: &str,
     progress: &mut dyn FnMut(&str),
-) -> Result<(Machine, Notes), String> {
+) -> Result<(Machine, Notes), ProjectError> {
     measure(name, true, progress)
 }
 
@@ -570,7 +572,7 @@ pub fn measure_host(
 pub fn measure_host_for_engine(
     name: &str,
     progress: &mut dyn FnMut(&str),
-) -> Result<(Machine, Notes), String> {
+) -> Result<(Machine, Notes), ProjectError> {
     measure(name, false, progress)
 }
 
@@ -578,13 +580,13 @@ fn measure(
     name: &str,
     kernel: bool,
     progress: &mut dyn FnMut(&str),
-) -> Result<(Machine, Notes), String> {
+) -> Result<(Machine, Notes), ProjectError> {
     let cpus = allowed_cpus().len();
     if cpus < 2 {
-        return Err(
+        return Err(ProjectError::Calibrate(
             "calibrate needs at least two CPUs to measure cache-line transfers (this process may use one)"
                 .into(),
-        );
+        ));
     }
     let mut notes: Notes = Vec::new();
     let mut note = |k: &str, v: String| notes.push((k.to_string(), v));
@@ -828,7 +830,7 @@ fn measure(
         },
         calibration: None,
     };
-    let m = Machine::parse(&m.to_toml(), "calibrated").map_err(|e| format!("calibrate: {e}"))?;
+    let m = Machine::parse(&m.to_toml(), "calibrated")?;
     Ok((m, notes))
 }
 
@@ -859,26 +861,28 @@ pub const FITTED_METRIC: &str = "faults/sec";
 /// therefore leave out of its error summaries (a fitted row agrees by construction): the
 /// experiment's baseline profile (its first), one task, in the table's first mode, the
 /// [`FITTED_METRIC`].
-pub fn fitted_rows(table: &Published) -> Result<Vec<RowKey>, String> {
+pub fn fitted_rows(table: &Published) -> Result<Vec<RowKey>, ProjectError> {
     let e = pagelab_bench::experiments::load(table.experiment)?;
     let base = &e
         .profiles
         .first()
-        .ok_or_else(|| format!("experiment {} has no profile", table.experiment))?
+        .ok_or_else(|| {
+            ProjectError::Table(format!("experiment {} has no profile", table.experiment))
+        })?
         .name;
     let rows = table.rows()?;
     let mode = rows
         .first()
         .map(|r| r.mode)
-        .ok_or_else(|| format!("published table {} has no row", table.name))?;
+        .ok_or_else(|| ProjectError::Table(format!("published table {} has no row", table.name)))?;
     let row = rows
         .iter()
         .find(|r| &r.profile == base && r.mode == mode && r.tasks == 1 && r.metric == FITTED_METRIC)
         .ok_or_else(|| {
-            format!(
+            ProjectError::Table(format!(
                 "published table {} has no `{base}` {mode} 1-task `{FITTED_METRIC}` row to calibrate against",
                 table.name
-            )
+            ))
         })?;
     Ok(vec![RowKey {
         profile: row.profile.clone(),
@@ -905,7 +909,7 @@ pub struct TrapFit {
 
 /// `trap_ns` for `table`'s machine, given what the replay gives its fitted row without a trap.
 /// Refused when the replay is already as slow as the published row (no trap left to fit).
-pub fn trap_fit(table: &Published, replayed_ns: f64) -> Result<TrapFit, String> {
+pub fn trap_fit(table: &Published, replayed_ns: f64) -> Result<TrapFit, ProjectError> {
     let row = fitted_rows(table)?.remove(0);
     let published = table
         .rows()?
@@ -923,10 +927,10 @@ pub fn trap_fit(table: &Published, replayed_ns: f64) -> Result<TrapFit, String> 
     let replayed_ns = round(replayed_ns, 1);
     let trap_ns = round(published_ns - replayed_ns, 0);
     if trap_ns <= 0.0 {
-        return Err(format!(
+        return Err(ProjectError::Calibrate(format!(
             "calibrate {}: the replay without a trap takes {replayed_ns} ns per operation, not less than the published {published_ns:.2}; there is no trap cost to fit",
             table.name
-        ));
+        )));
     }
     Ok(TrapFit {
         table: table.name.to_string(),
@@ -981,7 +985,7 @@ pub fn replay_untrapped_ns(
     ops_per_cpu: u64,
     progress: &mut dyn FnMut(crate::project::Progress<'_>),
     stop: &AtomicBool,
-) -> Result<f64, String> {
+) -> Result<f64, ProjectError> {
     let row = fitted_rows(table)?.remove(0);
     let e = pagelab_bench::experiments::load(table.experiment)?;
     let mut machine = Machine::load(table.machine)?;
@@ -991,7 +995,7 @@ pub fn replay_untrapped_ns(
     let mut best = f64::INFINITY;
     for i in 0..FIT_CAPTURES {
         if stop.load(Ordering::Relaxed) {
-            return Err("interrupted".into());
+            return Err(ProjectError::Interrupted);
         }
         progress(crate::project::Progress::Capturing {
             profile: &profile.name,
@@ -1013,7 +1017,7 @@ pub fn replay_untrapped_ns(
             .metrics
             .iter()
             .find(|(m, _, _)| *m == row.metric)
-            .ok_or_else(|| format!("the replay gives no `{}`", row.metric))?;
+            .ok_or_else(|| ProjectError::Replay(format!("the replay gives no `{}`", row.metric)))?;
         best = best.min(1e9 / pagelab_bench::stats::hmean(v));
     }
     Ok(best)
@@ -1094,7 +1098,8 @@ mod tests {
             crate::validate::published("page_fault1-2018").unwrap(),
             2000.0,
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.contains("no trap cost to fit") && !e.contains('\n'),
             "{e}"

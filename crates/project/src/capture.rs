@@ -51,6 +51,7 @@ use pagelab_workloads::pft::{self, PftParams};
 use pagelab_workloads::vm::Vm;
 use pagelab_workloads::{Mode, WorkloadError, WorkloadKind, engine};
 
+use crate::error::CaptureError;
 use crate::trace::{Pinning, Trace, TraceMeta, Window};
 
 /// What to capture.
@@ -89,7 +90,7 @@ impl CaptureSpec {
 }
 
 /// The workloads the projector can replay, and how each repeats and places its tasks.
-pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
+pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), CaptureError> {
     match w {
         WorkloadKind::PageFault1 | WorkloadKind::PageFault2 | WorkloadKind::PageFault3 => {
             Ok((Window::Cycle, Pinning::Cores, false))
@@ -99,9 +100,9 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
         // Lameter's 2005 test is pft's ancestor and repeats as it does: a region mapped, its
         // pages faulted by all threads at once (each its slice of the one VMA), unmapped.
         WorkloadKind::Lameter => Ok((Window::Once, Pinning::Spread, true)),
-        other => Err(format!(
+        other => Err(CaptureError::Unsupported(format!(
             "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread and lameter, not {other}"
-        )),
+        ))),
     }
 }
 
@@ -378,10 +379,10 @@ impl<V: Vm> Vm for TracedVm<V> {
 }
 
 /// Captures `spec`'s trace. Takes a few seconds (the workload runs seven to nine times over).
-pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
+pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
     if spec.cycles == 0 {
-        return Err("a capture needs at least one cycle".into());
+        return Err(CaptureError::NoCycle);
     }
     let tasks = 1 + spec.companions;
     // pft splits its bytes between the tasks: each faults what task 0 alone would.
@@ -393,9 +394,9 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     };
     let arena = engine_arena(spec.workload, tasks, sizes);
     let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(tasks))
-        .map_err(|e| format!("capture: {e}"))?;
+        .map_err(CaptureError::Workload)?;
     let (_run, vms) =
-        engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(|e| format!("capture: {e}"))?;
+        engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(CaptureError::Workload)?;
     // Events a window may record: the profiles record 19 to 26 a fault today (pvl-v2's
     // pft the most), so 40 leaves room for more line events without the buffer ever
     // growing inside a window (see `raw::start`).
@@ -454,11 +455,11 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
                 stop.store(true, Ordering::Relaxed);
                 for o in others {
                     o.join()
-                        .map_err(|_| "capture: a companion task panicked".to_string())?
-                        .map_err(|e| format!("capture: companion: {e}"))?;
+                        .map_err(|_| CaptureError::Incomplete("a companion task panicked"))?
+                        .map_err(CaptureError::Companion)?;
                 }
-                r.map_err(|_| "capture: the workload panicked".to_string())?
-                    .map_err(|e| format!("capture: {e}"))
+                r.map_err(|_| CaptureError::Incomplete("the workload panicked"))?
+                    .map_err(CaptureError::Workload)
             })?;
         }
         Window::Once => {
@@ -468,11 +469,13 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
                 vma_per_task: !shared_vma,
             };
             pft::run(vms, true, params, &never, &mut |_, _, _| {})
-                .map_err(|e| format!("capture: {e}"))?;
+                .map_err(CaptureError::Workload)?;
         }
     }
     let Some((_, traced_ns, events)) = ctl.best.lock().unwrap().take() else {
-        return Err("capture: the recording window never closed".into());
+        return Err(CaptureError::Incomplete(
+            "the recording window never closed",
+        ));
     };
     let untraced_ns = ctl
         .untraced
@@ -482,7 +485,9 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
         .copied()
         .fold(f64::INFINITY, f64::min);
     if events.is_empty() || !untraced_ns.is_finite() {
-        return Err("capture: the workload ended before its untraced windows were timed".into());
+        return Err(CaptureError::Incomplete(
+            "the workload ended before its untraced windows were timed",
+        ));
     }
     let meta = TraceMeta {
         workload: spec.workload.name().to_string(),

@@ -10,6 +10,7 @@
 pub mod calibrate;
 pub mod capture;
 mod coherence;
+pub mod error;
 pub mod machine;
 pub mod memory;
 pub mod project;
@@ -17,6 +18,7 @@ pub mod replay;
 pub mod trace;
 pub mod validate;
 
+pub use error::{CaptureError, MachineError, ProjectError};
 pub use machine::Machine;
 pub use replay::{Replay, ReplayResult, ReplaySpec};
 pub use trace::{Trace, TraceMeta};

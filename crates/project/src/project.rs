@@ -19,6 +19,7 @@ use pagelab_bench::store::Store;
 use pagelab_workloads::{Mode, WorkloadKind};
 
 use crate::capture::{CaptureSpec, capture, shape};
+use crate::error::ProjectError;
 use crate::machine::Machine;
 use crate::replay::{ClassStats, Replay, ReplaySpec};
 use crate::trace::{Trace, Window};
@@ -46,27 +47,33 @@ pub struct ProjectSpec {
 
 impl ProjectSpec {
     /// Checks the request against the machine before anything is captured.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ProjectError> {
         shape(self.workload)?;
         if self.profiles.is_empty() || self.modes.is_empty() || self.tasks.is_empty() {
-            return Err("nothing to project: give profiles, modes and task counts".into());
+            return Err(ProjectError::Request(
+                "nothing to project: give profiles, modes and task counts".into(),
+            ));
         }
         if self.samples == 0 {
-            return Err("--samples must be at least 1".into());
+            return Err(ProjectError::Request("--samples must be at least 1".into()));
         }
         if self.captures == 0 {
-            return Err("--captures must be at least 1".into());
+            return Err(ProjectError::Request(
+                "--captures must be at least 1".into(),
+            ));
         }
         let max = self.tasks.iter().copied().max().unwrap_or(0);
         if max > self.machine.nr_cpus() {
-            return Err(format!(
+            return Err(ProjectError::Request(format!(
                 "{max} tasks is more than the {} CPUs of {}; the projector runs one task per CPU",
                 self.machine.nr_cpus(),
                 self.machine.name
-            ));
+            )));
         }
         if self.tasks.contains(&0) {
-            return Err("a task count must be at least 1".into());
+            return Err(ProjectError::Request(
+                "a task count must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -199,7 +206,7 @@ pub fn replay_row(
     samples: usize,
     seed: u64,
     ops_per_cpu: u64,
-) -> Result<Row, String> {
+) -> Result<Row, ProjectError> {
     let t0 = Instant::now();
     let spec = ReplaySpec {
         tasks,
@@ -263,7 +270,7 @@ pub fn capture_all(
     spec: &ProjectSpec,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
-) -> Result<Option<Vec<Vec<Trace>>>, String> {
+) -> Result<Option<Vec<Vec<Trace>>>, ProjectError> {
     spec.check()?;
     let mut traces: Vec<Vec<Trace>> = vec![Vec::new(); spec.profiles.len()];
     for round in 0..spec.captures {
@@ -292,7 +299,7 @@ pub fn project(
     spec: &ProjectSpec,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
-) -> Result<(Vec<Projection>, bool), String> {
+) -> Result<(Vec<Projection>, bool), ProjectError> {
     match capture_all(spec, progress, stop)? {
         None => Ok((Vec::new(), true)),
         Some(traces) => project_traces(spec, traces, progress, stop),
@@ -315,14 +322,14 @@ pub fn project_traces(
     traces: Vec<Vec<Trace>>,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
-) -> Result<(Vec<Projection>, bool), String> {
+) -> Result<(Vec<Projection>, bool), ProjectError> {
     spec.check()?;
     if traces.len() != spec.profiles.len() || traces.iter().any(Vec::is_empty) {
-        return Err(format!(
+        return Err(ProjectError::Request(format!(
             "{} profiles to project but captures for {}",
             spec.profiles.len(),
             traces.iter().filter(|t| !t.is_empty()).count()
-        ));
+        )));
     }
     // One job per (profile, mode, tasks, capture), in the order the rows are stored.
     let mut jobs = Vec::new();
@@ -340,9 +347,9 @@ pub fn project_traces(
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(total.max(1));
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Row, String>)>();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Row, ProjectError>)>();
     let mut results: Vec<Option<Row>> = vec![None; total];
-    let mut first_error: Option<(usize, String)> = None;
+    let mut first_error: Option<(usize, ProjectError)> = None;
     std::thread::scope(|s| {
         for _ in 0..workers {
             let tx = tx.clone();
@@ -442,15 +449,15 @@ pub fn default_label(profile: &str, machine: &str) -> String {
 /// Refuses a projection with a figure no machine could give (not finite, negative, or a task
 /// count beyond any machine's) before anything of it is stored: a replay defect must show up as
 /// an error, not as a plausible-looking row that `compare` pools with the others.
-pub fn check_rows(p: &Projection) -> Result<(), String> {
+pub fn check_rows(p: &Projection) -> Result<(), ProjectError> {
     for row in p.rows.iter().flat_map(|r| &r.captures) {
         let at = || format!("{} {} {}", p.profile.name, row.mode, row.tasks);
         if row.tasks == 0 || row.tasks > crate::machine::MAX_CPUS {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "projection of {}: {} tasks; nothing was stored",
                 at(),
                 row.tasks
-            ));
+            )));
         }
         let values = row
             .metrics
@@ -459,10 +466,10 @@ pub fn check_rows(p: &Projection) -> Result<(), String> {
             .chain(row.counters());
         for (what, v) in values {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!(
+                return Err(ProjectError::Replay(format!(
                     "projection of {}: {what} is {v}, not a finite figure; nothing was stored",
                     at()
-                ));
+                )));
             }
         }
     }
@@ -481,7 +488,7 @@ pub fn store_projection(
     command: &str,
     host_json: Option<String>,
     complete: bool,
-) -> Result<i64, String> {
+) -> Result<i64, ProjectError> {
     check_rows(p)?;
     let meta = RunMeta {
         label: label.to_string(),
@@ -496,8 +503,8 @@ pub fn store_projection(
         pagelab_version: env!("CARGO_PKG_VERSION").to_string(),
         command: command.to_string(),
     };
-    let id = store.begin_run(&meta).map_err(|e| e.to_string())?;
-    let result = (|| -> Result<(), String> {
+    let id = store.begin_run(&meta)?;
+    let result = (|| -> Result<(), ProjectError> {
         for (repeat, row) in p.rows.iter().flat_map(|r| r.captures.iter().enumerate()) {
             let repeat = repeat as u32;
             for (metric, hib, values) in &row.metrics {
@@ -507,19 +514,15 @@ pub fn store_projection(
                     metric: metric.clone(),
                     higher_is_better: *hib,
                 };
-                store
-                    .add_samples(id, &key, repeat, values)
-                    .map_err(|e| e.to_string())?;
+                store.add_samples(id, &key, repeat, values)?;
             }
-            store
-                .add_counters(
-                    id,
-                    &row.mode.to_string(),
-                    row.tasks as u32,
-                    repeat,
-                    &row.counters(),
-                )
-                .map_err(|e| e.to_string())?;
+            store.add_counters(
+                id,
+                &row.mode.to_string(),
+                row.tasks as u32,
+                repeat,
+                &row.counters(),
+            )?;
         }
         Ok(())
     })();
@@ -528,7 +531,7 @@ pub fn store_projection(
     } else {
         Status::Incomplete
     };
-    store.finish_run(id, status).map_err(|e| e.to_string())?;
+    store.finish_run(id, status)?;
     result.map(|()| id)
 }
 
@@ -597,7 +600,8 @@ mod tests {
             let mut p = good.clone();
             p.rows[0].captures[0].metrics[1].2[0] = bad;
             let e = store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true)
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("faults/sec is") && e.contains("nothing was stored"),
                 "{e}"
@@ -609,8 +613,9 @@ mod tests {
             wait_ns: f64::NAN,
             ..Default::default()
         });
-        let e =
-            store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true).unwrap_err();
+        let e = store_projection(&store, &p, "bad@dev-host", &m, None, "test", None, true)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lock:zone->lock:wait_ns is NaN"), "{e}");
         assert_eq!(stored(&store), 1, "no run begun for a refused projection");
     }
@@ -702,13 +707,17 @@ mod tests {
             region_bytes: None,
         };
         let stop = AtomicBool::new(false);
-        let e = project_traces(&spec, vec![vec![trace()]], &mut |_| {}, &stop).unwrap_err();
+        let e = project_traces(&spec, vec![vec![trace()]], &mut |_| {}, &stop)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--captures must be at least 1"), "{e}");
         let spec = ProjectSpec {
             captures: 1,
             ..spec
         };
-        let e = project_traces(&spec, vec![vec![]], &mut |_| {}, &stop).unwrap_err();
+        let e = project_traces(&spec, vec![vec![]], &mut |_| {}, &stop)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("captures for 0"), "{e}");
     }
 }

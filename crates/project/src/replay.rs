@@ -45,6 +45,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::coherence::Line;
+use crate::error::{MachineError, ProjectError};
 use crate::machine::Machine;
 use crate::trace::{Event, Trace, Window};
 
@@ -94,7 +95,7 @@ pub struct ReplayResult {
 impl ReplayResult {
     /// Every figure finite and not negative: what a replay hands on to be stored. A value that
     /// is not is a defect of the replay, reported rather than stored.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ProjectError> {
         let figures = self
             .samples
             .iter()
@@ -104,9 +105,9 @@ impl ReplayResult {
             .chain(self.classes.iter().map(|c| c.wait_ns));
         for v in figures {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(format!(
+                return Err(ProjectError::Replay(format!(
                     "the replay produced {v}, not a finite figure; nothing of it is stored"
-                ));
+                )));
             }
         }
         Ok(())
@@ -383,28 +384,35 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
 
 impl<'a> Replay<'a> {
     /// Compiles `trace` for `spec.tasks` tasks on `machine`.
-    pub fn new(machine: &'a Machine, trace: &'a Trace, spec: ReplaySpec) -> Result<Self, String> {
+    pub fn new(
+        machine: &'a Machine,
+        trace: &'a Trace,
+        spec: ReplaySpec,
+    ) -> Result<Self, ProjectError> {
         // Files are checked when loaded; a machine built in code is checked here, so that no
         // value outside its physical range reaches the arithmetic below.
-        machine
-            .check()
-            .map_err(|e| format!("machine {}: {e}", machine.name))?;
+        machine.check().map_err(|e| MachineError::In {
+            what: machine.name.clone(),
+            source: Box::new(e),
+        })?;
         if spec.tasks == 0 {
-            return Err("a replay needs at least one task".into());
+            return Err(ProjectError::Replay(
+                "a replay needs at least one task".into(),
+            ));
         }
         if spec.tasks > machine.nr_cpus() {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "{} tasks is more than the {} CPUs of {}",
                 spec.tasks,
                 machine.nr_cpus(),
                 machine.name
-            ));
+            )));
         }
         if trace.meta.ops == 0 {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "the trace of {} with {} counted no operation",
                 trace.meta.workload, trace.meta.profile
-            ));
+            )));
         }
         let cpus: Vec<usize> = (0..spec.tasks)
             .map(|i| machine.cpu_of(i, trace.meta.pinning))
@@ -428,19 +436,19 @@ impl<'a> Replay<'a> {
         let threads = spec.threads;
         let scale = trace.meta.host_ghz / machine.cpu.ghz;
         if !(scale.is_finite() && scale > 0.0) {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "the trace of {} with {} gives its host's clock as {} GHz",
                 trace.meta.workload, trace.meta.profile, trace.meta.host_ghz
-            ));
+            )));
         }
         if trace.events.iter().any(|e| match e {
             Event::Compute { ns } => !(ns.is_finite() && *ns >= 0.0),
             _ => false,
         }) {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "the trace of {} with {} has a compute time that is not a finite number of nanoseconds",
                 trace.meta.workload, trace.meta.profile
-            ));
+            )));
         }
         // Acquires and releases that pair up within the trace; a release of something taken
         // before the recording started, or an acquire still held when it stopped, is dropped.
@@ -652,10 +660,10 @@ impl<'a> Replay<'a> {
                 _ => false,
             })
         }) {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "the trace of {} with {} takes no time: no compute, trap or memory write in it",
                 trace.meta.workload, trace.meta.profile
-            ));
+            )));
         }
         let placement = cpus
             .iter()
@@ -737,7 +745,7 @@ impl<'a> Replay<'a> {
     }
 
     /// Runs the simulation with `seed`. Fails if the CPUs end up waiting for each other.
-    pub fn run(&self, seed: u64) -> Result<ReplayResult, String> {
+    pub fn run(&self, seed: u64) -> Result<ReplayResult, ProjectError> {
         Sim::new(self, seed).run()
     }
 }
@@ -1548,7 +1556,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
     }
 
-    fn run(mut self) -> Result<ReplayResult, String> {
+    fn run(mut self) -> Result<ReplayResult, ProjectError> {
         let nr = self.cpus.len() as u32;
         while let Some(Reverse((t, who))) = self.heap.pop() {
             if let Some(stop) = self.stop_at
@@ -1557,23 +1565,23 @@ impl<'r, 'a> Sim<'r, 'a> {
                 break;
             }
             if t >= HORIZON_PS {
-                return Err(format!(
+                return Err(ProjectError::Replay(format!(
                     "the replay of {} with {} on {} passed {:.0} simulated seconds; a machine or trace value is out of proportion",
                     self.r.trace.meta.workload,
                     self.r.trace.meta.profile,
                     self.r.machine.name,
                     HORIZON_PS as f64 / 1e12
-                ));
+                )));
             }
             if self.events > self.budget {
-                return Err(format!(
+                return Err(ProjectError::Replay(format!(
                     "the replay of {} with {} on {} passed {} simulated events ({EVENTS_PER_PASS} times what its {} CPUs' work takes) without finishing; a machine or trace value is out of proportion",
                     self.r.trace.meta.workload,
                     self.r.trace.meta.profile,
                     self.r.machine.name,
                     self.budget,
                     self.cpus.len()
-                ));
+                )));
             }
             if who < nr {
                 self.step(who as usize, t);
@@ -1588,12 +1596,12 @@ impl<'r, 'a> Sim<'r, 'a> {
             .count();
         let cyclic = self.r.trace.meta.window == Window::Cycle;
         if (cyclic && self.stop_at.is_none()) || (!cyclic && stuck > 0) {
-            return Err(format!(
+            return Err(ProjectError::Replay(format!(
                 "the replay of {} with {} stopped with {stuck} of {} CPUs waiting for each other",
                 self.r.trace.meta.workload,
                 self.r.trace.meta.profile,
                 self.cpus.len()
-            ));
+            )));
         }
         let out = self.result();
         out.check()?;

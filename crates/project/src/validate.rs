@@ -31,6 +31,7 @@ use pagelab_bench::stats::{amean, hmean, median, pct_change};
 use pagelab_workloads::{Mode, WorkloadKind};
 use serde::Serialize;
 
+use crate::error::ProjectError;
 use crate::machine::Machine;
 use crate::project::{Progress, ProjRow, ProjectSpec, project};
 
@@ -104,18 +105,19 @@ pub struct PubRow {
 
 impl Published {
     /// The table's rows.
-    pub fn rows(&self) -> Result<Vec<PubRow>, String> {
+    pub fn rows(&self) -> Result<Vec<PubRow>, ProjectError> {
         let mut r = csv::Reader::from_reader(self.csv.as_bytes());
         let mut out = Vec::new();
         for rec in r.records() {
-            let rec = rec.map_err(|e| format!("published table {}: {e}", self.name))?;
+            let rec = rec
+                .map_err(|e| ProjectError::Table(format!("published table {}: {e}", self.name)))?;
             let line = rec.position().map_or(0, |p| p.line());
             let field = |i: usize| rec.get(i).unwrap_or("").trim().to_string();
             let bad = |what: &str| {
-                format!(
+                ProjectError::Table(format!(
                     "published table {}: line {line}: bad {what} in {rec:?}",
                     self.name
-                )
+                ))
             };
             let stddev = match field(5) {
                 s if s.is_empty() => None,
@@ -562,7 +564,7 @@ pub fn compare_table(
     rows: &[PubRow],
     base: &str,
     projected: &dyn Fn(&str, Mode, usize) -> Option<ProjRow>,
-) -> Result<(Vec<Compared>, Vec<Change>), String> {
+) -> Result<(Vec<Compared>, Vec<Change>), ProjectError> {
     let proj = |profile: &str, mode: Mode, tasks: usize, metric: &str| {
         projected(profile, mode, tasks).map(|r| {
             (
@@ -579,10 +581,10 @@ pub fn compare_table(
     let (mut compared, mut changes) = (Vec::new(), Vec::new());
     for r in rows {
         let Some((q, q_caps)) = proj(&r.profile, r.mode, r.tasks, &r.metric) else {
-            return Err(format!(
+            return Err(ProjectError::Table(format!(
                 "published table {}: no projection of `{}` {} {} tasks `{}` in experiment {}",
                 p.name, r.profile, r.mode, r.tasks, r.metric, p.experiment
-            ));
+            )));
         };
         let one_pub = published(&r.profile, r.mode, 1, &r.metric).map(|b| b.value);
         let one_proj = proj(&r.profile, r.mode, 1, &r.metric).map(|b| b.0);
@@ -638,7 +640,7 @@ pub fn validate_table(
     ops_per_cpu: u64,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
-) -> Result<TableReport, String> {
+) -> Result<TableReport, ProjectError> {
     let e = experiments::load(p.experiment)?;
     let machine = Machine::load(p.machine)?;
     let rows = p.rows()?;
@@ -667,7 +669,7 @@ pub fn validate_table(
     };
     let (proj, interrupted) = project(&spec, progress, stop)?;
     if interrupted {
-        return Err("interrupted".into());
+        return Err(ProjectError::Interrupted);
     }
     let projected = |profile: &str, mode: Mode, tasks: usize| -> Option<ProjRow> {
         let pr = proj.iter().find(|p| p.profile.name == profile)?;
@@ -800,7 +802,7 @@ pub fn self_check(
     seed: u64,
     progress: &mut dyn FnMut(&str),
     stop: &AtomicBool,
-) -> Result<SelfCheck, String> {
+) -> Result<SelfCheck, ProjectError> {
     progress("measuring this host (pagelab calibrate, the engine's costs)");
     let (host, _) = crate::calibrate::measure_host_for_engine("this-host", &mut |w| progress(w))?;
     self_check_on(&host, seed, progress, stop)
@@ -812,7 +814,7 @@ pub fn self_check_on(
     seed: u64,
     progress: &mut dyn FnMut(&str),
     stop: &AtomicBool,
-) -> Result<SelfCheck, String> {
+) -> Result<SelfCheck, ProjectError> {
     use pagelab_bench::run::{RunRequest, Sizes, Target};
     use pagelab_workloads::runner::SampleSpec;
     let machine = host.as_engine();
@@ -913,7 +915,7 @@ pub fn project_measured(
     trace: &crate::trace::Trace,
     measured: &[Measured],
     seed: u64,
-) -> Result<Vec<SelfRow>, String> {
+) -> Result<Vec<SelfRow>, ProjectError> {
     let mut out = Vec::new();
     for r in measured {
         let proj = crate::project::replay_row(machine, trace, r.mode, r.tasks, 5, seed, 8192)?;
@@ -939,13 +941,13 @@ pub fn project_measured(
 }
 
 /// The published table by name.
-pub fn published(name: &str) -> Result<&'static Published, String> {
+pub fn published(name: &str) -> Result<&'static Published, ProjectError> {
     BUILTIN.iter().find(|p| p.name == name).ok_or_else(|| {
         let names: Vec<&str> = BUILTIN.iter().map(|p| p.name).collect();
-        format!(
+        ProjectError::Table(format!(
             "unknown published table `{name}`; tables: {}",
             names.join(", ")
-        )
+        ))
     })
 }
 
@@ -971,7 +973,9 @@ mod tests {
                 assert!(r.value > 0.0);
             }
         }
-        assert!(published("nope").unwrap_err().contains("page_fault1-2018"));
+        let e = published("nope").unwrap_err();
+        assert!(matches!(e, ProjectError::Table(_)), "{e:?}");
+        assert!(e.to_string().contains("page_fault1-2018"));
     }
 
     /// The self-check replays the machine it is given with that machine's own parameters: a

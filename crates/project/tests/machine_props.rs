@@ -248,8 +248,8 @@ fn replay_is_bounded_and_finite(m: &Machine) -> Result<(), TestCaseError> {
                     samples: 3,
                     ops_per_cpu: None,
                 };
-                let r = Replay::new(m, &t, spec).map_err(TestCaseError::fail)?;
-                let r = r.run(3).map_err(TestCaseError::fail)?;
+                let r = Replay::new(m, &t, spec).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let r = r.run(3).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert!(r.events <= EVENT_BOUND, "{} events", r.events);
                 prop_assert!(r.span_ns.is_finite() && r.span_ns > 0.0, "{}", r.span_ns);
                 for s in r.samples.iter().chain(&r.ops_per_cpu_sec) {
@@ -272,7 +272,7 @@ proptest! {
     #[test]
     fn random_machine_files_are_refused_by_key_or_replay_within_bounds(v in values()) {
         let text = toml_text(&v);
-        match Machine::parse(&text, "prop.toml") {
+        match Machine::parse(&text, "prop.toml").map_err(|e| e.to_string()) {
             Err(e) => {
                 prop_assert!(e.starts_with("machine prop.toml: "), "{e}");
                 prop_assert!(!e.contains('\n'), "one line: {e}");
@@ -314,7 +314,7 @@ proptest! {
         );
         let t = trace(Window::Cycle);
         let spec = ReplaySpec { tasks: 2, threads: true, seed: 1, samples: 2, ops_per_cpu: None };
-        match Replay::new(&m, &t, spec) {
+        match Replay::new(&m, &t, spec).map_err(|e| e.to_string()) {
             Err(e) => {
                 prop_assert!(!valid, "a valid machine refused: {e}");
                 prop_assert!(e.starts_with("machine dev-host: ") && !e.contains('\n'), "{e}");

@@ -464,7 +464,10 @@ fn a_seed_gives_the_same_run_and_another_seed_another() {
 fn too_many_tasks_for_the_machine_are_refused() {
     let m = machine(4, 50.0, 5.0, 10.0, 40.0);
     let t = lock_trace(LockModel::Queued, Scope::Machine, 1.0, 1.0, false);
-    let e = Replay::new(&m, &t, spec(5, true)).err().unwrap();
+    let e = Replay::new(&m, &t, spec(5, true))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("more than the 4 CPUs"), "{e}");
 }
 
@@ -481,12 +484,18 @@ fn a_trace_in_which_no_time_passes_is_refused_not_spun_on() {
         fallbacks: Vec::new(),
     };
     t.meta.ops = 1;
-    let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
+    let e = Replay::new(&m, &t, spec(3, true))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("takes no time"), "{e}");
     // A trace whose compute is not a number is refused too, rather than replayed as 0 or as
     // the end of time.
     t.events.insert(0, Event::Compute { ns: f64::NAN });
-    let e = Replay::new(&m, &t, spec(3, true)).err().unwrap();
+    let e = Replay::new(&m, &t, spec(3, true))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("not a finite number"), "{e}");
 }
 

@@ -94,7 +94,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use pagelab_mm::alloc::slab::{
-    KMALLOC_MAX_SIZE, KMALLOC_SIZES, Obj, SlabAllocator, SlabError, kmalloc_index,
+    KMALLOC_MAX_SIZE, KMALLOC_SIZES, Obj, SlabAllocator, SlabError, get_order, kmalloc_index,
 };
 use pagelab_mm::alloc::{AllocError, Gfp};
 use pagelab_mm::page::pg;
@@ -158,15 +158,6 @@ pub fn socket_queue_depth(bytes: usize) -> usize {
 /// buffer that `udp_rmem_release` gives back at a time (see [`Ring::with_release`]).
 pub fn socket_release_step(bytes: usize) -> usize {
     (SK_RCVBUF / 4).div_ceil(kmalloc_ksize(bytes) + SKB_STRUCT)
-}
-
-/// Smallest order whose block holds `bytes` (`get_order`).
-fn get_order(bytes: usize) -> u32 {
-    bytes
-        .div_ceil(PAGE_SIZE)
-        .max(1)
-        .next_power_of_two()
-        .trailing_zeros()
 }
 
 /// Tag in the head frame's `mapping` of a `kmalloc_large` block; the low byte holds the order.

@@ -37,13 +37,6 @@ pub enum MicroError {
     Leak { policy: String, frames: u64 },
 }
 
-/// For callers whose errors are still text: the one-line message.
-impl From<MicroError> for String {
-    fn from(e: MicroError) -> String {
-        e.to_string()
-    }
-}
-
 /// Nanoseconds per operation of `f`, which performs `ops` operations.
 pub fn ns_per_op(ops: u64, f: impl FnOnce()) -> f64 {
     let t = Instant::now();

@@ -184,6 +184,20 @@ pub struct LlFree {
     threshold: i64,
 }
 
+/// The bits of a huge frame's bitfield word `w` that stand for frames past the zone's end, of a
+/// huge frame holding `cap` frames: set, as allocated, so that no search ever hands them out
+/// (LLFree marks a partial last huge frame the same way at init).
+fn past_the_end(w: usize, cap: u32) -> u64 {
+    let first = w as u32 * WORD_BITS;
+    if first >= cap {
+        u64::MAX
+    } else if cap - first >= WORD_BITS {
+        0
+    } else {
+        u64::MAX << (cap - first)
+    }
+}
+
 impl LlFree {
     /// All frames of `[start, end)` free, with reservation slots for CPUs `0..=nr_cpus` (the
     /// last one for kernel threads). The caller adds the frames to the zone's free count.
@@ -195,17 +209,9 @@ impl LlFree {
         let bitfields = (0..nr_children)
             .map(|c| {
                 let cap = cap(c);
+                // Frames past the zone's end are never free.
                 Bitfield(std::array::from_fn(|w| {
-                    // Frames past the zone's end are never free.
-                    let first = w as u32 * WORD_BITS;
-                    let v = if first >= cap {
-                        u64::MAX
-                    } else if cap - first >= WORD_BITS {
-                        0
-                    } else {
-                        u64::MAX << (cap - first)
-                    };
-                    AtomicU64::new(v)
+                    AtomicU64::new(past_the_end(w, cap))
                 }))
             })
             .collect();
@@ -865,14 +871,7 @@ impl LlFree {
                     .map(|w| w.load(Relaxed))
                     .collect();
                 for (w, &b) in bits.iter().enumerate() {
-                    let first = w as u32 * WORD_BITS;
-                    let absent = if first >= cap {
-                        u64::MAX
-                    } else if cap - first >= WORD_BITS {
-                        0
-                    } else {
-                        u64::MAX << (cap - first)
-                    };
+                    let absent = past_the_end(w, cap);
                     if b & absent != absent {
                         return Err(format!(
                             "huge frame {c} word {w}: frames past the zone's end are marked free ({b:#x})"

@@ -157,8 +157,9 @@ fn fls(x: usize) -> u32 {
     usize::BITS - x.leading_zeros()
 }
 
-/// Smallest order whose block holds `bytes` (`get_order`).
-fn get_order(bytes: usize) -> u32 {
+/// Smallest order whose block holds `bytes` (`get_order`). Also what `kmalloc_large` sizes its
+/// page blocks by (the netpipe workload's kmalloc).
+pub fn get_order(bytes: usize) -> u32 {
     bytes
         .div_ceil(PAGE_SIZE)
         .max(1)
