@@ -204,10 +204,10 @@ fn owner_add(counter: &AtomicU64, v: u64) {
 /// acquisition only bumps a count (lock_stat counts acquisitions as hold-time entries at
 /// release, a plain per-CPU increment), and only a contended one records a wait (`lock_acquired`
 /// is called from `LOCK_CONTENDED`'s slow path). So acquisitions sit in a dense array of their
-/// own, 16 bytes per class: the few classes a fault takes, registered together on its first
-/// pass, share one or two cache lines, which stay in L1 while the fault path zeroes pages and
-/// walks tables, instead of one line per class 48 bytes apart. The contention counters, written
-/// only after a wait, are kept apart so they never dilute that array.
+/// own, 16 bytes per class (classes are registered as the engine gives its locks their
+/// classes, mostly at boot): the few classes a fault takes share a few cache lines of 2 KiB,
+/// instead of one line per class 48 bytes apart. The contention counters, written only after
+/// a wait, are kept apart so they never dilute that array.
 struct Block(CachePadded<BlockInner>);
 
 /// `repr(C)`: the acquisitions come first, so they start on the block's cache-line boundary.
@@ -492,7 +492,7 @@ impl Domain {
     }
 
     /// Every counted class with its counters (zero ones left out), in the order classes were
-    /// first counted.
+    /// first given to a lock (or counted, for bare locks).
     pub fn classes(&self) -> Vec<(&'static LockClass, ClassStats)> {
         let classes = lock(&CLASSES).clone();
         classes
@@ -971,9 +971,9 @@ mod tests {
         assert!(!enabled());
     }
 
-    /// The classes one fault takes sit side by side in the acquisitions array, 16 bytes a
-    /// class, with no contention counters between them: a handful of classes share one or two
-    /// cache lines of the thread's block, not one line each.
+    /// Classes sit side by side in the acquisitions array, 16 bytes a class, with no
+    /// contention counters between them: four classes share a cache line of the thread's
+    /// block, not one line each.
     #[test]
     fn acquisition_counters_are_dense() {
         let b = Block::get();
