@@ -11,8 +11,8 @@
 //!
 //! * Every [`LockClass`] gets a dense index when the first lock is given it (an id cell inside
 //!   the class). The lock keeps the index, as a [`Slot`], beside its class pointer, as lockdep
-//!   keeps `class_cache` in the lock's `lockdep_map`: counting reads the lock's own line, which
-//!   the lock operation has just written, and not the class.
+//!   keeps `class_cache` in the lock's `lockdep_map`: counting reads the lock's own memory,
+//!   beside the word the lock operation has just written, and not the class.
 //! * Each thread owns a cache-aligned block of counters, `[class][side]`, that only it writes,
 //!   with a `Relaxed` load and store: no read-modify-write, no shared line. Acquisitions are
 //!   a dense array of their own (four classes to a cache line); the contended count and the
