@@ -17,8 +17,8 @@
 //! +----------------+----------------+----------------+-------+--------+
 //! ```
 //!
-//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer
-//! and the traced lock model, which are only read. Lock statistics are not kept here: a reader counting into this line
+//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer,
+//! the traced lock model and the class's statistics slot, which are only read. Lock statistics are not kept here: a reader counting into this line
 //! would pay a second atomic on the line every CPU writes, where the kernel pays one. They
 //! are counted per class and per thread ([`crate::stats`]), readers and writers apart.
 //!
