@@ -3,8 +3,11 @@
 //! One thread takes six locks of five classes (an rwsem read and five queued spinlocks, about
 //! what one anonymous fault takes), with `THRASH` bytes written between rounds to push the
 //! counters out of L1 the way a fault's page zeroing does. Counting on and off take turns run
-//! by run, and the minimum and the median of the paired differences are printed: on a loaded
-//! host the minimum is the least disturbed figure.
+//! by run, and the minimum and the median of the paired differences are printed, with the
+//! on/off ratios side by side: on a loaded host the minimum is the least disturbed figure.
+//!
+//! It also times `Instant::now()`, to show what counting hold times as the kernel's lock_stat
+//! does (a clock read at every acquisition and every release) would add per acquisition.
 //!
 //! usage: `cargo run --release -p pagelab-sync --example lockstat_cost [THRASH]` (default 4096)
 
@@ -71,19 +74,43 @@ fn main() {
     }
     stats::set_enabled(false);
     let mut delta: Vec<f64> = on.iter().zip(&off_ns).map(|(a, b)| a - b).collect();
-    for v in [&mut on, &mut off_ns, &mut delta] {
+    let mut ratio: Vec<f64> = on.iter().zip(&off_ns).map(|(a, b)| a / b).collect();
+    for v in [&mut on, &mut off_ns, &mut delta, &mut ratio] {
         v.sort_by(f64::total_cmp);
     }
     let mid = RUNS / 2;
     println!(
         "thrash {thrash} B: on min {:.1} median {:.1} ns/round, off min {:.1} median {:.1}; \
-         counting costs {:.2} ns (difference of minima), {:.2} ns (median paired difference) \
-         per 6 acquisitions",
+         on/off {:.4} (ratio of minima), {:.4} (median paired ratio); counting costs {:.2} ns \
+         (difference of minima), {:.2} ns (median paired difference) per 6 acquisitions",
         on[0],
         on[mid],
         off_ns[0],
         off_ns[mid],
+        on[0] / off_ns[0],
+        ratio[mid],
         on[0] - off_ns[0],
         delta[mid]
     );
+    let clock = clock_read_ns();
+    println!(
+        "Instant::now() costs {clock:.1} ns: hold times (a clock read at each acquisition and \
+         release) would add {:.1} ns per acquisition, {:.0}% of an uncounted round",
+        2.0 * clock,
+        100.0 * 12.0 * clock / off_ns[0]
+    );
+}
+
+/// The least time one `Instant::now()` took, over short runs (a loaded host preempts long ones).
+fn clock_read_ns() -> f64 {
+    const READS: u32 = 10_000;
+    (0..201)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..READS {
+                black_box(Instant::now());
+            }
+            t.elapsed().as_nanos() as f64 / f64::from(READS)
+        })
+        .fold(f64::INFINITY, f64::min)
 }

@@ -50,8 +50,8 @@ use crate::backoff::Backoff;
 use crate::shim::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use crate::shim::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
 use crate::shim::cell::{MutPtr, UnsafeCell};
-use crate::stats::{self, Side, WaitTimer};
-use crate::trace::{LockClass, UNCLASSIFIED_QUEUED};
+use crate::stats::{self, Side, Slot, WaitTimer};
+use crate::trace::UNCLASSIFIED_QUEUED;
 
 /// Per-thread MCS nodes, one per slow-path nesting level (the kernel's `MAX_NODES`).
 pub const MAX_NODES: usize = 4;
@@ -135,21 +135,21 @@ impl<T> QueuedSpinLock<T> {
     /// Acquires the lock: one CAS if it is free and unqueued, else queue and wait.
     #[inline]
     pub fn lock(&self) -> QueuedSpinGuard<'_, T> {
-        self.lock_as(&UNCLASSIFIED_QUEUED)
+        self.lock_as(Slot::of(&UNCLASSIFIED_QUEUED))
     }
 
-    /// [`QueuedSpinLock::lock`], counted under `class`.
+    /// [`QueuedSpinLock::lock`], counted in the class whose slot is `slot`.
     #[inline]
-    pub(crate) fn lock_as(&self, class: &'static LockClass) -> QueuedSpinGuard<'_, T> {
+    pub(crate) fn lock_as(&self, slot: Slot) -> QueuedSpinGuard<'_, T> {
         if self
             .hdr
             .word
             .compare_exchange(0, LOCKED, Acquire, Relaxed)
             .is_ok()
         {
-            stats::record(class, Side::Exclusive);
+            stats::record_at(slot, Side::Exclusive);
         } else {
-            self.lock_slow(class);
+            self.lock_slow(slot);
         }
         QueuedSpinGuard::new(self)
     }
@@ -157,14 +157,14 @@ impl<T> QueuedSpinLock<T> {
     /// Takes the lock only if it is free and nobody is queued.
     #[inline]
     pub fn try_lock(&self) -> Option<QueuedSpinGuard<'_, T>> {
-        self.try_lock_as(&UNCLASSIFIED_QUEUED)
+        self.try_lock_as(Slot::of(&UNCLASSIFIED_QUEUED))
     }
 
-    /// [`QueuedSpinLock::try_lock`], counted under `class`.
+    /// [`QueuedSpinLock::try_lock`], counted in the class whose slot is `slot`.
     #[inline]
-    pub(crate) fn try_lock_as(&self, class: &'static LockClass) -> Option<QueuedSpinGuard<'_, T>> {
+    pub(crate) fn try_lock_as(&self, slot: Slot) -> Option<QueuedSpinGuard<'_, T>> {
         if self.try_acquire() {
-            stats::record(class, Side::Exclusive);
+            stats::record_at(slot, Side::Exclusive);
             Some(QueuedSpinGuard::new(self))
         } else {
             None
@@ -211,7 +211,7 @@ impl<T> QueuedSpinLock<T> {
 
     #[cold]
     #[inline(never)]
-    fn lock_slow(&self, class: &'static LockClass) {
+    fn lock_slow(&self, slot: Slot) {
         let timer = WaitTimer::start();
         let queued = QNODES
             .try_with(|pool| {
@@ -231,7 +231,7 @@ impl<T> QueuedSpinLock<T> {
                 backoff.snooze();
             }
         }
-        stats::record_contended(class, Side::Exclusive, timer);
+        stats::record_contended_at(slot, Side::Exclusive, timer);
     }
 
     /// The MCS slow path with `node` (free, owned by this thread).

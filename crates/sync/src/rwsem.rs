@@ -17,8 +17,8 @@
 //! +----------------+----------------+----------------+-------+--------+
 //! ```
 //!
-//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer
-//! and the traced lock model, which are only read. Lock statistics are not kept here: a reader counting into this line
+//! The word sits in its own cache line (`CachePadded`) with nothing but the class pointer,
+//! the traced lock model and the class's statistics slot, which are only read. Lock statistics are not kept here: a reader counting into this line
 //! would pay a second atomic on the line every CPU writes, where the kernel pays one. They
 //! are counted per class and per thread ([`crate::stats`]), readers and writers apart.
 //!
@@ -60,7 +60,7 @@ use crate::backoff::Backoff;
 use crate::shim::atomic::AtomicU64;
 use crate::shim::atomic::Ordering::{Acquire, Relaxed, Release};
 use crate::shim::cell::{ConstPtr, MutPtr, UnsafeCell};
-use crate::stats::{self, Side, WaitTimer};
+use crate::stats::{self, Side, Slot, WaitTimer};
 use crate::trace::{self, Access, LockClass, LockModel};
 
 /// How a kernel era's rwsem made its waiters wait (kernel/locking/rwsem.c and its
@@ -186,6 +186,10 @@ struct Header {
     /// The kernel lock it stands for in a trace: an rw_semaphore ([`LockModel::RwSem`]), or a
     /// spinning `rwlock_t` ([`LockModel::QRwLock`], see [`RwSem::as_rwlock`]). Only read.
     model: LockModel,
+    /// The class's place in the per-thread statistics blocks, looked up when the class is set
+    /// ([`stats::Slot`]): counting an acquisition reads this line, which the lock operation has
+    /// just written, and not the class.
+    slot: Slot,
 }
 
 /// A reader-writer semaphore protecting a `T`, with the kernel rwsem's single
@@ -220,6 +224,7 @@ impl<T> RwSem<T> {
                 count: AtomicU64::new(0),
                 class: &trace::UNCLASSIFIED_RWSEM,
                 model: LockModel::RwSem,
+                slot: Slot::of(&trace::UNCLASSIFIED_RWSEM),
             }),
             data: UnsafeCell::new(data),
         }
@@ -228,6 +233,7 @@ impl<T> RwSem<T> {
     /// Gives the semaphore its class (lockdep's `lockdep_set_class`).
     pub fn with_class(mut self, class: &'static LockClass) -> Self {
         self.hdr.class = class;
+        self.hdr.slot = Slot::of(class);
         self
     }
 
@@ -275,7 +281,7 @@ impl<T> RwSem<T> {
     pub fn read(&self) -> RwSemReadGuard<'_, T> {
         let old = self.hdr.count.fetch_add(READER_ONE, Acquire);
         if old & READ_FAIL_MASK == 0 {
-            stats::record(self.hdr.class, Side::Shared);
+            stats::record_at(self.hdr.slot, Side::Shared);
         } else {
             self.read_slow(old.wrapping_add(READER_ONE));
         }
@@ -293,7 +299,7 @@ impl<T> RwSem<T> {
                 // The writers left before we gave up our bias: we are a reader. `cur`
                 // came from an Acquire CAS failure, so their critical sections are
                 // visible.
-                stats::record_contended(self.hdr.class, Side::Shared, timer);
+                stats::record_contended_at(self.hdr.slot, Side::Shared, timer);
                 return;
             }
             debug_assert!(cur & RWAIT_MASK != RWAIT_MASK, "waiting-reader overflow");
@@ -311,7 +317,7 @@ impl<T> RwSem<T> {
         while self.hdr.count.load(Acquire) & ADMIT == admit {
             backoff.snooze();
         }
-        stats::record_contended(self.hdr.class, Side::Shared, timer);
+        stats::record_contended_at(self.hdr.slot, Side::Shared, timer);
     }
 
     /// Records a plain read of another field that shares this semaphore's count line (only
@@ -363,7 +369,7 @@ impl<T> RwSem<T> {
                 Err(actual) => cur = actual,
             }
         }
-        stats::record(self.hdr.class, Side::Shared);
+        stats::record_at(self.hdr.slot, Side::Shared);
         self.trace_acquire(Access::Shared, true);
         Some(RwSemReadGuard::new(self))
     }
@@ -372,7 +378,7 @@ impl<T> RwSem<T> {
     #[inline]
     pub fn write(&self) -> RwSemWriteGuard<'_, T> {
         if self.try_write_raw() {
-            stats::record(self.hdr.class, Side::Exclusive);
+            stats::record_at(self.hdr.slot, Side::Exclusive);
         } else {
             self.write_slow();
         }
@@ -410,7 +416,7 @@ impl<T> RwSem<T> {
             backoff.snooze();
             cur = self.hdr.count.load(Relaxed);
         }
-        stats::record_contended(self.hdr.class, Side::Exclusive, timer);
+        stats::record_contended_at(self.hdr.slot, Side::Exclusive, timer);
     }
 
     /// Acquires the write lock only if the semaphore is idle (`down_write_trylock`).
@@ -420,7 +426,7 @@ impl<T> RwSem<T> {
             return None;
         }
         if self.try_write_raw() {
-            stats::record(self.hdr.class, Side::Exclusive);
+            stats::record_at(self.hdr.slot, Side::Exclusive);
             self.trace_acquire(Access::Exclusive, true);
             Some(RwSemWriteGuard::new(self))
         } else {
@@ -664,15 +670,17 @@ mod tests {
         }
     }
 
-    /// The count word's line holds the word, the (read-only) class pointer and traced lock
-    /// model: no counter that a reader or writer would write besides the word.
+    /// The count word's line holds the word, the (read-only) class pointer, traced lock
+    /// model and statistics slot: no counter that a reader or writer would write besides the
+    /// word.
     #[test]
     fn count_word_line_holds_no_instrumentation() {
         assert_eq!(
             core::mem::size_of::<Header>(),
             (core::mem::size_of::<AtomicU64>()
                 + core::mem::size_of::<&LockClass>()
-                + core::mem::size_of::<LockModel>())
+                + core::mem::size_of::<LockModel>()
+                + core::mem::size_of::<Slot>())
             .next_multiple_of(core::mem::align_of::<Header>())
         );
         assert!(core::mem::align_of::<CachePadded<Header>>() >= 64);

@@ -12,7 +12,7 @@ use core::ops::{Deref, DerefMut};
 use core::str::FromStr;
 
 use crate::qspinlock::{QueuedSpinGuard, QueuedSpinLock};
-use crate::stats::{self, LockStatsSnapshot};
+use crate::stats::{self, LockStatsSnapshot, Slot};
 use crate::ticket::{TicketGuard, TicketLock};
 use crate::trace::{self, Access, LockClass, LockModel};
 
@@ -95,6 +95,9 @@ pub struct SpinLock<T> {
     inner: Inner<T>,
     /// What this lock protects and how far it is shared (for [`trace`]).
     class: &'static LockClass,
+    /// The class's place in the per-thread statistics blocks, looked up when the class is
+    /// set, so that counting an acquisition does not read the class ([`stats::Slot`]).
+    slot: Slot,
 }
 
 impl<T> SpinLock<T> {
@@ -107,6 +110,7 @@ impl<T> SpinLock<T> {
         Self {
             inner,
             class: &trace::UNCLASSIFIED,
+            slot: Slot::of(&trace::UNCLASSIFIED),
         }
     }
 
@@ -114,6 +118,7 @@ impl<T> SpinLock<T> {
     /// how far its instances are shared.
     pub fn with_class(mut self, class: &'static LockClass) -> Self {
         self.class = class;
+        self.slot = Slot::of(class);
         self
     }
 
@@ -160,8 +165,8 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn lock(&self) -> SpinGuard<'_, T> {
         let inner = match &self.inner {
-            Inner::Ticket(l) => GuardInner::Ticket(l.lock_as(self.class)),
-            Inner::Queued(l) => GuardInner::Queued(l.lock_as(self.class)),
+            Inner::Ticket(l) => GuardInner::Ticket(l.lock_as(self.slot)),
+            Inner::Queued(l) => GuardInner::Queued(l.lock_as(self.slot)),
         };
         self.guard(inner, false)
     }
@@ -175,8 +180,8 @@ impl<T> SpinLock<T> {
             return None;
         }
         let inner = match &self.inner {
-            Inner::Ticket(l) => GuardInner::Ticket(l.try_lock_as(self.class)?),
-            Inner::Queued(l) => GuardInner::Queued(l.try_lock_as(self.class)?),
+            Inner::Ticket(l) => GuardInner::Ticket(l.try_lock_as(self.slot)?),
+            Inner::Queued(l) => GuardInner::Queued(l.try_lock_as(self.slot)?),
         };
         Some(self.guard(inner, true))
     }

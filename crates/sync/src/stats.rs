@@ -9,8 +9,10 @@
 //! does the same, with threads in place of CPUs (the engine's tasks are threads bound to
 //! virtual CPUs):
 //!
-//! * Every [`LockClass`] gets a dense index the first time it is counted (an id cell inside
-//!   the class, so the lookup is one load of a read-mostly line).
+//! * Every [`LockClass`] gets a dense index when the first lock is given it (an id cell inside
+//!   the class). The lock keeps the index, as a [`Slot`], beside its class pointer, as lockdep
+//!   keeps `class_cache` in the lock's `lockdep_map`: counting reads the lock's own memory,
+//!   beside the word the lock operation has just written, and not the class.
 //! * Each thread owns a cache-aligned block of counters, `[class][side]`, that only it writes,
 //!   with a `Relaxed` load and store: no read-modify-write, no shared line. Acquisitions are
 //!   a dense array of their own (four classes to a cache line); the contended count and the
@@ -26,14 +28,33 @@
 //! Readers and writers of an rwsem are counted apart ([`Side`]); spinlocks count as
 //! [`Side::Exclusive`]. Locks nobody classified share their kind's "unclassified" class.
 //!
+//! # What is counted, and why not hold times
+//!
+//! The kernel's lock_stat (`CONFIG_LOCK_STAT`) keeps per class: acquisitions, contentions,
+//! wait time and hold time. Its hold time costs two clock reads per acquisition
+//! (`lockstat_clock()` in `__lock_acquire` and again at release, `lock_release_holdtime`), and
+//! its wait time two more per contention (`__lock_contended`, `__lock_acquired`). pagelab
+//! counts acquisitions, contended acquisitions and their wait, per class and side, and reads
+//! the clock only on the contended slow path: an `Instant::now()` is about 23 ns here
+//! (`examples/lockstat_cost.rs` prints it), so hold times would add about 46 ns to each
+//! acquisition, some 70% of a fault's ~330 ns over five acquisitions, where the budget for
+//! counting is 2%. Hold times are what the projector needs, and it takes them from a capture
+//! ([`crate::trace`]), which time-stamps every acquisition and release of a recorded class
+//! with the time-stamp counter and subtracts its own overhead; lock statistics serve the
+//! counters a run stores, which read acquisitions, contentions and wait.
+//!
 //! # Cost model
 //!
 //! * Counting is switched by one process-wide flag ([`set_enabled`] / [`enabled`]), a `Relaxed`
 //!   load of a read-mostly `AtomicBool`. With it off, a lock operation pays that load and a
 //!   predictable branch, nothing else.
-//! * With it on, an uncontended acquisition pays a load of the class's id, a thread-local
-//!   access and an increment (no bounds check: indices are masked) of a line only this thread
-//!   writes, which the fault path's few classes share. `examples/lockstat_cost.rs` measures it.
+//! * With it on, an uncontended acquisition pays a thread-local load (the block's address), a
+//!   null test and one increment of a line only this thread writes, at the slot the lock keeps
+//!   (a `u8` into 256 counters: no bounds check, no scaling). Cachegrind's instruction counts
+//!   of `pagelab micro fault` with counting on and off put it at 8 to 10 instructions per
+//!   counted acquisition (12 to 16 when the index was read from the class, tested for
+//!   registration, scaled and masked at every acquisition); simulated L1 misses do not change.
+//!   `examples/lockstat_cost.rs` times it.
 //! * `Instant::now()` is read only on the contended slow path, before waiting and after
 //!   acquiring.
 //!
@@ -86,6 +107,41 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // The data behind these mutexes is consistent after every statement, so a panic in
     // another holder leaves nothing half-done.
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Where a class's acquisitions sit in a thread's block: twice the class's dense index, so
+/// that the [`Side`] is or-ed in and the `u8` indexes the block's `2 * MAX_CLASSES` = 256
+/// acquisition counters with no bounds check.
+///
+/// A lock looks its class's slot up once, when it is given its class ([`Slot::of`]), and keeps
+/// it beside its class pointer: an acquisition then reads neither the class nor its id, much
+/// as the kernel's lockdep keeps `class_cache` in the lock's own `lockdep_map`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(u8);
+
+const _: () = assert!(
+    2 * MAX_CLASSES == 256,
+    "a Slot indexes the acquisitions with a u8"
+);
+
+impl Slot {
+    /// `class`'s slot, assigning the class its index if it has none yet.
+    #[inline]
+    pub fn of(class: &'static LockClass) -> Slot {
+        // class_index is below MAX_CLASSES = 128, so twice it fits a u8.
+        Slot((class_index(class) as u8) << 1)
+    }
+
+    /// The class's dense index.
+    fn index(self) -> usize {
+        usize::from(self.0 >> 1)
+    }
+
+    /// The acquisition counter of `side`.
+    #[inline]
+    fn at(self, side: Side) -> usize {
+        usize::from(self.0 | side as u8)
+    }
 }
 
 /// The dense index of `class`, assigned on first use.
@@ -148,17 +204,17 @@ fn owner_add(counter: &AtomicU64, v: u64) {
 /// acquisition only bumps a count (lock_stat counts acquisitions as hold-time entries at
 /// release, a plain per-CPU increment), and only a contended one records a wait (`lock_acquired`
 /// is called from `LOCK_CONTENDED`'s slow path). So acquisitions sit in a dense array of their
-/// own, 16 bytes per class: the few classes a fault takes, registered together on its first
-/// pass, share one or two cache lines, which stay in L1 while the fault path zeroes pages and
-/// walks tables, instead of one line per class 48 bytes apart. The contention counters, written
-/// only after a wait, are kept apart so they never dilute that array.
+/// own, 16 bytes per class (classes are registered as the engine gives its locks their
+/// classes, mostly at boot): the few classes a fault takes share a few cache lines of 2 KiB,
+/// instead of one line per class 48 bytes apart. The contention counters, written only after
+/// a wait, are kept apart so they never dilute that array.
 struct Block(CachePadded<BlockInner>);
 
 /// `repr(C)`: the acquisitions come first, so they start on the block's cache-line boundary.
 #[repr(C)]
 struct BlockInner {
-    /// `[class][side]` acquisitions, contended ones included.
-    acquisitions: [[AtomicU64; 2]; MAX_CLASSES],
+    /// Acquisitions, contended ones included, at `2 * class + side` ([`Slot::at`]).
+    acquisitions: [AtomicU64; 2 * MAX_CLASSES],
     /// `[class][side]` contended acquisitions and their wait.
     contention: [[Contention; 2]; MAX_CLASSES],
 }
@@ -180,7 +236,7 @@ impl Block {
     /// Zeroes the block and returns it to the pool. Only when nothing counts into it or folds
     /// it any more: its thread has let go of it and no domain lists it.
     fn recycle(&'static self) {
-        for a in self.0.acquisitions.iter().flatten() {
+        for a in &self.0.acquisitions {
             a.store(0, Relaxed);
         }
         for c in self.0.contention.iter().flatten() {
@@ -192,21 +248,16 @@ impl Block {
 
     /// Counts an uncontended acquisition: one increment of a line only this thread writes.
     #[inline]
-    fn count(&self, i: usize, side: Side) {
-        // `i` is below MAX_CLASSES (a power of two) by construction; the mask lets the
-        // compiler drop the bounds check from the hot path.
-        owner_add(
-            &self.0.acquisitions[i & (MAX_CLASSES - 1)][side as usize],
-            1,
-        );
+    fn count(&self, slot: Slot, side: Side) {
+        // A u8 index into 256 counters: no bounds check on the hot path.
+        owner_add(&self.0.acquisitions[slot.at(side)], 1);
     }
 
     /// Counts a contended acquisition and its wait.
     #[inline]
-    fn count_contended(&self, i: usize, side: Side, wait_ns: u64) {
-        let i = i & (MAX_CLASSES - 1);
-        owner_add(&self.0.acquisitions[i][side as usize], 1);
-        let c = &self.0.contention[i][side as usize];
+    fn count_contended(&self, slot: Slot, side: Side, wait_ns: u64) {
+        owner_add(&self.0.acquisitions[slot.at(side)], 1);
+        let c = &self.0.contention[slot.index()][side as usize];
         owner_add(&c.contended, 1);
         owner_add(&c.wait_ns, wait_ns);
     }
@@ -215,7 +266,7 @@ impl Block {
     fn load(&self, i: usize, side: usize) -> LockStatsSnapshot {
         let c = &self.0.contention[i][side];
         LockStatsSnapshot {
-            acquisitions: self.0.acquisitions[i][side].load(Relaxed),
+            acquisitions: self.0.acquisitions[2 * i + side].load(Relaxed),
             contended: c.contended.load(Relaxed),
             wait_ns: c.wait_ns.load(Relaxed),
         }
@@ -325,21 +376,38 @@ fn enter_local(l: &Local, d: &Arc<Domain>) {
     CURRENT_ID.with(|c| c.set(Arc::as_ptr(d) as usize));
 }
 
-/// Records an uncontended acquisition of `class` on `side` (if statistics are on).
+/// Records an uncontended acquisition of `class` on `side` (if statistics are on). Locks that
+/// keep their class's [`Slot`] call [`record_at`], which does not read the class.
 #[inline]
 pub fn record(class: &'static LockClass, side: Side) {
     if enabled() {
-        let i = class_index(class);
-        with_block(|b| b.count(i, side));
+        let slot = Slot::of(class);
+        with_block(|b| b.count(slot, side));
+    }
+}
+
+/// Records an uncontended acquisition on `side` of the class whose slot is `slot` (if
+/// statistics are on): the flag, the thread's block, one increment.
+#[inline]
+pub fn record_at(slot: Slot, side: Side) {
+    if enabled() {
+        with_block(|b| b.count(slot, side));
     }
 }
 
 /// Records a contended acquisition of `class` on `side` that waited since `timer` started.
 #[inline]
 pub fn record_contended(class: &'static LockClass, side: Side, timer: WaitTimer) {
+    if timer.start.is_some() {
+        record_contended_at(Slot::of(class), side, timer);
+    }
+}
+
+/// [`record_contended`] for the class whose slot is `slot`.
+#[inline]
+pub fn record_contended_at(slot: Slot, side: Side, timer: WaitTimer) {
     if let Some(ns) = timer.elapsed_ns() {
-        let i = class_index(class);
-        with_block(|b| b.count_contended(i, side, ns));
+        with_block(|b| b.count_contended(slot, side, ns));
     }
 }
 
@@ -424,7 +492,7 @@ impl Domain {
     }
 
     /// Every counted class with its counters (zero ones left out), in the order classes were
-    /// first counted.
+    /// first given to a lock (or counted, for bare locks).
     pub fn classes(&self) -> Vec<(&'static LockClass, ClassStats)> {
         let classes = lock(&CLASSES).clone();
         classes
@@ -903,13 +971,14 @@ mod tests {
         assert!(!enabled());
     }
 
-    /// The classes one fault takes sit side by side in the acquisitions array, 16 bytes a
-    /// class, with no contention counters between them: a handful of classes share one or two
-    /// cache lines of the thread's block, not one line each.
+    /// Classes sit side by side in the acquisitions array, 16 bytes a class, with no
+    /// contention counters between them: four classes share a cache line of the thread's
+    /// block, not one line each.
     #[test]
     fn acquisition_counters_are_dense() {
         let b = Block::get();
-        let at = |i: usize, side: usize| &b.0.acquisitions[i][side] as *const AtomicU64 as usize;
+        let at =
+            |i: usize, side: usize| &b.0.acquisitions[2 * i + side] as *const AtomicU64 as usize;
         assert_eq!(at(0, 1) - at(0, 0), 8);
         assert_eq!(at(1, 0) - at(0, 0), 16);
         assert_eq!(at(4, 0) - at(0, 0), 64, "four classes to a cache line");
@@ -920,6 +989,25 @@ mod tests {
             "contention counters after them"
         );
         b.recycle();
+    }
+
+    /// A lock looks its class's slot up when it is given the class, before any acquisition, so
+    /// that counting reads the slot the lock keeps and not the class; the slot is where the
+    /// class's counters are read from.
+    #[test]
+    fn a_lock_takes_its_class_slot_when_classified() {
+        static SPIN: LockClass = LockClass::new("test slot spin", Scope::Node);
+        static SEM: LockClass = LockClass::sleeping("test slot rwsem", Scope::Mm);
+        let _spin = SpinLock::new_queued(()).with_class(&SPIN);
+        let _sem = RwSem::new(()).with_class(&SEM);
+        for class in [&SPIN, &SEM] {
+            let i = known_index(class).unwrap_or_else(|| panic!("{} has no index", class.name));
+            let slot = Slot::of(class);
+            assert_eq!(slot.index(), i);
+            assert_eq!(slot.at(Side::Exclusive), 2 * i);
+            assert_eq!(slot.at(Side::Shared), 2 * i + 1);
+        }
+        assert_ne!(known_index(&SPIN), known_index(&SEM));
     }
 
     #[test]

@@ -25,8 +25,8 @@ use crate::backoff::Backoff;
 use crate::shim::atomic::AtomicU32;
 use crate::shim::atomic::Ordering::{Acquire, Relaxed, Release};
 use crate::shim::cell::{MutPtr, UnsafeCell};
-use crate::stats::{self, Side, WaitTimer};
-use crate::trace::{LockClass, UNCLASSIFIED_TICKET};
+use crate::stats::{self, Side, Slot, WaitTimer};
+use crate::trace::UNCLASSIFIED_TICKET;
 
 const OWNER_MASK: u32 = 0xffff;
 const NEXT_SHIFT: u32 = 16;
@@ -82,42 +82,42 @@ impl<T> TicketLock<T> {
     /// Takes a ticket and spins (then yields) until it is served.
     #[inline]
     pub fn lock(&self) -> TicketGuard<'_, T> {
-        self.lock_as(&UNCLASSIFIED_TICKET)
+        self.lock_as(Slot::of(&UNCLASSIFIED_TICKET))
     }
 
-    /// [`TicketLock::lock`], counted under `class`.
+    /// [`TicketLock::lock`], counted in the class whose slot is `slot`.
     #[inline]
-    pub(crate) fn lock_as(&self, class: &'static LockClass) -> TicketGuard<'_, T> {
+    pub(crate) fn lock_as(&self, slot: Slot) -> TicketGuard<'_, T> {
         let old = self.hdr.word.fetch_add(NEXT_ONE, Acquire);
         let ticket = next(old);
         if owner(old) == ticket {
-            stats::record(class, Side::Exclusive);
+            stats::record_at(slot, Side::Exclusive);
         } else {
-            self.wait_for_turn(ticket, class);
+            self.wait_for_turn(ticket, slot);
         }
         TicketGuard::new(self, ticket)
     }
 
     #[cold]
     #[inline(never)]
-    fn wait_for_turn(&self, ticket: u16, class: &'static LockClass) {
+    fn wait_for_turn(&self, ticket: u16, slot: Slot) {
         let timer = WaitTimer::start();
         let mut backoff = Backoff::new();
         while owner(self.hdr.word.load(Acquire)) != ticket {
             backoff.snooze();
         }
-        stats::record_contended(class, Side::Exclusive, timer);
+        stats::record_contended_at(slot, Side::Exclusive, timer);
     }
 
     /// Takes the lock only if it is free and nobody is waiting.
     #[inline]
     pub fn try_lock(&self) -> Option<TicketGuard<'_, T>> {
-        self.try_lock_as(&UNCLASSIFIED_TICKET)
+        self.try_lock_as(Slot::of(&UNCLASSIFIED_TICKET))
     }
 
-    /// [`TicketLock::try_lock`], counted under `class`.
+    /// [`TicketLock::try_lock`], counted in the class whose slot is `slot`.
     #[inline]
-    pub(crate) fn try_lock_as(&self, class: &'static LockClass) -> Option<TicketGuard<'_, T>> {
+    pub(crate) fn try_lock_as(&self, slot: Slot) -> Option<TicketGuard<'_, T>> {
         let word = self.hdr.word.load(Relaxed);
         let ticket = next(word);
         if owner(word) != ticket {
@@ -127,7 +127,7 @@ impl<T> TicketLock<T> {
             .word
             .compare_exchange(word, word.wrapping_add(NEXT_ONE), Acquire, Relaxed)
             .ok()?;
-        stats::record(class, Side::Exclusive);
+        stats::record_at(slot, Side::Exclusive);
         Some(TicketGuard::new(self, ticket))
     }
 
