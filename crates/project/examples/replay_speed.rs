@@ -4,7 +4,10 @@
 //! replays the trace in processes and threads mode at each task count and prints the events
 //! and the process CPU time they took (`CLOCK_PROCESS_CPUTIME_ID`), which a loaded shared
 //! host does not inflate as it does wall time. `REPLAY_CLASSES=1` prints the rate and each
-//! class's waits; `REPLAY_STRIP_LINES=1` drops the line events first (the replay as it was
+//! class's waits, its mean exclusive hold and the share of the run its instances were held
+//! exclusively (summed over instances, so a node-scoped lock on two nodes can reach 2): the
+//! figures lock_stat's `waittime-total` and `holdtime-total` give, to set beside published
+//! ones; `REPLAY_STRIP_LINES=1` drops the line events first (the replay as it was
 //! before the coherence model, on the same capture); `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
 //! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock).
@@ -88,11 +91,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("     {rate:.0} ops/s");
                 for k in &out.classes {
                     println!(
-                        "     {:<24} {:>10} acq {:>10} contended {:>12.1} ns waited per op",
+                        "     {:<24} {:>10} acq {:>10} contended {:>12.1} ns waited per op {:>9.1} ns per exclusive hold {:>7.3} of the span held",
                         k.name,
                         k.acquisitions,
                         k.contended,
-                        k.wait_ns / out.ops.max(1) as f64
+                        k.wait_ns / out.ops.max(1) as f64,
+                        k.hold_ns / k.holds.max(1) as f64,
+                        k.hold_ns / out.span_ns.max(1e-9)
                     );
                 }
             }

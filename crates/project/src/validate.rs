@@ -981,6 +981,35 @@ mod tests {
     /// The self-check replays the machine it is given with that machine's own parameters: a
     /// measured host's clearing bandwidth decides the projection, whatever rate the trace's
     /// writes took when captured.
+    /// A published row is a lower bound on what its machine's memory can do: every
+    /// page_fault1 fault clears one page, and will-it-scale binds task i to core i, first
+    /// socket first, so T tasks run on ceil(T / cores per node) nodes and clear T's faults per
+    /// second times the page size there. A machine file whose nodes cannot clear that much
+    /// contradicts the table it is validated on (as `broadwell-2s-44c`'s 32 GB/s did: 16
+    /// processes of lru-lock-splice on socket 0 clear 33.9 GB/s).
+    #[test]
+    fn no_published_page_fault1_row_clears_more_than_its_machine_nodes_can() {
+        let p = published("page_fault1-2018").unwrap();
+        let m = Machine::load(p.machine).unwrap();
+        let per_node = m.topology.cores_per_socket / m.topology.nodes_per_socket;
+        let nodes = m.topology.sockets * m.topology.nodes_per_socket;
+        for r in p.rows().unwrap() {
+            let used = r.tasks.div_ceil(per_node).min(nodes) as f64;
+            let cleared = r.value * m.memory.page_size as f64;
+            let can = used * m.memory.node_bandwidth_gbs * 1e9;
+            assert!(
+                cleared <= can,
+                "{} {:?} {} tasks clears {:.1} GB/s on {used} node(s) of {}, which clear at most {:.1}",
+                r.profile,
+                r.mode,
+                r.tasks,
+                cleared / 1e9,
+                m.name,
+                can / 1e9
+            );
+        }
+    }
+
     #[test]
     fn the_self_check_replays_the_measured_host_as_measured() {
         use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
