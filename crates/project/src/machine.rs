@@ -595,19 +595,19 @@ impl Machine {
         for (i, &[n, f, off]) in self.cpu.share.iter().enumerate() {
             // A scheduler's wait is a few slices: milliseconds, never a second.
             if !(0.0..=1e9).contains(&off) {
-                return Err(format!(
+                return Err(MachineError::Key(format!(
                     "cpu.share[{i}] off_ns must be from 0 to 1e9 ns (a second), not {off}"
-                ));
+                )));
             }
             if n < 1.0 || n.fract() != 0.0 || n > MAX_CPUS as f64 {
-                return Err(format!(
+                return Err(MachineError::Key(format!(
                     "cpu.share[{i}] task count must be a whole number from 1 to {MAX_CPUS}, not {n}"
-                ));
+                )));
             }
             if f.is_nan() || f <= 0.0 || f > 1.0 {
-                return Err(format!(
+                return Err(MachineError::Key(format!(
                     "cpu.share[{i}] fraction must be above 0 and at most 1, not {f}"
-                ));
+                )));
             }
         }
         if let Some(c) = &self.calibration {
