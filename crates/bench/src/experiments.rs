@@ -65,6 +65,7 @@ pub const MACHINES: &[&str] = &[
     "epyc-bergamo-2s-256c",
     "dev-host",
     "altix-3700-512p",
+    "epyc-7k62-2s",
 ];
 
 /// The file as written.
