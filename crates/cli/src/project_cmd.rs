@@ -338,6 +338,8 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
     let mut region_bytes = None;
+    // kvcache's shape, from the experiment's `[kvcache]` table.
+    let mut kvcache = None;
     let (workload, profs, modes, experiment, rule) = match (&a.experiment, &a.workload) {
         (Some(_), Some(_)) => {
             return Err("give an experiment or a workload with profiles, not both".into());
@@ -350,6 +352,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             if e.workload == WorkloadKind::Lameter {
                 region_bytes = e.size;
             }
+            kvcache = e.kvcache;
             (
                 e.workload,
                 e.profiles.clone(),
@@ -370,6 +373,8 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
                 .map(|n| profiles::load(n))
                 .collect::<Result<Vec<_>, _>>()?;
             let modes = match pagelab_project::capture::shape(w)?.0 {
+                // memcached is one process: its workers are threads.
+                _ if w == WorkloadKind::Kvcache => vec![Mode::Threads],
                 pagelab_project::trace::Window::Cycle => vec![Mode::Processes, Mode::Threads],
                 pagelab_project::trace::Window::Once => vec![Mode::Threads],
             };
@@ -407,6 +412,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         seed: a.seed,
         ops_per_cpu: a.ops_per_cpu,
         region_bytes,
+        kvcache,
     };
     spec.check()?;
     // Open the store first: a store that cannot be written fails before minutes of work.

@@ -10,6 +10,7 @@
 pub mod calibrate;
 pub mod capture;
 mod coherence;
+pub mod kvcapture;
 pub mod machine;
 pub mod memory;
 pub mod project;
