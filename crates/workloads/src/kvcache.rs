@@ -276,11 +276,7 @@ pub fn boot(
     let base = tasks[0]
         .mmap(p.mapped_bytes(), true, MapKind::Anon)
         .map_err(|e| WorkloadError::OutOfMemory(e.to_string()))?;
-    Ok(Server {
-        erun,
-        tasks,
-        base,
-    })
+    Ok(Server { erun, tasks, base })
 }
 
 /// Run kvcache on a freshly booted engine with `policy` and a swap device on `swap` (memory,
