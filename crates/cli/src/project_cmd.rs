@@ -54,7 +54,7 @@ pub(crate) struct CalibrateArgs {
 
 #[derive(Args)]
 pub(crate) struct CaptureArgs {
-    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread or lameter.
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter or kvcache.
     workload: String,
     /// The profile (a shipped name or a .toml path).
     #[arg(long, default_value = "linux-6.7")]
