@@ -168,3 +168,17 @@ fn a_kvcache_trace_replays_to_its_closed_form_as_ops_per_sec() {
         "{mean2} ops/s at 2 threads, closed form {want}"
     );
 }
+
+/// The posting's machine loads and passes the physical checks: 2 sockets of 48 cores with 2
+/// threads (192 CPUs) in NPS1 (2 nodes); spread server threads alternate sockets, so the first
+/// two meet across the Infinity Fabric link (SLIT 32).
+#[test]
+fn the_epyc_7k62_loads_with_its_topology() {
+    let m = Machine::load("epyc-7k62-2s").unwrap();
+    m.check().unwrap();
+    assert_eq!((m.nr_cpus(), m.nr_nodes()), (192, 2));
+    let (a, b) = (m.cpu_of(0, Pinning::Spread), m.cpu_of(1, Pinning::Spread));
+    assert_ne!(m.pos(a).node, m.pos(b).node);
+    assert_eq!(m.transfer_ns(a, b), 200.0);
+    assert_eq!(m.transfer_ns(a, m.cpu_of(2, Pinning::Spread)), 100.0);
+}
