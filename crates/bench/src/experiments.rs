@@ -65,6 +65,7 @@ pub const MACHINES: &[&str] = &[
     "epyc-bergamo-2s-256c",
     "dev-host",
     "altix-3700-512p",
+    "epyc-7k62-2s",
 ];
 
 /// The file as written.
@@ -499,7 +500,7 @@ mod tests {
             ("pft-pvl-vma-per-thread-2023", Some("icelake-2s-64c")),
             ("lameter-2005", Some("altix-3700-512p")),
             ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
-            ("mglru-bulk-2023", None),
+            ("mglru-bulk-2023", Some("epyc-7k62-2s")),
             ("netpipe-hopcpu-2016", None),
         ] {
             assert_eq!(load(name).unwrap().machine.as_deref(), machine, "{name}");

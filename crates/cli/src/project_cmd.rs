@@ -54,7 +54,7 @@ pub(crate) struct CalibrateArgs {
 
 #[derive(Args)]
 pub(crate) struct CaptureArgs {
-    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread or lameter.
+    /// page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter or kvcache.
     workload: String,
     /// The profile (a shipped name or a .toml path).
     #[arg(long, default_value = "linux-6.7")]
@@ -344,6 +344,8 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
     let mut region_bytes = None;
+    // kvcache's shape, from the experiment's `[kvcache]` table.
+    let mut kvcache = None;
     let (workload, profs, modes, experiment, rule) = match (&a.experiment, &a.workload) {
         (Some(_), Some(_)) => {
             return Err("give an experiment or a workload with profiles, not both".into());
@@ -356,6 +358,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             if e.workload == WorkloadKind::Lameter {
                 region_bytes = e.size;
             }
+            kvcache = e.kvcache;
             (
                 e.workload,
                 e.profiles.clone(),
@@ -380,6 +383,8 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
                 .map_err(|e| e.to_string())?
                 .0
             {
+                // memcached is one process: its workers are threads.
+                _ if w == WorkloadKind::Kvcache => vec![Mode::Threads],
                 pagelab_project::trace::Window::Cycle => vec![Mode::Processes, Mode::Threads],
                 pagelab_project::trace::Window::Once => vec![Mode::Threads],
             };
@@ -417,6 +422,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         seed: a.seed,
         ops_per_cpu: a.ops_per_cpu,
         region_bytes,
+        kvcache,
     };
     spec.check().map_err(|e| e.to_string())?;
     // Open the store first: a store that cannot be written fails before minutes of work.

@@ -40,6 +40,10 @@ const REPRODUCE_SAMPLES: u64 = 3;
 /// Faults per replayed CPU for fixed-work workloads (pft), as `project` and `validate`.
 const REPRODUCE_OPS_PER_CPU: u64 = 8192;
 
+/// Server threads (memcached `-t`) of kvcache's posting (Kairui Song, 2023): `reproduce`
+/// projects kvcache at 1, 4 and this many threads unless told otherwise.
+const KVCACHE_POSTED_SERVERS: usize = 16;
+
 /// How `reproduce` projects: small, fast settings by default, each overridable.
 #[derive(Args, Clone, Debug, Default)]
 pub(crate) struct ProjectionArgs {
@@ -145,6 +149,12 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
     let machine = Machine::load(name).map_err(|e| e.to_string())?;
     let tasks = match &a.project_tasks {
         Some(t) => parse_tasks(t).map_err(|err| format!("--project-tasks: {err}"))?,
+        // kvcache's posting ran 16 memcached workers: its default rows stop there.
+        None if e.workload == WorkloadKind::Kvcache => {
+            let mut t = default_tasks(&machine, table_of(e)?)?;
+            t.retain(|&n| n <= KVCACHE_POSTED_SERVERS);
+            t
+        }
         None => default_tasks(&machine, table_of(e)?)?,
     };
     let spec = ProjectSpec {
@@ -163,6 +173,7 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
         } else {
             None
         },
+        kvcache: e.kvcache,
     };
     spec.check()
         .map_err(|err| format!("--project-tasks: {err}"))?;

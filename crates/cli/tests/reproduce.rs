@@ -195,10 +195,26 @@ fn an_experiment_without_a_machine_prints_the_measured_columns_and_says_why() {
             && r["projected"]["value"].is_null()),
         "{json}"
     );
-    // A shipped experiment whose workload the projector cannot replay says so too.
+}
+
+/// kvcache's experiment names the posting's machine and is projectable: `experiments` says so,
+/// and `reproduce` checks its projection against that machine before measuring anything.
+#[test]
+fn mglru_bulk_2023_is_projectable_to_the_epyc_7k62() {
+    let d = Dir::new("repro-kv");
+    let db = d.db();
+    let one = ok(&db, &["experiments", "mglru-bulk-2023"]);
+    for want in ["machine:    epyc-7k62-2s", "projectable: yes"] {
+        assert!(one.contains(want), "{want}: {one}");
+    }
+    fails_untouched(
+        &db,
+        &["reproduce", "mglru-bulk-2023", "--project-tasks", "16,256"],
+        "256 tasks is more than the 192 CPUs of epyc-7k62-2s",
+    );
     assert!(
-        ok(&db, &["experiments", "mglru-bulk-2023"])
-            .contains("projectable: no: experiment mglru-bulk-2023 names no machine")
+        !Path::new(&db).exists(),
+        "a refused reproduce created the store"
     );
 }
 
@@ -272,7 +288,7 @@ fn experiments_lists_seed_machine_and_what_ships() {
         &row("pft-pvl-vma-per-thread-2023")[1..4],
         ["icelake-2s-64c", "no", "yes"]
     );
-    assert_eq!(&row("mglru-bulk-2023")[1..4], ["-", "no", "no"]);
+    assert_eq!(&row("mglru-bulk-2023")[1..4], ["epyc-7k62-2s", "no", "yes"]);
     // The seed: where the comparison was published.
     assert!(
         row("pft-pvl-2023")

@@ -73,6 +73,12 @@ pub struct CaptureSpec {
     /// adds its contention for the engine's locks to the recorded compute, which the replay
     /// then models a second time. Set it when slices are small enough to share a table.
     pub companions: usize,
+    /// kvcache's shape (the experiment's `[kvcache]` table); `None` takes the workload's
+    /// defaults. Ignored by the other workloads.
+    pub kvcache: Option<pagelab_workloads::kvcache::KvParams>,
+    /// kvcache: requests per window; `None` (the default) is one sweep of the server's keys
+    /// ([`crate::kvcapture`]).
+    pub kvcache_window: Option<usize>,
 }
 
 impl CaptureSpec {
@@ -85,6 +91,8 @@ impl CaptureSpec {
             cycles: 2,
             pft_bytes: 64 << 20,
             companions: 0,
+            kvcache: None,
+            kvcache_window: None,
         }
     }
 }
@@ -100,8 +108,11 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), CaptureError> {
         // Lameter's 2005 test is pft's ancestor and repeats as it does: a region mapped, its
         // pages faulted by all threads at once (each its slice of the one VMA), unmapped.
         WorkloadKind::Lameter => Ok((Window::Once, Pinning::Spread, true)),
+        // memcached's workers serve requests until stopped, unpinned, in one address space
+        // (one VMA of items): see `crate::kvcapture`.
+        WorkloadKind::Kvcache => Ok((Window::Cycle, Pinning::Spread, true)),
         other => Err(CaptureError::Unsupported(format!(
-            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread and lameter, not {other}"
+            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter and kvcache, not {other}"
         ))),
     }
 }
@@ -381,6 +392,9 @@ impl<V: Vm> Vm for TracedVm<V> {
 /// Captures `spec`'s trace. Takes a few seconds (the workload runs seven to nine times over).
 pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
+    if spec.workload == WorkloadKind::Kvcache {
+        return crate::kvcapture::capture(spec);
+    }
     if spec.cycles == 0 {
         return Err(CaptureError::NoCycle);
     }

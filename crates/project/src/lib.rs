@@ -11,6 +11,7 @@ pub mod calibrate;
 pub mod capture;
 mod coherence;
 pub mod error;
+pub mod kvcapture;
 pub mod machine;
 pub mod memory;
 pub mod project;

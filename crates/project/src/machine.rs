@@ -357,6 +357,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ),
     ("dev-host", include_str!("../../../machines/dev-host.toml")),
     (
+        "epyc-7k62-2s",
+        include_str!("../../../machines/epyc-7k62-2s.toml"),
+    ),
+    (
         "altix-3700-512p",
         include_str!("../../../machines/altix-3700-512p.toml"),
     ),

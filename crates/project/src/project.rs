@@ -43,6 +43,9 @@ pub struct ProjectSpec {
     /// machine's pages (`region / (tasks x memory.page_size)`), at most `ops_per_cpu`; `None`
     /// replays `ops_per_cpu` faults per CPU whatever the task count.
     pub region_bytes: Option<u64>,
+    /// kvcache's shape (the experiment's `[kvcache]` table), for its capture; `None` for the
+    /// workload's defaults and for every other workload.
+    pub kvcache: Option<pagelab_workloads::kvcache::KvParams>,
 }
 
 impl ProjectSpec {
@@ -221,7 +224,9 @@ pub fn replay_row(
         Window::Cycle => {
             let r = replay.run(seed)?;
             events += r.events;
-            (vec![("faults/sec".to_string(), true, r.samples)], r.classes)
+            // The trace's operations per second: `faults/sec`, or kvcache's `ops/sec`.
+            let metric = format!("{}/sec", trace.meta.op_unit);
+            (vec![(metric, true, r.samples)], r.classes)
         }
         Window::Once => {
             let (mut per_cpu, mut per_sec) = (Vec::new(), Vec::new());
@@ -283,11 +288,9 @@ pub fn capture_all(
                 round: round + 1,
                 rounds: spec.captures,
             });
-            traces[i].push(capture(&CaptureSpec::new(
-                spec.workload,
-                p.clone(),
-                spec.machine.nr_cpus(),
-            ))?);
+            let mut cs = CaptureSpec::new(spec.workload, p.clone(), spec.machine.nr_cpus());
+            cs.kvcache = spec.kvcache;
+            traces[i].push(capture(&cs)?);
         }
     }
     Ok(Some(traces))
@@ -639,6 +642,7 @@ mod tests {
             seed: 1,
             ops_per_cpu: 64,
             region_bytes: None,
+            kvcache: None,
         };
         let stop = AtomicBool::new(false);
         let (proj, interrupted) = project_traces(
@@ -705,6 +709,7 @@ mod tests {
             seed: 1,
             ops_per_cpu: 64,
             region_bytes: None,
+            kvcache: None,
         };
         let stop = AtomicBool::new(false);
         let e = project_traces(&spec, vec![vec![trace()]], &mut |_| {}, &stop)

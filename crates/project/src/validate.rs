@@ -666,6 +666,7 @@ pub fn validate_table(
         seed,
         ops_per_cpu,
         region_bytes: None,
+        kvcache: None,
     };
     let (proj, interrupted) = project(&spec, progress, stop)?;
     if interrupted {

@@ -201,6 +201,7 @@ fn lameters_region_is_sliced_in_the_machines_pages() {
         seed: 1,
         ops_per_cpu: 8192,
         region_bytes: Some(1 << 30),
+        kvcache: None,
     };
     spec.check().unwrap();
     assert_eq!(spec.ops_for(512), (1 << 30) / 512 / 16384);

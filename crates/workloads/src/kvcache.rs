@@ -232,22 +232,29 @@ pub struct KvResult {
 /// The latency percentiles reported (memtier's defaults and the tail).
 pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
 
-/// Run kvcache on a freshly booted engine with `policy` and a swap device on `swap` (memory,
-/// LZ4-compressed memory, or a file). `progress(done, total, ops_per_sec)` reports each kept
-/// sample as it is taken; `stop` ends the run early (what was measured is returned, marked
-/// interrupted).
-pub fn run(
+/// The server as `run` starts it: a freshly booted engine with `cpus` virtual CPUs and a swap
+/// device on `swap`, the memcg at its limit, one address space charged to it, `p.servers`
+/// tasks on CPUs 0.. and the items and hash table mapped at `base`.
+pub struct Server {
+    pub erun: EngineRun,
+    pub tasks: Vec<Task>,
+    pub base: u64,
+}
+
+/// Boots the server of `p` (see [`Server`]). `run` boots it with one virtual CPU per server;
+/// the projector's capture with the target machine's CPU count, so that per-CPU sizing (the
+/// swap slot caches, the memcg charge stock) follows that machine.
+pub fn boot(
     policy: &Policy,
     p: KvParams,
     swap: &Backing,
-    spec: SampleSpec,
-    stop: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize, f64),
-) -> Result<KvResult, WorkloadError> {
+    cpus: usize,
+) -> Result<Server, WorkloadError> {
     p.validate()?;
-    let mut cfg = MemConfig::new(p.arena_bytes(), p.servers).with_memcgs(2);
+    let cpus = cpus.max(p.servers);
+    let mut cfg = MemConfig::new(p.arena_bytes(), cpus).with_memcgs(2);
     cfg.arena.prefault = true;
-    let swap = SwapConfig::new(p.swap_pages(), swap.clone(), p.servers);
+    let swap = SwapConfig::new(p.swap_pages(), swap.clone(), cpus);
     let k = Kernel::with_swap(&cfg, policy, Some(swap))
         .map_err(|e| WorkloadError::Config(e.to_string()))?;
     k.mem()
@@ -269,6 +276,22 @@ pub fn run(
     let base = tasks[0]
         .mmap(p.mapped_bytes(), true, MapKind::Anon)
         .map_err(|e| WorkloadError::OutOfMemory(e.to_string()))?;
+    Ok(Server { erun, tasks, base })
+}
+
+/// Run kvcache on a freshly booted engine with `policy` and a swap device on `swap` (memory,
+/// LZ4-compressed memory, or a file). `progress(done, total, ops_per_sec)` reports each kept
+/// sample as it is taken; `stop` ends the run early (what was measured is returned, marked
+/// interrupted).
+pub fn run(
+    policy: &Policy,
+    p: KvParams,
+    swap: &Backing,
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize, f64),
+) -> Result<KvResult, WorkloadError> {
+    let Server { erun, tasks, base } = boot(policy, p, swap, p.servers)?;
     pagelab_sync::stats::set_enabled(true);
     let r = drive(&erun, tasks, base, p, spec, stop, progress);
     pagelab_sync::stats::set_enabled(false);
@@ -397,7 +420,6 @@ fn drive(
 fn serve(task: Task, rx: Receiver<Request>, base: u64, p: KvParams, shared: &Shared) {
     // A server that panics stops the clients too, rather than leaving them waiting for it.
     let _halt_on_panic = HaltOnPanic(shared);
-    let words = p.slot() / 8;
     loop {
         let req = match rx.try_recv() {
             Ok(r) => r,
@@ -413,15 +435,7 @@ fn serve(task: Task, rx: Receiver<Request>, base: u64, p: KvParams, shared: &Sha
                 r
             }
         };
-        let items = base + p.buckets() * 8;
-        let at = items + (req.key - 1) * p.slot();
-        let bucket = base + (hash(req.key) & (p.buckets() - 1)) * 8;
-        let result = match req.op {
-            Op::Set => assoc_insert(&task, bucket, at, req.ver == 1)
-                .and_then(|()| set_item(&task, at, req.key, req.ver, words)),
-            Op::Get => assoc_find(&task, bucket, at)
-                .and_then(|()| get_item(&task, at, req.key, req.ver, words)),
-        };
+        let result = handle(&task, base, p, matches!(req.op, Op::Set), req.key, req.ver);
         match (&result, &req.op) {
             (Err(e), _) => shared.fail(e.clone()),
             (Ok(()), Op::Get) => {
@@ -435,6 +449,136 @@ fn serve(task: Task, rx: Receiver<Request>, base: u64, p: KvParams, shared: &Sha
             sent: req.sent,
             result,
         });
+    }
+}
+
+/// One request as a memcached worker runs it on the server at `base`: a set (`set`) of
+/// version `ver` of `key` (hash lookup, link on the first set, item written), or a get that
+/// reads it back and checks it is version `ver`.
+pub fn handle(
+    task: &Task,
+    base: u64,
+    p: KvParams,
+    set: bool,
+    key: u64,
+    ver: u64,
+) -> Result<(), WorkloadError> {
+    let words = p.slot() / 8;
+    let items = base + p.buckets() * 8;
+    let at = items + (key - 1) * p.slot();
+    let bucket = base + (hash(key) & (p.buckets() - 1)) * 8;
+    if set {
+        assoc_insert(task, bucket, at, ver == 1).and_then(|()| set_item(task, at, key, ver, words))
+    } else {
+        assoc_find(task, bucket, at).and_then(|()| get_item(task, at, key, ver, words))
+    }
+}
+
+/// One connection's keys as [`ServerRequests`] walks them.
+struct KeyWalk {
+    first: u64,
+    next: u64,
+    versions: Vec<u64>,
+    rng: u64,
+}
+
+/// The requests one server worker receives, in the order it receives them when its
+/// connections' clients keep up: each connection's pipeline of `p.pipeline` requests in turn
+/// (memtier sends a connection's pipeline, then the next connection's), each connection walking
+/// its slice of the keys in order and wrapping, as the clients of [`run`] do. The projector's
+/// capture runs one server on this stream: what one memcached worker does, without the
+/// clients' threads.
+pub struct ServerRequests {
+    conns: Vec<KeyWalk>,
+    pipeline: usize,
+    get_ratio: u32,
+    cur: usize,
+    in_batch: usize,
+}
+
+/// A request of [`ServerRequests`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerRequest {
+    pub set: bool,
+    pub key: u64,
+    pub ver: u64,
+    /// The last request of its connection's pipeline: a batch boundary.
+    pub batch_end: bool,
+}
+
+impl ServerRequests {
+    /// The requests of server `server` of `p` (connection `id` goes to server `id % servers`).
+    pub fn new(p: KvParams, server: usize) -> Result<ServerRequests, WorkloadError> {
+        p.validate()?;
+        let nconn = p.clients * p.connections;
+        let per_conn = p.keys / nconn as u64;
+        let conns: Vec<KeyWalk> = (0..nconn)
+            .filter(|id| id % p.servers == server)
+            .map(|id| {
+                let first = 1 + id as u64 * per_conn;
+                let count = if id + 1 == nconn {
+                    p.keys + 1 - first
+                } else {
+                    per_conn
+                };
+                KeyWalk {
+                    first,
+                    next: 0,
+                    versions: vec![0; count as usize],
+                    rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
+                }
+            })
+            .collect();
+        if conns.is_empty() {
+            return Err(WorkloadError::Config(format!(
+                "kvcache server {server} has no connection ({nconn} connections, {} servers)",
+                p.servers
+            )));
+        }
+        Ok(ServerRequests {
+            conns,
+            pipeline: p.pipeline,
+            get_ratio: p.get_ratio,
+            cur: 0,
+            in_batch: 0,
+        })
+    }
+
+    /// Keys this server's connections own.
+    pub fn keys(&self) -> u64 {
+        self.conns.iter().map(|c| c.versions.len() as u64).sum()
+    }
+
+    /// The next request.
+    pub fn next_request(&mut self) -> ServerRequest {
+        let get_ratio = self.get_ratio;
+        let c = &mut self.conns[self.cur];
+        let i = c.next as usize;
+        c.next = (c.next + 1) % c.versions.len() as u64;
+        let key = c.first + i as u64;
+        // The coin of `Conn::coin`: a get with probability get_ratio / (1 + get_ratio).
+        c.rng ^= c.rng << 13;
+        c.rng ^= c.rng >> 7;
+        c.rng ^= c.rng << 17;
+        let get = get_ratio > 0 && !c.rng.is_multiple_of(u64::from(get_ratio + 1));
+        let (set, ver) = if c.versions[i] > 0 && get {
+            (false, c.versions[i])
+        } else {
+            c.versions[i] += 1;
+            (true, c.versions[i])
+        };
+        self.in_batch += 1;
+        let batch_end = self.in_batch == self.pipeline;
+        if batch_end {
+            self.in_batch = 0;
+            self.cur = (self.cur + 1) % self.conns.len();
+        }
+        ServerRequest {
+            set,
+            key,
+            ver,
+            batch_end,
+        }
     }
 }
 

@@ -62,6 +62,28 @@ pub const MIN_LRU_BATCH: u64 = 64;
 
 type TierCounts = [[AtomicU64; MAX_NR_TIERS]; 2];
 
+/// The sequence numbers of an lruvec's generations (`lrugen->max_seq` and `min_seq[]`, the
+/// first line of `struct lru_gen_folio`). Written under `lru_lock` when aging opens a
+/// generation (`inc_max_seq`) or retires one (`inc_min_seq`, `try_to_inc_min_seq`), read by
+/// every CPU adding a folio (`lru_gen_add_folio` picks its generation from them), by every
+/// reclaimer deciding whether to age (`should_run_aging`) and by a refault (`lru_gen_test_recent`)
+/// (mm/vmscan.c, include/linux/mm_inline.h, mm/workingset.c). Per (memcg, node) lruvec, so
+/// node scope: a task's pages are on its node's lruvec.
+pub static LRU_GEN_SEQ: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("lru_gen seq", pagelab_sync::Scope::Node);
+
+/// An lruvec's refault feedback (`lrugen->evicted`, `refaulted`: `atomic_long_t` that every
+/// evicting CPU (`lru_gen_eviction`) and every refaulting one (`lru_gen_refault`) adds to in
+/// mm/workingset.c; `protected`, written under `lru_lock` by `sort_folio` in mm/vmscan.c). The
+/// instance is the counter's cache line.
+pub static LRU_GEN_HIST: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("lru_gen refault counters", pagelab_sync::Scope::Node);
+
+#[inline]
+fn line_of(a: &AtomicU64) -> usize {
+    (a as *const AtomicU64 as usize) & !63
+}
+
 /// `struct lru_gen_folio`: one lruvec's sequence numbers and refault feedback.
 #[derive(Debug)]
 pub struct LruGen {
@@ -161,6 +183,25 @@ struct CtrlPos {
 }
 
 impl LruGen {
+    /// The sequence numbers' line, as the projector's traces name it ([`LRU_GEN_SEQ`]).
+    #[inline]
+    fn seq_line(&self) -> usize {
+        &self.max_seq as *const AtomicU64 as usize
+    }
+
+    /// Records a read of the sequence numbers (a reclaimer deciding whether to age, a refault
+    /// judging its token): [`LRU_GEN_SEQ`].
+    #[inline]
+    pub fn trace_seq_read(&self) {
+        pagelab_sync::trace::line_read(&LRU_GEN_SEQ, self.seq_line());
+    }
+
+    /// Records a write of the sequence numbers (aging under `lru_lock`).
+    #[inline]
+    fn trace_seq_write(&self) {
+        pagelab_sync::trace::line_write(&LRU_GEN_SEQ, self.seq_line());
+    }
+
     pub fn max_seq(&self) -> u64 {
         self.max_seq.load(Relaxed)
     }
@@ -255,8 +296,11 @@ impl LruGen {
     /// the oldest sequence number and the tier.
     pub fn note_eviction(&self, file: bool, tier: usize) -> u64 {
         let ty = usize::from(file);
+        self.trace_seq_read();
         let min_seq = self.min_seq[ty].load(Relaxed);
-        self.evicted[hist_from_seq(min_seq)][ty][tier].fetch_add(1, Relaxed);
+        let c = &self.evicted[hist_from_seq(min_seq)][ty][tier];
+        pagelab_sync::trace::atomic(&LRU_GEN_HIST, line_of(c));
+        c.fetch_add(1, Relaxed);
         (min_seq << 2) | tier as u64
     }
 
@@ -266,11 +310,14 @@ impl LruGen {
     pub fn note_refault(&self, file: bool, token: u64) -> bool {
         let ty = usize::from(file);
         let (seq, tier) = (token >> 2, (token & 3) as usize);
+        self.trace_seq_read();
         let min_seq = self.min_seq[ty].load(Relaxed);
         if seq != min_seq {
             return false;
         }
-        self.refaulted[hist_from_seq(seq)][ty][tier].fetch_add(1, Relaxed);
+        let c = &self.refaulted[hist_from_seq(seq)][ty][tier];
+        pagelab_sync::trace::atomic(&LRU_GEN_HIST, line_of(c));
+        c.fetch_add(1, Relaxed);
         true
     }
 }
@@ -290,6 +337,7 @@ impl LruGen {
     pub(crate) fn prepare_link(&self, page: &Page) {
         let file = page.flags() & pg::SWAPBACKED == 0;
         let g = self;
+        g.trace_seq_read();
         let _ = page.flags.fetch_update(AcqRel, Relaxed, |f| {
             let seq = if f & pg::ACTIVE != 0 {
                 g.max_seq()
@@ -448,6 +496,7 @@ impl LruvecMut<'_> {
         mover.flush(self);
         let g = self.lrugen;
         g.carry_over_ctrl_pos(usize::from(file));
+        g.trace_seq_write();
         g.min_seq[usize::from(file)].store(min + 1, Relaxed);
         Some(moved)
     }
@@ -468,6 +517,7 @@ impl LruvecMut<'_> {
                 return n;
             }
             g.carry_over_ctrl_pos(usize::from(file));
+            g.trace_seq_write();
             g.min_seq[usize::from(file)].store(min + 1, Relaxed);
             n += 1;
         }
@@ -484,6 +534,7 @@ impl LruvecMut<'_> {
         }
         let g = self.lrugen;
         g.clear_ctrl_pos();
+        g.trace_seq_write();
         g.max_seq.store(g.max_seq() + 1, Relaxed);
         moved
     }
@@ -521,7 +572,9 @@ impl LruvecMut<'_> {
             }
             let tier = tier_of(flags);
             if tier > tier_idx {
-                self.lrugen.protected[hist][ty][tier - 1].fetch_add(1, Relaxed);
+                let c = &self.lrugen.protected[hist][ty][tier - 1];
+                pagelab_sync::trace::line_write(&LRU_GEN_HIST, line_of(c));
+                c.fetch_add(1, Relaxed);
                 mover.push(self, pfn, list, next, next);
                 out.protected += 1;
                 continue;

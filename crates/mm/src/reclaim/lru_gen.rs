@@ -69,6 +69,7 @@ pub fn try_to_inc_max_seq(
     };
     let lrugen = k.lru().lrugen(node, memcg);
     // Another reclaimer aged this lruvec meanwhile: one new generation is enough.
+    lrugen.trace_seq_read();
     if lrugen.nr_gens(file) > MIN_NR_GENS {
         return st;
     }
@@ -145,6 +146,7 @@ pub fn lru_gen_shrink_lruvec(
                 return s;
             }
             // should_run_aging: eviction needs an oldest generation that is not the youngest.
+            lrugen.trace_seq_read();
             if lrugen.nr_gens(file) <= MIN_NR_GENS {
                 try_to_inc_max_seq(k, cpu, node, memcg, file);
             }

@@ -53,6 +53,11 @@ use crate::policy::{MemcgCharge, MemcgPolicy};
 /// A group's page counter: one line every CPU charging the group writes.
 pub static MEMCG_COUNTER: LockClass = LockClass::new("memcg counter", Scope::Machine);
 
+/// A group's event counters (`memcg->memory_events`): `memcg_memory_event(memcg, MEMCG_MAX)`
+/// in mm/memcontrol.c increments one with an atomic on every charge that finds the group at
+/// its limit, from whichever CPU charged.
+pub static MEMCG_EVENTS: LockClass = LockClass::new("memcg memory_events", Scope::Machine);
+
 /// A CPU's charge stock lock (`memcg_stock.stock_lock`, a `local_lock`).
 pub static MEMCG_STOCK: LockClass = LockClass::new("memcg_stock", Scope::Cpu);
 
@@ -231,6 +236,7 @@ impl MemCgroups {
         let new = g.usage.fetch_add(nr, Relaxed) + nr;
         if new > g.max.load(Relaxed) {
             g.usage.fetch_sub(nr, Relaxed);
+            pagelab_sync::trace::atomic(&MEMCG_EVENTS, &g.max_events as *const _ as usize);
             g.max_events.fetch_add(1, Relaxed);
             return false;
         }

@@ -45,6 +45,20 @@ use std::sync::atomic::{AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering
 use super::swap::SwapEntry;
 use crate::page::Pfn;
 
+/// The kernel's swap cache lock: one `xa_lock` of `address_space->i_pages` per 64 MiB of swap
+/// space (`swapper_spaces`, `SWAP_ADDRESS_SPACE_SHIFT` = 14 pages), taken to insert a page
+/// (`add_to_swap_cache`, also on swap-in, where it replaces the shadow), to delete it
+/// (`__delete_from_swap_cache` under `__remove_mapping`, `folio_free_swap`) and to clear a
+/// freed slot's shadow (`clear_shadow_from_swap_cache`), in mm/swap_state.c. The engine needs
+/// no lock (module docs), so only the projector sees it: each of those is traced as one
+/// atomic on the lock's line (a short hold: lock and unlock on one line), per 64 MiB of the
+/// device, so that CPUs swapping in and out of the same part of a device meet there.
+pub static SWAP_CACHE_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("swap cache xa_lock", pagelab_sync::Scope::Machine);
+
+/// Pages of swap space per swap cache lock (`SWAP_ADDRESS_SPACE_PAGES`).
+pub const SWAP_ADDRESS_SPACE_PAGES: u64 = 1 << 14;
+
 /// The entry already has a page in the swap cache (`-EEXIST`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("swap entry already cached by page {pfn:?}")]
@@ -100,6 +114,17 @@ impl SwapCache {
         }
     }
 
+    /// Records the swap cache lock of `entry`'s 64 MiB of swap space ([`SWAP_CACHE_LOCK`]);
+    /// its instance is the address of the first slot word of that space, one per space.
+    #[inline]
+    fn trace_xa_lock(&self, entry: SwapEntry) {
+        if pagelab_sync::trace::active() {
+            let first = (entry.offset() / SWAP_ADDRESS_SPACE_PAGES) * SWAP_ADDRESS_SPACE_PAGES;
+            let at = self.slots.as_ptr() as usize + first as usize * 8;
+            pagelab_sync::trace::atomic(&SWAP_CACHE_LOCK, at);
+        }
+    }
+
     #[inline]
     fn word(&self, entry: SwapEntry) -> &AtomicU64 {
         debug_assert_eq!(
@@ -120,6 +145,7 @@ impl SwapCache {
     /// any (the kernel's `shadowp`), or [`Exists`] if a page is cached already. The caller
     /// holds the slot's `SWAP_HAS_CACHE` reservation.
     pub fn add_to_swap_cache(&self, entry: SwapEntry, pfn: Pfn) -> Result<Option<u64>, Exists> {
+        self.trace_xa_lock(entry);
         let w = self.word(entry);
         let new = CacheSlot::Page(pfn).encode();
         let mut cur = w.load(Relaxed);
@@ -148,6 +174,7 @@ impl SwapCache {
     /// `__delete_from_swap_cache`: take the page out, leaving `shadow` (or nothing) in its
     /// place. Returns the page removed; with no page cached, changes nothing and returns `None`.
     pub fn delete_from_swap_cache(&self, entry: SwapEntry, shadow: Option<u64>) -> Option<Pfn> {
+        self.trace_xa_lock(entry);
         let w = self.word(entry);
         let new = shadow.map_or(CacheSlot::Empty, CacheSlot::Shadow).encode();
         let mut cur = w.load(Relaxed);
@@ -164,6 +191,7 @@ impl SwapCache {
 
     /// Take the shadow of `entry` out, if it holds one (a page stays where it is).
     pub fn take_shadow(&self, entry: SwapEntry) -> Option<u64> {
+        self.trace_xa_lock(entry);
         let w = self.word(entry);
         let mut cur = w.load(Relaxed);
         loop {
