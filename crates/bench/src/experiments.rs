@@ -65,6 +65,7 @@ pub const MACHINES: &[&str] = &[
     "epyc-bergamo-2s-256c",
     "dev-host",
     "altix-3700-512p",
+    "broadwell-2s-20c",
 ];
 
 /// The file as written.
@@ -507,7 +508,7 @@ mod tests {
             ("lameter-2005", Some("altix-3700-512p")),
             ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
             ("mglru-bulk-2023", None),
-            ("netpipe-hopcpu-2016", None),
+            ("netpipe-hopcpu-2016", Some("broadwell-2s-20c")),
         ] {
             assert_eq!(load(name).unwrap().machine.as_deref(), machine, "{name}");
         }
