@@ -12,6 +12,7 @@ pub mod capture;
 mod coherence;
 pub mod machine;
 pub mod memory;
+pub mod netpipe;
 pub mod project;
 pub mod replay;
 pub mod trace;
