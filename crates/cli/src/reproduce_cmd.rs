@@ -106,8 +106,17 @@ pub(crate) enum Plan {
 /// Task counts projected by default: 1, 4, 16 and the machine's CPUs, and every task count of
 /// the published table (so that each published row has its projected cell beside it), those
 /// the machine has.
-fn default_tasks(m: &Machine, table: Option<&Published>) -> Result<Vec<usize>, String> {
-    let n = m.nr_cpus();
+fn default_tasks(
+    m: &Machine,
+    table: Option<&Published>,
+    w: WorkloadKind,
+) -> Result<Vec<usize>, String> {
+    // netpipe's tasks are sender/receiver pairs: two CPUs each.
+    let n = if w == WorkloadKind::Netpipe {
+        m.nr_cpus() / 2
+    } else {
+        m.nr_cpus()
+    };
     let mut v: Vec<usize> = vec![1, 4, 16, n];
     if let Some(t) = table {
         v.extend(t.rows()?.iter().map(|r| r.tasks));
@@ -145,7 +154,7 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
     let machine = Machine::load(name)?;
     let tasks = match &a.project_tasks {
         Some(t) => parse_tasks(t).map_err(|err| format!("--project-tasks: {err}"))?,
-        None => default_tasks(&machine, table_of(e)?)?,
+        None => default_tasks(&machine, table_of(e)?, e.workload)?,
     };
     let spec = ProjectSpec {
         machine,

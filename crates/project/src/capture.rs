@@ -99,8 +99,10 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), String> {
         // Lameter's 2005 test is pft's ancestor and repeats as it does: a region mapped, its
         // pages faulted by all threads at once (each its slice of the one VMA), unmapped.
         WorkloadKind::Lameter => Ok((Window::Once, Pinning::Spread, true)),
+        // Sender/receiver pairs, each side on a core of its own ([`crate::netpipe`]).
+        WorkloadKind::Netpipe => Ok((Window::Cycle, Pinning::Cores, false)),
         other => Err(format!(
-            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread and lameter, not {other}"
+            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter and netpipe, not {other}"
         )),
     }
 }
@@ -380,6 +382,9 @@ impl<V: Vm> Vm for TracedVm<V> {
 /// Captures `spec`'s trace. Takes a few seconds (the workload runs seven to nine times over).
 pub fn capture(spec: &CaptureSpec) -> Result<Trace, String> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
+    if spec.workload == WorkloadKind::Netpipe {
+        return Err("netpipe is captured as a sender/receiver pair per send size (pagelab_project::netpipe::capture_pair; `pagelab project` does it)".into());
+    }
     if spec.cycles == 0 {
         return Err("a capture needs at least one cycle".into());
     }

@@ -63,6 +63,21 @@ pub static SOCKET_POSITION: LockClass = LockClass::new("socket queue position", 
 /// next message reuses them as the allocator reuses a freed buffer).
 pub static SKB_DATA: LockClass = LockClass::new("skb data", Scope::Mm);
 
+/// Messages a projection records per send size: whole turns of at least this many.
+pub const MESSAGES: u64 = 4000;
+
+/// The metric a pair trace's replay fills: its send size's (`send-16384`), as the engine's
+/// netpipe runs name theirs.
+pub fn metric_of(trace: &Trace) -> String {
+    trace
+        .meta
+        .op_unit
+        .split_whitespace()
+        .next()
+        .unwrap_or("messages")
+        .to_string()
+}
+
 /// Messages warmed up before any window: the allocator's per-CPU lists and the slab caches
 /// reach their steady state within a few thousand messages at every size.
 const WARMUP_MESSAGES: u64 = 20_000;
@@ -341,10 +356,10 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, String> {
     let sender = cut(&events, &turns_rec.tx, false).pop().unwrap_or_default();
     let receiver = cut(&events, &turns_rec.rx, true);
     let meta = TraceMeta {
-        workload: format!("{} send-{}", WorkloadKind::Netpipe.name(), spec.send_size),
+        workload: WorkloadKind::Netpipe.name().to_string(),
         profile: spec.profile.name.clone(),
         profile_toml: spec.profile.policy.to_toml_string(),
-        op_unit: "messages".into(),
+        op_unit: format!("send-{} messages", spec.send_size),
         window: Window::Cycle,
         pinning: Pinning::Cores,
         shared_vma: false,

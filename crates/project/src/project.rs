@@ -58,6 +58,12 @@ impl ProjectSpec {
             return Err("--captures must be at least 1".into());
         }
         let max = self.tasks.iter().copied().max().unwrap_or(0);
+        // netpipe's tasks are sender/receiver pairs, two CPUs each.
+        let max = if self.workload == WorkloadKind::Netpipe {
+            2 * max
+        } else {
+            max
+        };
         if max > self.machine.nr_cpus() {
             return Err(format!(
                 "{max} tasks is more than the {} CPUs of {}; the projector runs one task per CPU",
@@ -201,8 +207,16 @@ pub fn replay_row(
     ops_per_cpu: u64,
 ) -> Result<Row, String> {
     let t0 = Instant::now();
+    // A pair trace's tasks are pairs, and its metric is its send size's.
+    let pair_metric = trace
+        .receiver_turns()
+        .map(|_| crate::netpipe::metric_of(trace));
     let spec = ReplaySpec {
-        tasks,
+        tasks: if pair_metric.is_some() {
+            2 * tasks
+        } else {
+            tasks
+        },
         threads: mode == Mode::Threads,
         seed,
         samples,
@@ -214,7 +228,8 @@ pub fn replay_row(
         Window::Cycle => {
             let r = replay.run(seed)?;
             events += r.events;
-            (vec![("faults/sec".to_string(), true, r.samples)], r.classes)
+            let name = pair_metric.unwrap_or_else(|| "faults/sec".to_string());
+            (vec![(name, true, r.samples)], r.classes)
         }
         Window::Once => {
             let (mut per_cpu, mut per_sec) = (Vec::new(), Vec::new());
@@ -276,6 +291,20 @@ pub fn capture_all(
                 round: round + 1,
                 rounds: spec.captures,
             });
+            if spec.workload == WorkloadKind::Netpipe {
+                // One pair trace per send size, each replayed as a capture of its own metric.
+                for &send_size in &pagelab_workloads::netpipe::SEND_SIZES {
+                    traces[i].push(crate::netpipe::capture_pair(
+                        &crate::netpipe::PairCaptureSpec {
+                            profile: p.clone(),
+                            kernel_cpus: spec.machine.nr_cpus(),
+                            send_size,
+                            messages: crate::netpipe::MESSAGES,
+                        },
+                    )?);
+                }
+                continue;
+            }
             traces[i].push(capture(&CaptureSpec::new(
                 spec.workload,
                 p.clone(),

@@ -46,7 +46,8 @@ fn a_pair_is_captured_from_the_engine_in_whole_turns_with_what_both_sides_share(
             messages: 700,
         })
         .unwrap();
-        assert_eq!(t.meta.op_unit, "messages");
+        assert_eq!(t.meta.op_unit, "send-16384 messages");
+        assert_eq!(pagelab_project::netpipe::metric_of(&t), "send-16384");
         assert_eq!(t.meta.window, Window::Cycle);
         // Whole turns: each receiver turn takes exactly one socket's depth of messages, the
         // sender sends as many in all, at least the messages asked for.
