@@ -1508,7 +1508,16 @@ impl Netpipe {
                 let handles: Vec<_> = self
                     .pairs
                     .iter()
-                    .map(|pair| s.spawn(|| self.lockstep_loop(pair, &halt, Some(per_pair))))
+                    .enumerate()
+                    .map(|(i, pair)| {
+                        let halt = &halt;
+                        s.spawn(move || {
+                            pin_to_core(i);
+                            // The pair's CPUs are this kernel's: count their lock statistics.
+                            self.kernel.mem().enter_lock_stats();
+                            self.lockstep_loop(pair, halt, Some(per_pair))
+                        })
+                    })
                     .collect();
                 handles
                     .into_iter()
