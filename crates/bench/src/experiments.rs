@@ -66,6 +66,7 @@ pub const MACHINES: &[&str] = &[
     "dev-host",
     "altix-3700-512p",
     "epyc-7k62-2s",
+    "broadwell-2s-20c",
 ];
 
 /// The file as written.
@@ -501,7 +502,7 @@ mod tests {
             ("lameter-2005", Some("altix-3700-512p")),
             ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
             ("mglru-bulk-2023", Some("epyc-7k62-2s")),
-            ("netpipe-hopcpu-2016", None),
+            ("netpipe-hopcpu-2016", Some("broadwell-2s-20c")),
         ] {
             assert_eq!(load(name).unwrap().machine.as_deref(), machine, "{name}");
         }

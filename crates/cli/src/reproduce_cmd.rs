@@ -110,8 +110,17 @@ pub(crate) enum Plan {
 /// Task counts projected by default: 1, 4, 16 and the machine's CPUs, and every task count of
 /// the published table (so that each published row has its projected cell beside it), those
 /// the machine has.
-fn default_tasks(m: &Machine, table: Option<&Published>) -> Result<Vec<usize>, String> {
-    let n = m.nr_cpus();
+fn default_tasks(
+    m: &Machine,
+    table: Option<&Published>,
+    w: WorkloadKind,
+) -> Result<Vec<usize>, String> {
+    // netpipe's tasks are sender/receiver pairs: two CPUs each.
+    let n = if w == WorkloadKind::Netpipe {
+        m.nr_cpus() / 2
+    } else {
+        m.nr_cpus()
+    };
     let mut v: Vec<usize> = vec![1, 4, 16, n];
     if let Some(t) = table {
         v.extend(t.rows().map_err(|e| e.to_string())?.iter().map(|r| r.tasks));
@@ -151,11 +160,11 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
         Some(t) => parse_tasks(t).map_err(|err| format!("--project-tasks: {err}"))?,
         // kvcache's posting ran 16 memcached workers: its default rows stop there.
         None if e.workload == WorkloadKind::Kvcache => {
-            let mut t = default_tasks(&machine, table_of(e)?)?;
+            let mut t = default_tasks(&machine, table_of(e)?, e.workload)?;
             t.retain(|&n| n <= KVCACHE_POSTED_SERVERS);
             t
         }
-        None => default_tasks(&machine, table_of(e)?)?,
+        None => default_tasks(&machine, table_of(e)?, e.workload)?,
     };
     let spec = ProjectSpec {
         machine,

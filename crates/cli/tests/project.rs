@@ -126,7 +126,7 @@ fn bad_projections_are_refused_before_anything_is_stored() {
     );
     fails(
         &db,
-        &["project", "--machine", "dev-host", "netpipe"],
+        &["project", "--machine", "dev-host", "mapbench"],
         "the projector replays page_fault1",
     );
     fails(
@@ -136,7 +136,7 @@ fn bad_projections_are_refused_before_anything_is_stored() {
             "--machine",
             "dev-host",
             "--experiment",
-            "netpipe-hopcpu-2016",
+            "mglru-bulk-2023",
         ],
         "the projector replays page_fault1",
     );

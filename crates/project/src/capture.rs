@@ -111,8 +111,10 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), CaptureError> {
         // memcached's workers serve requests until stopped, unpinned, in one address space
         // (one VMA of items): see `crate::kvcapture`.
         WorkloadKind::Kvcache => Ok((Window::Cycle, Pinning::Spread, true)),
+        // Sender/receiver pairs, each side on a core of its own ([`crate::netpipe`]).
+        WorkloadKind::Netpipe => Ok((Window::Cycle, Pinning::Cores, false)),
         other => Err(CaptureError::Unsupported(format!(
-            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter and kvcache, not {other}"
+            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, kvcache and netpipe, not {other}"
         ))),
     }
 }
@@ -394,6 +396,11 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
     if spec.workload == WorkloadKind::Kvcache {
         return crate::kvcapture::capture(spec);
+    }
+    if spec.workload == WorkloadKind::Netpipe {
+        return Err(CaptureError::Unsupported(
+            "netpipe is captured as a sender/receiver pair per send size (pagelab_project::netpipe::capture_pair; `pagelab project` does it)".into(),
+        ));
     }
     if spec.cycles == 0 {
         return Err(CaptureError::NoCycle);

@@ -73,6 +73,13 @@ pub enum CaptureError {
     /// A task panicked, or the workload ended before its windows were recorded and timed.
     #[error("capture: {0}")]
     Incomplete(&'static str),
+    /// A netpipe pair's socket broke its own protocol while captured.
+    #[error("netpipe capture: {0}")]
+    Pair(&'static str),
+    /// The engine refused a netpipe pair's allocation, or the receiver read a message that
+    /// was not the one its sender wrote.
+    #[error("netpipe capture: {0}")]
+    Engine(String),
 }
 
 /// Why a projection, a replay, a validation or a calibration stopped.

@@ -41,8 +41,8 @@ use pagelab_sync::trace as raw;
 use pagelab_workloads::kvcache::{self, KvParams, ServerRequests};
 use pagelab_workloads::pft;
 
-use crate::error::CaptureError;
 use crate::capture::{CaptureSpec, fallback_classes};
+use crate::error::CaptureError;
 use crate::trace::{Pinning, Trace, TraceMeta, Window};
 
 /// Room in the recording buffer per request (events): a set that swaps in its page, reclaims
@@ -157,7 +157,9 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
     })?;
     let (overhead, untraced_ns, best, fallbacks) = result;
     let Some((_, traced_ns, events)) = best else {
-        return Err(CaptureError::Incomplete("the recording window never closed"));
+        return Err(CaptureError::Incomplete(
+            "the recording window never closed",
+        ));
     };
     if events.is_empty() || !untraced_ns.is_finite() {
         return Err(CaptureError::Incomplete("kvcache recorded nothing"));

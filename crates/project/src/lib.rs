@@ -14,6 +14,7 @@ pub mod error;
 pub mod kvcapture;
 pub mod machine;
 pub mod memory;
+pub mod netpipe;
 pub mod project;
 pub mod replay;
 pub mod trace;

@@ -364,6 +364,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "altix-3700-512p",
         include_str!("../../../machines/altix-3700-512p.toml"),
     ),
+    (
+        "broadwell-2s-20c",
+        include_str!("../../../machines/broadwell-2s-20c.toml"),
+    ),
 ];
 
 /// At most this many CPUs (sockets x cores x threads): Linux's `NR_CPUS` of distribution
@@ -917,6 +921,21 @@ mod tests {
 
     fn two_socket() -> Machine {
         Machine::load("broadwell-2s-44c").unwrap()
+    }
+
+    /// netpipe-hopcpu-2016's machine: two sockets of ten cores with two threads, a node each,
+    /// and a fault cost that is the sourced exception round trip, not a calibration.
+    #[test]
+    fn the_2016_two_socket_machine_loads_as_described() {
+        let m = Machine::load("broadwell-2s-20c").unwrap();
+        assert_eq!(m.nr_cpus(), 40);
+        assert_eq!(m.pos(9).socket, 0);
+        assert_eq!(m.pos(10).socket, 1);
+        assert_eq!(m.pos(20).core, m.pos(0).core);
+        assert_eq!(m.pos(0).node, 0);
+        assert_eq!(m.pos(10).node, 1);
+        assert!(m.calibration.is_none(), "no table is fitted to it");
+        assert!((m.kernel.trap_ns - 1050.0 / 3.1).abs() < 1.0);
     }
 
     #[test]

@@ -66,6 +66,12 @@ impl ProjectSpec {
             ));
         }
         let max = self.tasks.iter().copied().max().unwrap_or(0);
+        // netpipe's tasks are sender/receiver pairs, two CPUs each.
+        let max = if self.workload == WorkloadKind::Netpipe {
+            2 * max
+        } else {
+            max
+        };
         if max > self.machine.nr_cpus() {
             return Err(ProjectError::Request(format!(
                 "{max} tasks is more than the {} CPUs of {}; the projector runs one task per CPU",
@@ -211,8 +217,16 @@ pub fn replay_row(
     ops_per_cpu: u64,
 ) -> Result<Row, ProjectError> {
     let t0 = Instant::now();
+    // A pair trace's tasks are pairs, and its metric is its send size's.
+    let pair_metric = trace
+        .receiver_turns()
+        .map(|_| crate::netpipe::metric_of(trace));
     let spec = ReplaySpec {
-        tasks,
+        tasks: if pair_metric.is_some() {
+            2 * tasks
+        } else {
+            tasks
+        },
         threads: mode == Mode::Threads,
         seed,
         samples,
@@ -224,9 +238,10 @@ pub fn replay_row(
         Window::Cycle => {
             let r = replay.run(seed)?;
             events += r.events;
-            // The trace's operations per second: `faults/sec`, or kvcache's `ops/sec`.
-            let metric = format!("{}/sec", trace.meta.op_unit);
-            (vec![(metric, true, r.samples)], r.classes)
+            // The trace's operations per second: `faults/sec`, kvcache's `ops/sec`, or a netpipe
+            // pair's send size's metric.
+            let name = pair_metric.unwrap_or_else(|| format!("{}/sec", trace.meta.op_unit));
+            (vec![(name, true, r.samples)], r.classes)
         }
         Window::Once => {
             let (mut per_cpu, mut per_sec) = (Vec::new(), Vec::new());
@@ -288,6 +303,20 @@ pub fn capture_all(
                 round: round + 1,
                 rounds: spec.captures,
             });
+            if spec.workload == WorkloadKind::Netpipe {
+                // One pair trace per send size, each replayed as a capture of its own metric.
+                for &send_size in &pagelab_workloads::netpipe::SEND_SIZES {
+                    traces[i].push(crate::netpipe::capture_pair(
+                        &crate::netpipe::PairCaptureSpec {
+                            profile: p.clone(),
+                            kernel_cpus: spec.machine.nr_cpus(),
+                            send_size,
+                            messages: crate::netpipe::MESSAGES,
+                        },
+                    )?);
+                }
+                continue;
+            }
             let mut cs = CaptureSpec::new(spec.workload, p.clone(), spec.machine.nr_cpus());
             cs.kvcache = spec.kvcache;
             traces[i].push(capture(&cs)?);

@@ -243,6 +243,8 @@ enum St {
     Woken(u32),
     WaitLock,
     WaitBus,
+    /// A pair's side waiting for its partner (a full or an empty socket).
+    WaitPair,
     Done,
 }
 
@@ -333,11 +335,43 @@ pub struct Replay<'a> {
     /// Mean picoseconds a task runs and waits in turn for its CPU (exponential both), when
     /// the host's slices are timed: [`Sim::on_cpu`].
     sched: Option<(f64, f64)>,
+    /// A pair trace: the socket's depth in messages (the messages of one receiver turn).
+    pair_depth: Option<u64>,
 }
 
 /// An exponential draw of mean `mean` ps, at least 1 (so that a run of periods always moves on).
 fn exp_ps(rng: &mut ChaCha8Rng, mean: f64) -> u64 {
     ((-mean * (1.0 - rng.r#gen::<f64>()).ln()) as u64).max(1)
+}
+
+/// Which events of `events` to keep: acquires and releases that pair up within it; a release
+/// of something taken before the recording started, or an acquire still held when it
+/// stopped, is dropped.
+fn paired(events: &[Event]) -> Vec<bool> {
+    let mut keep = vec![true; events.len()];
+    let mut open: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, e) in events.iter().enumerate() {
+        match *e {
+            Event::Acquire { inst, .. } => open.entry(inst).or_default().push(i),
+            Event::Release { inst, .. } if open.get_mut(&inst).and_then(Vec::pop).is_none() => {
+                keep[i] = false;
+            }
+            _ => {}
+        }
+    }
+    for i in open.into_values().flatten() {
+        keep[i] = false;
+    }
+    keep
+}
+
+/// One sender/receiver pair's socket at replay: messages sent and received so far, and the
+/// side waiting for the other (a full socket for the sender, an empty one for the receiver).
+#[derive(Clone, Copy, Default)]
+struct PairQ {
+    sent: u64,
+    received: u64,
+    waiting: Option<usize>,
 }
 
 /// Nanoseconds to whole picoseconds. `as` saturates (and takes NaN to 0); the replay's time
@@ -458,22 +492,29 @@ impl<'a> Replay<'a> {
                 trace.meta.workload, trace.meta.profile
             )));
         }
-        // Acquires and releases that pair up within the trace; a release of something taken
-        // before the recording started, or an acquire still held when it stopped, is dropped.
-        let mut keep = vec![true; trace.events.len()];
-        let mut open: HashMap<u32, Vec<usize>> = HashMap::new();
-        for (i, e) in trace.events.iter().enumerate() {
-            match *e {
-                Event::Acquire { inst, .. } => open.entry(inst).or_default().push(i),
-                Event::Release { inst, .. } if open.get_mut(&inst).and_then(Vec::pop).is_none() => {
-                    keep[i] = false;
-                }
-                _ => {}
-            }
+        // A pair trace (netpipe): even tasks replay the sender's events, odd ones the
+        // receiver's turns, one after the other ([`Trace::from_raw_pair`]).
+        let receiver: Option<Vec<Event>> = trace
+            .receiver_turns()
+            .map(|turns| turns.iter().flatten().copied().collect());
+        let pair_depth = trace.receiver_turns().map(|turns| {
+            turns[0]
+                .iter()
+                .map(|e| match e {
+                    Event::Ops { n } => u64::from(*n),
+                    _ => 0,
+                })
+                .sum::<u64>()
+                .max(1)
+        });
+        if receiver.is_some() && !spec.tasks.is_multiple_of(2) {
+            return Err(ProjectError::Replay(format!(
+                "the trace of {} replays sender/receiver pairs: {} tasks is not a whole number of pairs",
+                trace.meta.workload, spec.tasks
+            )));
         }
-        for i in open.into_values().flatten() {
-            keep[i] = false;
-        }
+        let keep = paired(&trace.events);
+        let keep_rx = receiver.as_deref().map(paired).unwrap_or_default();
         // Which recorded fallback each instance's trylocks take, and where each fallback's
         // segments start in one numbering of all segments.
         let fallback_of: Vec<Option<usize>> = trace
@@ -503,14 +544,30 @@ impl<'a> Replay<'a> {
         let mut all_alt_ops = Vec::new();
         let mut starts = Vec::new();
         let mut prog_of_node = HashMap::new();
-        for &node in &used_nodes {
-            let mut prog: Vec<Op> = Vec::with_capacity(trace.events.len());
+        // Programs: one per node, or for a pair trace one per task (the pair's own lines are
+        // per-mm instances of that pair: its socket).
+        let keys: Vec<(usize, usize, usize)> = if receiver.is_some() {
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (n, i / 2, i % 2))
+                .collect()
+        } else {
+            used_nodes.iter().map(|&n| (n, 0, 0)).collect()
+        };
+        for &(node, pair, role) in &keys {
+            let (events, keep) = match &receiver {
+                Some(rx) if role == 1 => (rx.as_slice(), keep_rx.as_slice()),
+                _ => (trace.events.as_slice(), keep.as_slice()),
+            };
+            let mut prog: Vec<Op> = Vec::with_capacity(events.len());
             let mut pending = 0.0f64;
             let mut map = |inst: u32| -> Option<u32> {
                 let i = &trace.instances[inst as usize];
                 let key = match i.scope {
                     Scope::Machine => 0,
                     Scope::Node => node,
+                    Scope::Mm if pair_depth.is_some() => pair,
                     Scope::Mm if threads => 0,
                     Scope::Vma if threads && trace.meta.shared_vma => 0,
                     _ => return None,
@@ -539,7 +596,7 @@ impl<'a> Replay<'a> {
                 _ => None,
             };
             let (mut depth, mut seen) = (0i64, 0u64);
-            for (e, _) in trace.events.iter().zip(&keep).filter(|(_, k)| **k) {
+            for (e, _) in events.iter().zip(keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
                         pending += ns * scale;
@@ -650,11 +707,12 @@ impl<'a> Replay<'a> {
                     _ => {}
                 }
             }
-            if st.is_empty() {
-                st.push(0);
+            // A pair's two sides start together at their first message, the socket empty.
+            if st.is_empty() || pair_depth.is_some() {
+                st = vec![0];
             }
             starts.push(st);
-            prog_of_node.insert(node, progs.len());
+            prog_of_node.insert((node, pair, role), progs.len());
             progs.push(prog);
         }
         let trap_ps = ps(machine.kernel.trap_ns);
@@ -673,10 +731,13 @@ impl<'a> Replay<'a> {
                 trace.meta.workload, trace.meta.profile
             )));
         }
-        let placement = cpus
+        let placement = nodes
             .iter()
-            .zip(&nodes)
-            .map(|(_, &n)| (prog_of_node[&n], n))
+            .enumerate()
+            .map(|(i, &n)| match pair_depth {
+                Some(_) => (prog_of_node[&(n, i / 2, i % 2)], n),
+                None => (prog_of_node[&(n, 0, 0)], n),
+            })
             .collect();
         let transfer = cpus
             .iter()
@@ -734,6 +795,7 @@ impl<'a> Replay<'a> {
                 let off = off_ns * 1000.0;
                 (off * share / (1.0 - share), off)
             }),
+            pair_depth,
         })
     }
 
@@ -770,6 +832,8 @@ struct Sim<'r, 'a> {
     heap: BinaryHeap<Reverse<(u64, u32)>>,
     stats: Vec<ClassStats>,
     events: u64,
+    /// A pair trace: each pair's socket (pair `i` is tasks `2i` and `2i + 1`).
+    pairs: Vec<PairQ>,
     /// Cyclic runs: operations per time bin.
     bin_ps: u64,
     bins: Vec<u64>,
@@ -932,6 +996,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             heap,
             stats,
             events: 0,
+            pairs: vec![PairQ::default(); r.spec.tasks / 2],
             bin_ps: (cycle_ps / 2048).max(1000),
             bins: Vec::new(),
             ops_total: 0,
@@ -1390,6 +1455,46 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
     }
 
+    /// Task `c` of a pair trace reaches a message boundary at `t`: the sender pushing message
+    /// `sent` into its socket, the receiver taking message `received` out of it. A sender
+    /// facing `depth` messages not yet taken, or a receiver facing none, waits at the
+    /// boundary until its partner's next boundary (it polls the socket, as the engine's pair
+    /// does: no wake-up is charged; what the poll costs in lines is in the recorded events).
+    /// Messages count when received. Returns false when `c` waits.
+    fn pair_ops(&mut self, c: usize, n: u32, depth: u64, t: u64) -> bool {
+        let receiver = c % 2 == 1;
+        let q = &mut self.pairs[c / 2];
+        let n64 = u64::from(n);
+        let blocked = if receiver {
+            q.received + n64 > q.sent
+        } else {
+            q.sent + n64 > q.received + depth
+        };
+        if blocked {
+            // Undo the step: the boundary runs again when the partner wakes this task.
+            q.waiting = Some(c);
+            let cpu = &mut self.cpus[c];
+            cpu.pc -= 1;
+            cpu.left += 1;
+            cpu.st = St::WaitPair;
+            self.events -= 1;
+            return false;
+        }
+        if receiver {
+            q.received += n64;
+        } else {
+            q.sent += n64;
+        }
+        if let Some(w) = q.waiting.take_if(|w| *w != c) {
+            self.cpus[w].st = St::Ready;
+            self.schedule(w, t);
+        }
+        if receiver {
+            self.count_ops(n, t);
+        }
+        true
+    }
+
     fn count_ops(&mut self, n: u32, t: u64) {
         self.ops_total = self.ops_total.saturating_add(u64::from(n));
         while t / self.bin_ps >= MAX_BINS as u64 {
@@ -1507,7 +1612,14 @@ impl<'r, 'a> Sim<'r, 'a> {
                     self.schedule(c, at);
                     return;
                 }
-                Op::Ops(n) => self.count_ops(n, t),
+                Op::Ops(n) => match self.r.pair_depth {
+                    None => self.count_ops(n, t),
+                    Some(depth) => {
+                        if !self.pair_ops(c, n, depth, t) {
+                            return;
+                        }
+                    }
+                },
                 Op::Atomic(ri) => {
                     let at = self.line_access(ri as usize, c, t, true);
                     if at > t {

@@ -224,6 +224,10 @@ struct Header {
     instances: Vec<Instance>,
 }
 
+/// The class name under which a pair trace keeps its receiver's turns among the fallbacks
+/// ([`Trace::from_raw_pair`]); no lock class has it.
+pub const PAIR_RECEIVER: &str = "pair receiver";
+
 /// The format this version writes and reads (the magic's last character).
 const FORMAT: char = '3';
 const MAGIC: &[u8; 8] = b"PLTRACE3";
@@ -448,6 +452,79 @@ impl Trace {
             events: out,
             fallbacks,
         }
+    }
+
+    /// A sender/receiver pair's trace (netpipe, [`crate::netpipe`]): `sender` is what the
+    /// sender's CPU did, its events the trace's; `receiver_turns` the receiver's, one stretch
+    /// per turn (each turn reads the whole queue), kept as the segments of a [`Fallback`] of
+    /// the reserved class [`PAIR_RECEIVER`] (no instance has that class, so no trylock ever
+    /// takes it). Each stretch's time stamps run on the recording thread's clock with the
+    /// other side's turns cut out. One instance table serves both sides, so that a lock or line
+    /// both touch (`zone->lock`, the socket's lines) is one instance. The compute of both is
+    /// scaled so that the two add up to `meta.untraced_ns`, as [`Trace::from_raw`] does for one
+    /// task; `meta.ops` counts the sender's messages.
+    pub fn from_raw_pair(
+        mut meta: TraceMeta,
+        sender: &[raw::Event],
+        receiver_turns: &[Vec<raw::Event>],
+    ) -> Trace {
+        let mut b = Builder {
+            tpn: raw::ticks_per_ns(),
+            overhead: meta.overhead_ns_per_event,
+            ids: HashMap::new(),
+            instances: Vec::new(),
+        };
+        let mut out: Vec<Event> = Vec::with_capacity(sender.len() * 2);
+        let ops = b.convert(sender, None, &mut out);
+        let segments: Vec<Vec<Event>> = receiver_turns
+            .iter()
+            .map(|turn| {
+                let mut evs = Vec::with_capacity(turn.len() * 2);
+                b.convert(turn, None, &mut evs);
+                evs
+            })
+            .collect();
+        meta.raw_events =
+            (sender.len() + receiver_turns.iter().map(Vec::len).sum::<usize>()) as u64;
+        meta.ops = ops;
+        let compute: f64 = out
+            .iter()
+            .chain(segments.iter().flatten())
+            .map(|e| match *e {
+                Event::Compute { ns } => ns,
+                _ => 0.0,
+            })
+            .sum();
+        // Recording only adds work (see from_raw_with_fallbacks): never scale up.
+        let f = if meta.untraced_ns > 0.0 && compute > 0.0 {
+            (meta.untraced_ns / compute).min(1.0)
+        } else {
+            1.0
+        };
+        meta.compute_scale = f;
+        let mut segments = segments;
+        for e in out.iter_mut().chain(segments.iter_mut().flatten()) {
+            if let Event::Compute { ns } = e {
+                *ns *= f;
+            }
+        }
+        Trace {
+            meta,
+            instances: b.instances,
+            events: out,
+            fallbacks: vec![Fallback {
+                class: PAIR_RECEIVER.to_string(),
+                segments,
+            }],
+        }
+    }
+
+    /// A pair trace's receiver turns ([`Trace::from_raw_pair`]); `None` for one task's trace.
+    pub fn receiver_turns(&self) -> Option<&[Vec<Event>]> {
+        self.fallbacks
+            .iter()
+            .find(|f| f.class == PAIR_RECEIVER && !f.segments.is_empty())
+            .map(|f| f.segments.as_slice())
     }
 
     /// Gives every rwsem instance the era's algorithm (the profile's `locks.rwsem`).

@@ -507,6 +507,94 @@ fn sample_quiet(
     (out, host)
 }
 
+/// A lock-step pair reads its CPU clock (a system call) once per this many messages at least,
+/// so that the reading costs well under 1% of the work it times.
+const PUBLISH_EVERY: u64 = 512;
+
+/// A lock-step sample ends after this many intervals of wall time even if some pair has not
+/// had an interval of CPU time by then (a host that starves it); the sample still divides what
+/// the pairs did by the CPU time they had.
+const CPU_WINDOW_WALL_LIMIT: u32 = 50;
+
+/// The sampling side of a lock-step run ([`NetpipeParams::lockstep`]). `read` gives, per pair,
+/// the messages received so far and the pair thread's CPU time (ns) at that count, as one
+/// snapshot. A window lasts until every pair has had `spec.interval` of CPU time since the last
+/// (polled at most every 10 ms, and at most [`CPU_WINDOW_WALL_LIMIT`] intervals of wall
+/// time); its sample is the sum over pairs of messages per CPU second over the window.
+/// `spec.warmup` windows are discarded, then `measure_start` runs and `spec.samples` windows
+/// are kept. Ends early when `halted` (a pair failed) or `stop` (marked interrupted).
+///
+/// Why CPU time and windows of CPU time: a pair thread the host preempts stands still for as
+/// long as it waits, which the wall clock charges to the allocator and the thread's CPU clock
+/// (`CLOCK_THREAD_CPUTIME_ID`, which counts the kernel's time on the thread's behalf too) does
+/// not; and a window of fixed CPU time holds the same amount of work however loaded the host,
+/// so a loaded host makes a run longer, not its samples noisier.
+fn sample_cpu(
+    read: &dyn Fn() -> Vec<(u64, u64)>,
+    halted: &mut dyn FnMut() -> bool,
+    spec: SampleSpec,
+    stop: &AtomicBool,
+    hooks: Hooks<'_>,
+) -> Continuous {
+    let Hooks {
+        measure_start,
+        sample,
+    } = hooks;
+    let mut out = Continuous::default();
+    let total = spec.warmup + spec.samples;
+    let want = spec.interval.as_nanos() as u64;
+    let poll = (spec.interval / 20).clamp(Duration::from_micros(100), Duration::from_millis(10));
+    // Wait until every pair has had `want` ns of CPU since `prev`; None when the run must end.
+    let mut window = |prev: &[(u64, u64)], out: &mut Continuous| -> Option<Vec<(u64, u64)>> {
+        let started = Instant::now();
+        loop {
+            std::thread::sleep(poll);
+            if halted() {
+                return None;
+            }
+            if stop.load(Relaxed) {
+                out.interrupted = true;
+                return None;
+            }
+            let cur = read();
+            let done = cur
+                .iter()
+                .zip(prev)
+                .all(|(c, p)| c.1.saturating_sub(p.1) >= want);
+            if done || started.elapsed() > spec.interval * CPU_WINDOW_WALL_LIMIT {
+                return Some(cur);
+            }
+        }
+    };
+    let mut prev = read();
+    for i in 0..spec.warmup {
+        match window(&prev, &mut out) {
+            Some(cur) => prev = cur,
+            None => return out,
+        }
+        sample(i + 1, total, None);
+    }
+    measure_start();
+    let base = read();
+    prev = base.clone();
+    while out.samples.len() < spec.samples {
+        let Some(cur) = window(&prev, &mut out) else {
+            break;
+        };
+        let v: f64 = cur
+            .iter()
+            .zip(&prev)
+            .filter(|(c, p)| c.1 > p.1)
+            .map(|(c, p)| (c.0 - p.0) as f64 * 1e9 / (c.1 - p.1) as f64)
+            .sum();
+        out.samples.push(v);
+        sample(spec.warmup + out.samples.len(), total, Some(v));
+        prev = cur;
+    }
+    out.per_task = read().iter().zip(&base).map(|(c, b)| c.0 - b.0).collect();
+    out
+}
+
 /// One message: a kmalloc'd buffer and the bytes of it in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Msg {
@@ -824,6 +912,10 @@ pub struct Pair {
     /// The line the probe passes back and forth: odd values are the sender's, even the
     /// receiver's answers, 0 ends a probe.
     ball: CachePadded<AtomicU64>,
+    /// Lock-step pacing ([`NetpipeParams::lockstep`]): messages received so far and the
+    /// pair's thread CPU time (ns) when it had received them, published together every
+    /// [`PUBLISH_EVERY`] messages so that the sampler divides counts and times of one instant.
+    work: Mutex<(u64, u64)>,
 }
 
 impl Pair {
@@ -843,6 +935,7 @@ impl Pair {
             probe_req: CachePadded::new(AtomicBool::new(false)),
             probe_ns: AtomicU64::new(0),
             ball: CachePadded::new(AtomicU64::new(0)),
+            work: Mutex::new((0, 0)),
         }
     }
 
@@ -894,6 +987,10 @@ pub struct NetpipeParams {
     pub ring_depth: Option<usize>,
     /// kmalloc what `alloc_skb` would ([`skb_alloc_size`]) rather than the send size alone.
     pub skb: bool,
+    /// Run each pair's two sides in turns on one host thread and rate it by that thread's CPU
+    /// time (the default; see the module docs, "Lock-step pacing"), rather than as two
+    /// free-running threads on two host cores rated by the wall clock.
+    pub lockstep: bool,
 }
 
 impl NetpipeParams {
@@ -903,6 +1000,7 @@ impl NetpipeParams {
             send_size,
             ring_depth: None,
             skb: true,
+            lockstep: true,
         }
     }
 
@@ -1120,6 +1218,71 @@ impl Netpipe {
         }
     }
 
+    /// A lock-step pair on the calling thread, until `halt`, a failure or `limit` more
+    /// messages: the sender's side queues messages (kmalloc on the sender's virtual CPU, write,
+    /// push) until the socket is full, then the receiver's side reads everything queued (pop,
+    /// check, kfree on the receiver's virtual CPU), and so on. The engine sees two CPUs, so
+    /// every free is as remote as in the free-running pair; the host runs one side at a time
+    /// on one core, so no line moves between host cores and neither side ever waits.
+    fn lockstep_loop(
+        &self,
+        pair: &Pair,
+        halt: &AtomicBool,
+        limit: Option<u64>,
+    ) -> Result<(), WorkloadError> {
+        let mem = self.kmalloc.mem();
+        let bytes = self.params.alloc_size();
+        let mut tx = pair.ring.producer();
+        let mut rx = pair.ring.consumer();
+        let mut seq = pair.sent.load(Relaxed);
+        let mut expect = pair.received.load(Relaxed);
+        let end = limit.map(|n| seq + n);
+        let publish = |received: u64| {
+            *pair.work.lock().unwrap() = (received, crate::pft::thread_cpu_ns());
+        };
+        publish(expect);
+        let mut published = expect;
+        while !halt.load(Relaxed) && !pair.failed.load(Relaxed) && end != Some(seq) {
+            // The sender's turn: queue until the socket is full (it is empty now).
+            while pair.ring.len() < pair.ring.capacity() && end != Some(seq) {
+                let obj = self
+                    .kmalloc
+                    .kmalloc(pair.tx, bytes)
+                    .map_err(|e| self.oom(e))?;
+                write_message(mem, obj, bytes, seq);
+                if !tx.push(Msg { obj, size: bytes }) {
+                    self.kmalloc.kfree(pair.tx, obj);
+                    return Err(WorkloadError::Fault(format!(
+                        "pair on CPUs {} and {}: the ring refused message {seq} below its depth",
+                        pair.tx.0, pair.rx.0
+                    )));
+                }
+                seq += 1;
+            }
+            pair.sent.store(seq, Release);
+            // The receiver's turn: read everything queued.
+            while let Some(msg) = rx.pop() {
+                if expect.is_multiple_of(OCCUPANCY_EVERY) {
+                    bump(&pair.rx_waits.fill_n);
+                    let f = &pair.rx_waits.fill_sum;
+                    f.store(f.load(Relaxed) + pair.ring.len() as u64, Relaxed);
+                }
+                if let Err(e) = check_message(mem, msg.obj, msg.size, expect) {
+                    pair.fail(e.to_string());
+                }
+                self.kmalloc.kfree(pair.rx, msg.obj);
+                expect += 1;
+            }
+            pair.received.store(expect, Release);
+            if expect - published >= PUBLISH_EVERY {
+                publish(expect);
+                published = expect;
+            }
+        }
+        publish(expect);
+        Ok(())
+    }
+
     /// Run one pair: the receiver on a thread of its own, the sender on the calling thread.
     fn run_pair(
         &self,
@@ -1182,6 +1345,9 @@ impl Netpipe {
         stop: &AtomicBool,
         hooks: Hooks<'_>,
     ) -> Result<(Continuous, HostSampling), WorkloadError> {
+        if self.params.lockstep {
+            return self.run_lockstep(spec, stop, hooks);
+        }
         let n = self.pairs.len();
         let counters: Vec<Counter> = (0..n)
             .map(|_| CachePadded::new(AtomicU64::new(0)))
@@ -1236,6 +1402,55 @@ impl Netpipe {
         Ok(out)
     }
 
+    /// [`Netpipe::run_sampled`] for lock-step pairs: one host thread per pair, pinned to core
+    /// `i` for pair `i`, sampled by [`sample_cpu`]. Nothing of the host is probed: the samples
+    /// are rates per CPU second, which the host's preemption cannot lower and the placement of
+    /// the host's cores does not reach (the returned [`HostSampling`] says `measured: false`).
+    fn run_lockstep(
+        &self,
+        spec: SampleSpec,
+        stop: &AtomicBool,
+        hooks: Hooks<'_>,
+    ) -> Result<(Continuous, HostSampling), WorkloadError> {
+        let n = self.pairs.len();
+        let halt = AtomicBool::new(false);
+        let failure: Mutex<Option<WorkloadError>> = Mutex::new(None);
+        let start = std::sync::Barrier::new(n + 1);
+        let mut out = Continuous::default();
+        std::thread::scope(|s| {
+            for (i, pair) in self.pairs.iter().enumerate() {
+                let (halt, failure, start) = (&halt, &failure, &start);
+                s.spawn(move || {
+                    pin_to_core(i);
+                    self.kernel.mem().enter_lock_stats();
+                    start.wait();
+                    if let Err(e) = self.lockstep_loop(pair, halt, None) {
+                        failure.lock().unwrap().get_or_insert(e);
+                        halt.store(true, Relaxed);
+                    }
+                });
+            }
+            start.wait();
+            out = sample_cpu(
+                &|| self.pairs.iter().map(|p| *p.work.lock().unwrap()).collect(),
+                &mut || halt.load(Relaxed) || self.pairs.iter().any(|p| p.failed.load(Relaxed)),
+                spec,
+                stop,
+                hooks,
+            );
+            halt.store(true, Relaxed);
+        });
+        if let Some(e) = failure.into_inner().unwrap() {
+            return Err(e);
+        }
+        for p in &self.pairs {
+            if let Some(e) = p.error.lock().unwrap().clone() {
+                return Err(WorkloadError::Fault(e));
+            }
+        }
+        Ok((out, HostSampling::default()))
+    }
+
     /// Have every pair's sender probe the link to its receiver's core ([`link_probe`]) and wait
     /// for the results: the worst pair's round trip (ns). `None` when a pair did not answer
     /// within a second (it failed, or the run is ending), or when the pairs' threads outnumber
@@ -1279,6 +1494,38 @@ impl Netpipe {
     /// whose counts do not depend on timing, for tests.
     pub fn run_messages(&self, per_pair: u64) -> Result<(), WorkloadError> {
         let halt = AtomicBool::new(false);
+        if self.params.lockstep {
+            let results: Vec<Result<(), WorkloadError>> = std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .pairs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, pair)| {
+                        let halt = &halt;
+                        s.spawn(move || {
+                            pin_to_core(i);
+                            // The pair's CPUs are this kernel's: count their lock statistics.
+                            self.kernel.mem().enter_lock_stats();
+                            self.lockstep_loop(pair, halt, Some(per_pair))
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(WorkloadError::Fault("a netpipe pair panicked".into()))
+                        })
+                    })
+                    .collect()
+            });
+            for p in &self.pairs {
+                if let Some(e) = p.error.lock().unwrap().clone() {
+                    return Err(WorkloadError::Fault(e));
+                }
+            }
+            return results.into_iter().collect();
+        }
         let counters: Vec<Counter> = (0..self.pairs.len())
             .map(|_| CachePadded::new(AtomicU64::new(0)))
             .collect();
@@ -1762,12 +2009,19 @@ mod tests {
 
     #[test]
     fn counted_run_delivers_every_message_and_frees_every_buffer() {
-        for lists in ["order0", "high-order"] {
+        for (lists, lockstep) in [
+            ("order0", true),
+            ("high-order", true),
+            ("order0", false),
+            ("high-order", false),
+        ] {
             let k = kernel(lists, 4);
             let base = k.mem().check().unwrap();
             // Count only the run's allocations, not the boot's (the zero page).
             k.mem().events().reset();
-            let np = Netpipe::new(&k, &NetpipeParams::new(2, 16384)).unwrap();
+            let mut p = NetpipeParams::new(2, 16384);
+            p.lockstep = lockstep;
+            let np = Netpipe::new(&k, &p).unwrap();
             np.run_messages(1000).unwrap();
             np.run_messages(500).unwrap();
             for t in np.totals() {
@@ -1791,6 +2045,78 @@ mod tests {
             let census = np.quiesce().unwrap().unwrap();
             assert_eq!(census.allocated, base.allocated, "{lists}");
         }
+    }
+
+    #[test]
+    fn lockstep_samples_are_messages_per_cpu_second_over_windows_of_cpu_time() {
+        // One pair whose thread gets a tenth of its core: every read, 100 more messages and
+        // 0.1 ms more CPU time, whatever the wall clock did. A window needs 1 ms of CPU: ten
+        // reads. Rated by the wall clock (the free-running sampler), a sample would be about
+        // 100 messages per poll interval of wall time, not 10^6 per CPU second.
+        let reads = std::cell::Cell::new(0u64);
+        let stop = AtomicBool::new(false);
+        let mut progress = Vec::new();
+        let mut starts = 0;
+        let c = sample_cpu(
+            &|| {
+                let r = reads.get() + 1;
+                reads.set(r);
+                vec![(100 * r, 100_000 * r)]
+            },
+            &mut || false,
+            SampleSpec {
+                samples: 3,
+                warmup: 1,
+                interval: Duration::from_millis(1),
+            },
+            &stop,
+            Hooks {
+                measure_start: &mut || starts += 1,
+                sample: &mut |d, t, k| progress.push((d, t, k)),
+            },
+        );
+        assert_eq!(starts, 1);
+        assert_eq!(c.samples.len(), 3);
+        for v in &c.samples {
+            assert!((v - 1e6).abs() < 1e-3, "{v}");
+        }
+        // Reads: the first, ten for the warm-up, the base, ten per kept sample, the last.
+        assert_eq!(reads.get(), 1 + 10 + 1 + 30 + 1);
+        assert_eq!(c.per_task, [3100]);
+        assert_eq!(progress.len(), 4);
+        assert!(!c.interrupted);
+    }
+
+    #[test]
+    fn a_lockstep_pair_never_waits_and_rates_by_cpu_time() {
+        let k = kernel("high-order", 2);
+        let np = Netpipe::new(&k, &NetpipeParams::new(1, 1024)).unwrap();
+        assert!(np.params().lockstep, "lock-step is the default pacing");
+        let stop = AtomicBool::new(false);
+        let (c, host) = np
+            .run_sampled(
+                SampleSpec {
+                    samples: 2,
+                    warmup: 1,
+                    interval: Duration::from_millis(20),
+                },
+                &stop,
+                Hooks {
+                    measure_start: &mut || {},
+                    sample: &mut |_, _, _| {},
+                },
+            )
+            .unwrap();
+        assert_eq!(c.samples.len(), 2);
+        assert!(c.samples.iter().all(|&v| v > 0.0));
+        assert!(!host.measured);
+        // One side at a time: the sender always finds room, the receiver never spins on an
+        // empty ring (a free-running pair on two host threads does both).
+        let w = np.waits();
+        assert_eq!((w.full, w.empty, w.tx_yields, w.rx_yields), (0, 0, 0, 0));
+        let t = np.totals()[0];
+        assert_eq!(t.sent, t.received);
+        np.quiesce().unwrap();
     }
 
     /// What a scripted sampling returned, the progress calls and how often the window started.
@@ -1946,7 +2272,9 @@ mod tests {
     #[test]
     fn a_running_pair_publishes_its_threads_for_the_host_wait() {
         let k = kernel("order0", 2);
-        let np = Netpipe::new(&k, &NetpipeParams::new(1, 64)).unwrap();
+        let mut p = NetpipeParams::new(1, 64);
+        p.lockstep = false;
+        let np = Netpipe::new(&k, &p).unwrap();
         assert_eq!(np.host_wait(), None, "no thread runs yet");
         let stop = AtomicBool::new(false);
         let mut seen = Vec::new();
