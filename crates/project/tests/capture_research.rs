@@ -134,3 +134,33 @@ fn every_research_workload_captures_and_replays() {
         }
     }
 }
+
+/// The beyond-linux set: every member loads, runs the five profiles on a workload the
+/// projector replays, and names the 512-CPU machine; the set is what `reproduce beyond-linux`
+/// runs, and the machines the verdicts project to have the CPUs the README says.
+#[test]
+fn the_beyond_linux_set_is_projectable_to_128_and_512_cpus() {
+    use pagelab_bench::experiments;
+    let set = experiments::set("beyond-linux");
+    assert_eq!(set.len(), 12, "{set:?}");
+    for name in &set {
+        let e = experiments::load(name).unwrap();
+        let p: Vec<&str> = e.profiles.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            p,
+            ["linux-6.7", "pvl-refcount", "rcu-vma", "range-vm", "llfree"],
+            "{name}"
+        );
+        assert_eq!(e.tasks, [1, 2], "{name}");
+        assert!(
+            pagelab_project::capture::shape(e.workload).is_ok(),
+            "{name}"
+        );
+        let m = Machine::load(e.machine.as_deref().unwrap()).unwrap();
+        assert_eq!(m.nr_cpus(), 512, "{name}");
+    }
+    assert_eq!(Machine::load("icelake-2s-64c").unwrap().nr_cpus(), 128);
+    // A name that is an experiment is not a set; an unknown prefix is an empty set.
+    assert!(experiments::set("beyond-linux-pft").is_empty());
+    assert!(experiments::set("nothing").is_empty());
+}
