@@ -383,6 +383,16 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, ExperimentEr
     })
 }
 
+/// The sets of shipped experiments (see [`set`]).
+pub const SETS: &[&str] = &["beyond-linux"];
+
+/// The set a shipped experiment belongs to, if any.
+pub fn set_of(name: &str) -> Option<&'static str> {
+    SETS.iter()
+        .copied()
+        .find(|s| name.strip_prefix(s).is_some_and(|r| r.starts_with('-')))
+}
+
 /// The shipped experiments that make up the set `name`: those named `<name>-<member>`, in the
 /// order they ship, when no experiment is named `name` itself (empty otherwise). A set is one
 /// comparison over several workloads (`beyond-linux`), one file per workload, so that each

@@ -163,4 +163,9 @@ fn the_beyond_linux_set_is_projectable_to_128_and_512_cpus() {
     // A name that is an experiment is not a set; an unknown prefix is an empty set.
     assert!(experiments::set("beyond-linux-pft").is_empty());
     assert!(experiments::set("nothing").is_empty());
+    assert_eq!(
+        experiments::set_of("beyond-linux-pft"),
+        Some("beyond-linux")
+    );
+    assert_eq!(experiments::set_of("pft-pvl-2023"), None);
 }

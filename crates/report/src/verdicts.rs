@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use pagelab_bench::compare::SetSummary;
-use serde::Serialize;
 use pagelab_bench::results::Origin;
+use serde::Serialize;
 
 /// The baseline every research profile is read against.
 pub const BASELINE: &str = "linux-6.7";
@@ -168,15 +168,17 @@ pub fn verdicts(sets: &[SetSummary]) -> Verdicts {
     }
     // Measured here first, then the machines by CPU count (their task counts say it), each by
     // task count.
-    v.columns.sort_by(|a, b| {
-        (a.0 != "here", a.1, &a.0).cmp(&(b.0 != "here", b.1, &b.0))
-    });
+    v.columns
+        .sort_by(|a, b| (a.0 != "here", a.1, &a.0).cmp(&(b.0 != "here", b.1, &b.0)));
     v
 }
 
 fn column_name((place, tasks): &(Place, u32)) -> String {
     if place == "here" {
-        format!("measured, {tasks} task{}", if *tasks == 1 { "" } else { "s" })
+        format!(
+            "measured, {tasks} task{}",
+            if *tasks == 1 { "" } else { "s" }
+        )
     } else {
         format!("{place}, {tasks} CPUs")
     }
@@ -344,7 +346,10 @@ mod tests {
         assert!((proj.change + 62.5).abs() < 1e-9, "{proj:?}");
         assert!((proj.low + 75.0).abs() < 1e-9 && (proj.high + 50.0).abs() < 1e-9);
         let md = markdown(&v);
-        assert!(md.contains("| mapbench | range-vm | +50% [+50, +50] | -62% [-75, -50] | worse |"), "{md}");
+        assert!(
+            md.contains("| mapbench | range-vm | +50% [+50, +50] | -62% [-75, -50] | worse |"),
+            "{md}"
+        );
         let sec = section(&v).unwrap();
         assert_eq!(sec.rows[0].cells, ["+50% [+50, +50]", "-62% [-75, -50]"]);
         assert!(sec.headlines.iter().any(|h| h.contains("RadixVM")));
