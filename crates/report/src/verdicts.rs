@@ -67,13 +67,16 @@ pub struct Cell {
     pub high: f64,
 }
 
+/// One profile's cells, by `(place, tasks)`.
+pub type Cells = BTreeMap<(Place, u32), Cell>;
+
 /// The verdict table: per workload, per profile, per (place, tasks), a cell.
 #[derive(Clone, Debug, Default)]
 pub struct Verdicts {
     /// Column order: `(place, tasks)`, measured first, then by machine and task count.
     pub columns: Vec<(Place, u32)>,
     /// `workload -> profile -> (place, tasks) -> cell`, profiles in the order first seen.
-    pub rows: BTreeMap<String, Vec<(String, BTreeMap<(Place, u32), Cell>)>>,
+    pub rows: BTreeMap<String, Vec<(String, Cells)>>,
 }
 
 fn place_and_profile(set: &SetSummary) -> (Place, String) {
@@ -193,7 +196,7 @@ fn fmt_cell(c: Option<&Cell>) -> String {
 
 /// Whether the projected cells at the largest machine task count say the profile is better
 /// (the whole interval above zero), worse (below), or cannot tell.
-fn reading(cells: &BTreeMap<(Place, u32), Cell>, columns: &[(Place, u32)]) -> &'static str {
+fn reading(cells: &Cells, columns: &[(Place, u32)]) -> &'static str {
     let Some(c) = columns
         .iter()
         .rev()
