@@ -47,6 +47,54 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "mglru-bulk-2023",
         include_str!("../../../experiments/mglru-bulk-2023.toml"),
     ),
+    (
+        "beyond-linux-page_fault1",
+        include_str!("../../../experiments/beyond-linux-page_fault1.toml"),
+    ),
+    (
+        "beyond-linux-pft",
+        include_str!("../../../experiments/beyond-linux-pft.toml"),
+    ),
+    (
+        "beyond-linux-mapbench",
+        include_str!("../../../experiments/beyond-linux-mapbench.toml"),
+    ),
+    (
+        "beyond-linux-mapbench-shared",
+        include_str!("../../../experiments/beyond-linux-mapbench-shared.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-mmap",
+        include_str!("../../../experiments/beyond-linux-cortenmm-mmap.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-mmap-pf",
+        include_str!("../../../experiments/beyond-linux-cortenmm-mmap-pf.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-mmap-high",
+        include_str!("../../../experiments/beyond-linux-cortenmm-mmap-high.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-mmap-pf-high",
+        include_str!("../../../experiments/beyond-linux-cortenmm-mmap-pf-high.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-pf-low",
+        include_str!("../../../experiments/beyond-linux-cortenmm-pf-low.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-pf-high",
+        include_str!("../../../experiments/beyond-linux-cortenmm-pf-high.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-munmap-low",
+        include_str!("../../../experiments/beyond-linux-cortenmm-munmap-low.toml"),
+    ),
+    (
+        "beyond-linux-cortenmm-munmap-high",
+        include_str!("../../../experiments/beyond-linux-cortenmm-munmap-high.toml"),
+    ),
 ];
 
 /// The names of the published tables that ship (`data/published/*.csv`, embedded by the
@@ -328,6 +376,32 @@ pub fn parse(text: &str, fallback_name: &str) -> Result<Experiment, ExperimentEr
         machine: f.machine,
         kvcache: f.kvcache.as_ref().map(KvcacheFile::params),
     })
+}
+
+/// The sets of shipped experiments (see [`set`]).
+pub const SETS: &[&str] = &["beyond-linux"];
+
+/// The set a shipped experiment belongs to, if any.
+pub fn set_of(name: &str) -> Option<&'static str> {
+    SETS.iter()
+        .copied()
+        .find(|s| name.strip_prefix(s).is_some_and(|r| r.starts_with('-')))
+}
+
+/// The shipped experiments that make up the set `name`: those named `<name>-<member>`, in the
+/// order they ship, when no experiment is named `name` itself (empty otherwise). A set is one
+/// comparison over several workloads (`beyond-linux`), one file per workload, so that each
+/// stays an ordinary experiment that `reproduce` and `project` take alone.
+pub fn set(name: &str) -> Vec<&'static str> {
+    if BUILTIN.iter().any(|(n, _)| *n == name) {
+        return Vec::new();
+    }
+    let prefix = format!("{name}-");
+    BUILTIN
+        .iter()
+        .map(|(n, _)| *n)
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
 }
 
 /// Load a shipped experiment by name, or a user's file by path.

@@ -88,9 +88,11 @@ enum Command {
     Validate(project_cmd::ValidateArgs),
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub(crate) struct ReproduceArgs {
-    /// A shipped experiment name (see `pagelab experiments`) or a path to a .toml file.
+    /// A shipped experiment name (see `pagelab experiments`) or a path to a .toml file; or the
+    /// name of a set of shipped experiments (`beyond-linux`: every `beyond-linux-*`), run one
+    /// after the other.
     pub(crate) experiment: String,
     /// Override the experiment's samples (repetitions for pft and lameter).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]

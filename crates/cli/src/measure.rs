@@ -393,6 +393,21 @@ fn experiment_request(
 /// (unless `--no-project`, or it names none) and the published, projected and measured numbers
 /// printed side by side. Everything that can be refused is refused before the engine runs.
 pub fn reproduce_cmd(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
+    let set = experiments::set(&a.experiment);
+    if set.is_empty() {
+        return reproduce_one(a, db);
+    }
+    // A set of experiments (one per workload): each in turn, each stored and printed as alone.
+    for (i, name) in set.iter().enumerate() {
+        eprintln!("pagelab: {} {}/{}: {name}", a.experiment, i + 1, set.len());
+        let mut one = a.clone();
+        one.experiment = name.to_string();
+        reproduce_one(one, db)?;
+    }
+    Ok(())
+}
+
+fn reproduce_one(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     let e = experiments::load(&a.experiment).map_err(|e| e.to_string())?;
     let rule = a.significance.map_or(e.significance, Into::into);
     let format = a.format;

@@ -598,6 +598,11 @@ pub(crate) fn agreement_table(
     };
     let num = |v: Option<f64>, unit: &str| v.map_or("-".to_string(), |v| format!("{v:.1}{unit}"));
     for (name, _) in experiments::BUILTIN {
+        // A set's members compare no published table; the set has its own table (README,
+        // "Beyond Linux").
+        if experiments::set_of(name).is_some() {
+            continue;
+        }
         let e = experiments::load(name).map_err(|e| e.to_string())?;
         let machine = e.machine.as_deref().unwrap_or("-");
         let report = reports.iter().find(|r| r.experiment == e.name);

@@ -55,8 +55,37 @@ pub(crate) struct ReportArgs {
     pub(crate) select: CompareSelect,
     /// The directory the report is written to, as report.html. Missing directories are
     /// created (as `mkdir -p`); an SQLite database is never overwritten.
-    #[arg(long, value_name = "DIR")]
-    pub(crate) out: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "verdicts")]
+    pub(crate) out: Option<PathBuf>,
+    /// Instead of a report: print the verdicts of the beyond-linux set (every stored run of a
+    /// `beyond-linux-*` experiment, measured and projected) as a markdown table.
+    #[arg(long, conflicts_with = "out")]
+    pub(crate) verdicts: bool,
+}
+
+/// `pagelab report --verdicts`: the verdicts table of every stored beyond-linux run.
+fn verdicts_cmd(db: Option<&Path>) -> Result<(), String> {
+    let store = open_read(db)?;
+    let mut ids = Vec::new();
+    for name in experiments::set("beyond-linux") {
+        let runs = store
+            .runs(&RunFilter {
+                experiment: Some(name.to_string()),
+                ..RunFilter::default()
+            })
+            .map_err(|e| e.to_string())?;
+        ids.extend(runs.iter().map(|r| r.id));
+    }
+    if ids.is_empty() {
+        return Err(
+            "no run of a beyond-linux experiment is stored; run `pagelab reproduce beyond-linux` (or scripts/beyond-linux) first"
+                .into(),
+        );
+    }
+    let sets = store.sample_stats(&ids).map_err(|e| e.to_string())?;
+    let v = pagelab_report::verdicts::verdicts(&sets);
+    print!("{}", pagelab_report::verdicts::markdown(&v));
+    Ok(())
 }
 
 /// `pagelab report EXPERIMENT` and `pagelab plot EXPERIMENT`: a single name that is not a
@@ -313,14 +342,17 @@ pub fn plot_cmd(a: PlotArgs, db: Option<&Path>) -> Result<(), String> {
 }
 
 pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
-    if a.out.exists() && !a.out.is_dir() {
+    let Some(out) = a.out.clone() else {
+        return verdicts_cmd(db);
+    };
+    if out.exists() && !out.is_dir() {
         return Err(format!(
             "{} exists and is not a directory; --out names the directory the report is written to",
-            a.out.display()
+            out.display()
         ));
     }
     let store = store_in_use(db);
-    let path = a.out.join("report.html");
+    let path = out.join("report.html");
     check_out_file(&path, store.as_deref())?;
     let sel = resolve(a.select, db, "report")?;
     let experiment = sel
@@ -345,7 +377,7 @@ pub fn report_cmd(a: ReportArgs, db: Option<&Path>) -> Result<(), String> {
         command: command_line(),
     };
     let page = html::render(&res, &meta).map_err(|e| e.to_string())?;
-    create_dir(&a.out)?;
+    create_dir(&out)?;
     write_file(&path, store.as_deref(), page.as_bytes())?;
     println!("{}", path.display());
     Ok(())

@@ -92,3 +92,55 @@ fn research_benchmarks_run_and_store_ops_per_second() {
     );
     fails_untouched(&db, &["run", "mapbench", "--samples", "0"], "--samples");
 }
+
+/// A beyond-linux member projects (the research workloads are replayed, `ops/sec`), and
+/// `report --verdicts` reads every stored beyond-linux run into the verdicts table; with none
+/// stored it says so in one line. The set's name runs its members: a bad flag is refused by the
+/// first, before anything is measured.
+#[test]
+fn a_beyond_linux_projection_feeds_the_verdicts() {
+    let d = Dir::new("cli-beyond");
+    let db = d.db();
+    fails_untouched(&db, &["report", "--verdicts"], "no results store");
+    let out = ok(
+        &db,
+        &[
+            "project",
+            "--experiment",
+            "beyond-linux-cortenmm-pf-high",
+            "--machine",
+            "dev-host",
+            "--tasks",
+            "2",
+            "--captures",
+            "1",
+            "--samples",
+            "1",
+        ],
+    );
+    assert!(out.contains("ops/sec"), "{out}");
+    let v = ok(&db, &["report", "--verdicts"]);
+    assert!(v.starts_with("| workload | profile vs linux-6.7 |"), "{v}");
+    for p in ["pvl-refcount", "rcu-vma", "range-vm", "llfree"] {
+        assert!(
+            v.contains(&format!("| cortenmm-pf-high | {p} |")),
+            "{p}: {v}"
+        );
+    }
+    assert!(v.contains("dev-host, 2 CPUs"), "{v}");
+    // The set names each member as it starts it, then the member's refusal is the error.
+    let before = std::fs::read(&db).unwrap();
+    let o = common::pagelab(&db, &["reproduce", "beyond-linux", "--tasks", "0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "pagelab: beyond-linux 1/12: beyond-linux-page_fault1",
+            "pagelab: error: `0` in task list `0` is not a positive number"
+        ],
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before, "the store changed");
+}

@@ -54,6 +54,8 @@ use pagelab_workloads::{Mode, WorkloadError, WorkloadKind, engine};
 use crate::error::CaptureError;
 use crate::trace::{Pinning, Trace, TraceMeta, Window};
 
+mod rounds;
+
 /// What to capture.
 #[derive(Clone, Debug)]
 pub struct CaptureSpec {
@@ -113,8 +115,9 @@ pub fn shape(w: WorkloadKind) -> Result<(Window, Pinning, bool), CaptureError> {
         WorkloadKind::Kvcache => Ok((Window::Cycle, Pinning::Spread, true)),
         // Sender/receiver pairs, each side on a core of its own ([`crate::netpipe`]).
         WorkloadKind::Netpipe => Ok((Window::Cycle, Pinning::Cores, false)),
+        w if rounds::is_research(w) => Ok((Window::Cycle, Pinning::Cores, rounds::shares_vma(w))),
         other => Err(CaptureError::Unsupported(format!(
-            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, kvcache and netpipe, not {other}"
+            "the projector replays page_fault1, page_fault2, page_fault3, pft, pft-vma-per-thread, lameter, kvcache, netpipe, mapbench, mapbench-shared and the cortenmm tests, not {other}"
         ))),
     }
 }
@@ -184,6 +187,9 @@ struct Ctl {
     /// first companion store after that (only read by companions otherwise).
     await_companion: AtomicBool,
     companions: usize,
+    /// The windows are opened and closed by the rounds driver ([`rounds::run`]), which also
+    /// counts the operations: the task's calls mark nothing.
+    manual: bool,
 }
 
 impl Ctl {
@@ -210,6 +216,7 @@ impl Ctl {
             fallbacks: Mutex::new(Vec::new()),
             await_companion: AtomicBool::new(false),
             companions: 0,
+            manual: false,
         }
     }
 
@@ -346,7 +353,7 @@ impl<V: Vm> Vm for TracedVm<V> {
 
     fn store(&self, addr: u64) -> Result<(), WorkloadError> {
         let c = &self.ctl;
-        if !self.traced {
+        if !self.traced || c.manual {
             self.inner.store(addr)?;
             if c.await_companion.load(Ordering::Relaxed) {
                 c.await_companion.store(false, Ordering::Relaxed);
@@ -365,7 +372,7 @@ impl<V: Vm> Vm for TracedVm<V> {
 
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
         let c = &self.ctl;
-        if !self.traced {
+        if !self.traced || c.manual {
             return self.inner.munmap(addr, len);
         }
         if c.window == Window::Once && c.in_window.swap(false, Ordering::Relaxed) {
@@ -405,7 +412,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
     if spec.cycles == 0 {
         return Err(CaptureError::NoCycle);
     }
-    let tasks = 1 + spec.companions;
+    let tasks = rounds::tasks(spec.workload, 1 + spec.companions);
     // pft splits its bytes between the tasks: each faults what task 0 alone would.
     let pft_bytes = spec.pft_bytes * tasks as u64;
     let sizes = Sizes {
@@ -422,16 +429,20 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
     // pft the most), so 40 leaves room for more line events without the buffer ever
     // growing inside a window (see `raw::start`).
     let capacity = match window {
+        Window::Cycle if rounds::is_research(spec.workload) => {
+            rounds::window_ops(spec.workload, spec.cycles) * rounds::EVENTS_PER_OP
+        }
         Window::Cycle => spec.cycles * (MEMSIZE as usize / PAGE_SIZE) * EVENTS_PER_FAULT,
         Window::Once => (spec.pft_bytes as usize / PAGE_SIZE) * EVENTS_PER_FAULT,
     };
     let mut ctl = Ctl::new(
         window,
-        spec.cycles,
+        rounds::cycles(spec.workload, spec.cycles),
         capacity,
         fallback_classes(&spec.profile.policy),
     );
     ctl.companions = spec.companions;
+    ctl.manual = rounds::is_rounds(spec.workload);
     let ctl = Arc::new(ctl);
     let mut vms: Vec<_> = vms
         .into_iter()
@@ -444,6 +455,9 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         .collect();
     let never = AtomicBool::new(false);
     match window {
+        Window::Cycle if rounds::is_research(spec.workload) => {
+            rounds::run(spec.workload, &ctl, vms)?;
+        }
         Window::Cycle => {
             let variant = match spec.workload {
                 WorkloadKind::PageFault1 => Variant::Anon,
@@ -514,7 +528,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         workload: spec.workload.name().to_string(),
         profile: spec.profile.name.clone(),
         profile_toml: spec.profile.policy.to_toml_string(),
-        op_unit: "faults".into(),
+        op_unit: rounds::op_unit(spec.workload).into(),
         window,
         pinning,
         shared_vma,

@@ -238,8 +238,9 @@ pub fn replay_row(
         Window::Cycle => {
             let r = replay.run(seed)?;
             events += r.events;
-            // The trace's operations per second: `faults/sec`, kvcache's `ops/sec`, or a netpipe
-            // pair's send size's metric.
+            // The trace's operations per second: `faults/sec` for will-it-scale, `ops/sec` for
+            // kvcache and the research benchmarks' iterations or requests (their measured
+            // metric), or a netpipe pair's send size's metric.
             let name = pair_metric.unwrap_or_else(|| format!("{}/sec", trace.meta.op_unit));
             (vec![(name, true, r.samples)], r.classes)
         }

@@ -93,6 +93,8 @@ struct Page {
     plots: Vec<PlotOut>,
     plot_notes: Vec<String>,
     sections: Vec<SourceSection>,
+    /// The beyond-linux verdicts, when the baseline and a research profile are selected.
+    verdicts: Option<crate::verdicts::Section>,
 }
 
 #[derive(Serialize)]
@@ -217,7 +219,11 @@ fn page(res: &Results, meta: &Meta) -> Page {
         .filter(|r| res.labels.contains(&r.meta.label))
         .collect();
     let (plots, plot_notes) = plots(res);
+    let verdicts = crate::verdicts::applies(&res.labels)
+        .then(|| crate::verdicts::section(&crate::verdicts::verdicts(&res.sets)))
+        .flatten();
     Page {
+        verdicts,
         title: meta.title.clone(),
         lede: format!(
             "{} label{} ({}) over {} run{}; {}.",
@@ -767,6 +773,43 @@ mod tests {
         );
         assert!(!html.contains("*-10.00%*"), "{html}");
         assert!(html.contains("range of the change over every pairing"));
+    }
+
+    /// With linux-6.7 and a research profile selected, the page carries the verdicts: each
+    /// profile's change against linux-6.7, here and projected, and the designs' headlines.
+    #[test]
+    fn the_verdicts_section_renders_for_research_profiles() {
+        let base = run(1, "linux-6.7", Origin::Measured, None);
+        let rv = run(2, "range-vm", Origin::Measured, None);
+        let pbase = run(3, "linux-6.7@big-box", Origin::Projected, Some("big-box"));
+        let prv = run(4, "range-vm@big-box", Origin::Projected, Some("big-box"));
+        let mut s = samples(&base, "threads", 1, "ops/sec", &[100.0, 100.0]);
+        s.extend(samples(&rv, "threads", 1, "ops/sec", &[120.0, 120.0]));
+        s.extend(samples(&pbase, "threads", 128, "ops/sec", &[100.0, 100.0]));
+        s.extend(samples(&prv, "threads", 128, "ops/sec", &[300.0, 300.0]));
+        let labels = vec![
+            "linux-6.7".into(),
+            "range-vm".into(),
+            "linux-6.7@big-box".into(),
+            "range-vm@big-box".into(),
+        ];
+        let r = Results::from_samples(
+            labels,
+            vec![base, rv, pbase, prv],
+            s,
+            &[],
+            Significance::Interval,
+        );
+        let html = render(&r, &meta()).unwrap();
+        assert!(html.contains("<section id=\"verdicts\">"), "{html}");
+        assert!(
+            html.contains("<td>pft</td><td>range-vm</td><td>+20% [+20, +20]</td><td>+200% [+200, +200]</td><td>better</td>"),
+            "{html}"
+        );
+        assert!(html.contains("RadixVM"));
+        // Not for a comparison without a research profile.
+        let plain = render(&example(), &meta()).unwrap();
+        assert!(!plain.contains("id=\"verdicts\""));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod plot;
 pub mod provenance;
 pub mod raster;
 pub mod series;
+pub mod verdicts;
 
 use std::rc::Rc;
 
