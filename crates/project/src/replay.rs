@@ -1904,7 +1904,7 @@ ipi_handler_ns = 500.0
         t.meta.op_unit = op_unit.into();
         t.meta.window = Window::Cycle;
         t.events = vec![Event::Compute { ns: 100.0 }, Event::Ops { n: 1 }];
-        let side = vec![Event::Compute { ns: 100.0 }, Event::Ops { n: 1 }];
+        let side = [Event::Compute { ns: 100.0 }, Event::Ops { n: 1 }];
         t.fallbacks = vec![crate::trace::Fallback {
             class: crate::trace::PAIR_RECEIVER.into(),
             segments: (0..4)
