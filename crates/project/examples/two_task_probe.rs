@@ -107,7 +107,7 @@ fn clear(arenas: Arc<Vec<Arena>>) -> Body {
 }
 
 fn fault(mode: Mode, n: usize) -> Result<Body, String> {
-    let p = pagelab_bench::profiles::load("linux-6.7")?;
+    let p = pagelab_bench::profiles::load("linux-6.7").map_err(|e| e.to_string())?;
     let memsize: u64 = 128 << 20;
     let k = engine::boot(&p.policy, memsize * 2 * 2 + (64 << 20), 2).map_err(|e| e.to_string())?;
     let (run, vms) = engine::tasks(&k, n, mode, false).map_err(|e| e.to_string())?;
