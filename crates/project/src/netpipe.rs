@@ -11,21 +11,26 @@
 //! # Capture
 //!
 //! One engine thread runs the pair in lock-step ([`NetpipeParams::lockstep`]): the sender's
-//! side queues messages until the socket is full (its depth, [`NetpipeParams::depth`]), then
-//! the receiver's side reads all of them, and again. Each side runs on its own virtual CPU of
+//! side tops the socket up until it is full (its depth, [`NetpipeParams::depth`]), then the
+//! receiver's side reads one release step (a quarter of the receive buffer,
+//! [`NetpipeParams::release`], the room `udp_rmem_release` gives back at a time), and again,
+//! so the socket stays three-quarters full or more, as a free-running pair's does (emptying it
+//! every turn would empty the slabs every turn). Each side runs on its own virtual CPU of
 //! the engine (0 and 1), so the engine's per-CPU lists, the slab's remote frees and the zone's
 //! refills and drains are the free-running pair's; the recording thread only takes the two
 //! sides' turns one after the other. Its events are then split by turn: the sender's turns,
 //! with the receiver's time cut out, are the trace's events; the receiver's turns are its
 //! receiver segments ([`Trace::from_raw_pair`]). Whole messages are the unit: every message a
-//! turn starts, it ends; the window is whole turns, at least `messages` messages.
+//! turn starts, it ends; the window is whole turns, at least `messages` messages, and the
+//! socket holds as many messages at its end as at its start.
 //!
 //! Besides the engine's own events, the capture records the socket's lines as the engine's
 //! ring touches them (its slots hold 16 bytes, four to a cache line): per message, the sender
 //! writes the skb data's touched lines, the slot and the queue's tail; the receiver reads the
 //! slot and the data, and writes the queue's head each time it gives room back (a quarter of
-//! the buffer, `udp_rmem_release`); each side reads the other's position once per turn, when
-//! its view of it runs out. These are per-mm instances (class scope [`Scope::Mm`]): at replay
+//! the buffer, `udp_rmem_release`); each side reads the other's position when its view of it
+//! runs out (the sender every turn, as it finds the socket full; the receiver when it has read
+//! up to the tail it last saw). These are per-mm instances (class scope [`Scope::Mm`]): at replay
 //! a pair's instances are the pair's own, so pairs meet only at the allocator.
 //!
 //! Each side marks its message boundary with one operation: the sender after writing the data
@@ -49,7 +54,8 @@ use pagelab_mm::CpuId;
 use pagelab_sync::trace::{self as raw, LockModel, Sym};
 use pagelab_sync::{LockClass, Scope};
 use pagelab_workloads::netpipe::{
-    Kmalloc, Msg, NetpipeParams, Ring, TOUCH_STRIDE, check_message, write_message,
+    Consumer, Kmalloc, Msg, NetpipeParams, Producer, Ring, TOUCH_STRIDE, check_message,
+    write_message,
 };
 use pagelab_workloads::{WorkloadKind, engine};
 
@@ -65,7 +71,8 @@ pub static SOCKET_POSITION: LockClass = LockClass::new("socket queue position", 
 /// next message reuses them as the allocator reuses a freed buffer).
 pub static SKB_DATA: LockClass = LockClass::new("skb data", Scope::Mm);
 
-/// Messages a projection records per send size: whole turns of at least this many.
+/// Messages a projection records per send size: whole turns of one release step, at least this
+/// many.
 pub const MESSAGES: u64 = 4000;
 
 /// The metric a pair trace's replay fills: its send size's (`send-16384`), as the engine's
@@ -78,6 +85,12 @@ pub fn metric_of(trace: &Trace) -> String {
         .next()
         .unwrap_or("messages")
         .to_string()
+}
+
+/// The send size a pair trace was captured at (its unit, `send-16384 messages`); `None` when
+/// its unit names none.
+pub fn send_size_of(trace: &Trace) -> Option<usize> {
+    metric_of(trace).strip_prefix("send-")?.parse().ok()
 }
 
 /// Untraced and traced windows each (see [`crate::capture`]: this host is shared).
@@ -94,7 +107,7 @@ pub struct PairCaptureSpec {
     /// Virtual CPUs of the engine (the target machine's count), at least two.
     pub kernel_cpus: usize,
     pub send_size: usize,
-    /// Messages recorded at least (whole turns of the socket's depth).
+    /// Messages recorded at least (whole turns of one release step).
     pub messages: u64,
 }
 
@@ -124,17 +137,29 @@ struct Turns {
 struct LockStep<'a> {
     km: &'a Kmalloc,
     ring: &'a Ring,
+    /// The ring's two ends, kept across windows: the receiver's read position runs ahead of
+    /// the room it has given back, which a fresh end would not know.
+    producer: Producer<'a>,
+    consumer: Consumer<'a>,
     bytes: usize,
     lines: Vec<usize>,
+    /// Sequence numbers of the next message sent and the next received.
     seq: u64,
+    rseq: u64,
     /// Positions of the ring as this thread has pushed and popped them.
     tail: usize,
     head: usize,
+    /// Each side's view of the other's position, as [`Producer`] and [`Consumer`] keep it: the
+    /// head the sender last read (room given back) and the tail the receiver last read.
+    seen_head: usize,
+    seen_tail: usize,
 }
 
 impl LockStep<'_> {
     /// Runs `turns` turns of each side (`record`: marking the socket's lines and the message
-    /// boundaries for the recorder, which must be running on this thread).
+    /// boundaries for the recorder, which must be running on this thread): the sender tops the
+    /// socket up (the whole socket on the first turn of all), the receiver reads one release
+    /// step.
     fn run(&mut self, turns: u64, record: bool) -> Result<Turns, CaptureError> {
         let (tx, rx) = (CpuId(0), CpuId(1));
         let depth = self.ring.capacity();
@@ -145,24 +170,26 @@ impl LockStep<'_> {
             rx: Vec::new(),
         };
         let mem = self.km.mem().clone();
-        let mut producer = self.ring.producer();
-        let mut consumer = self.ring.consumer();
         // Instances: the ring's own addresses for its positions, slot lines by index.
         let tail_line = std::ptr::from_ref(self.ring) as usize;
         let head_line = tail_line + 64;
         for _ in 0..turns {
             let t0 = raw::now();
-            if record {
-                // The sender's view of the head ran out (it found the socket full last turn).
-                raw::line(
-                    &SOCKET_POSITION,
-                    head_line,
-                    LockModel::Line,
-                    false,
-                    Sym::Here,
-                );
-            }
-            for _ in 0..depth {
+            while self.ring.len() < depth {
+                if self.tail - self.seen_head >= depth {
+                    // The sender's view of the head ran out (it found the socket full): it
+                    // reads the room given back.
+                    self.seen_head = self.tail - self.ring.len();
+                    if record {
+                        raw::line(
+                            &SOCKET_POSITION,
+                            head_line,
+                            LockModel::Line,
+                            false,
+                            Sym::Here,
+                        );
+                    }
+                }
                 let obj = self
                     .km
                     .kmalloc(tx, self.bytes)
@@ -189,7 +216,7 @@ impl LockStep<'_> {
                         Sym::Here,
                     );
                 }
-                if !producer.push(Msg {
+                if !self.producer.push(Msg {
                     obj,
                     size: self.bytes,
                 }) {
@@ -203,27 +230,29 @@ impl LockStep<'_> {
             }
             let t1 = raw::now();
             out.tx.push((t0, t1));
-            if record {
-                // The receiver's view of the tail ran out (it emptied the socket last turn).
-                raw::line(
-                    &SOCKET_POSITION,
-                    tail_line,
-                    LockModel::Line,
-                    false,
-                    Sym::Here,
-                );
-            }
-            let mut read = 0usize;
-            loop {
+            for _ in 0..release {
                 if record {
                     raw::ops(1);
                 }
-                let Some(msg) = consumer.pop() else {
+                if self.head == self.seen_tail {
+                    // The receiver's view of the tail ran out (it read all it knew of).
+                    self.seen_tail = self.tail;
+                    if record {
+                        raw::line(
+                            &SOCKET_POSITION,
+                            tail_line,
+                            LockModel::Line,
+                            false,
+                            Sym::Here,
+                        );
+                    }
+                }
+                let given_back = self.ring.len();
+                let Some(msg) = self.consumer.pop() else {
                     return Err(CaptureError::Pair("the socket ran empty within a turn"));
                 };
                 let slot = self.head & (slots - 1);
-                let expect = self.seq - (depth - read) as u64;
-                check_message(&mem, msg.obj, msg.size, expect)
+                check_message(&mem, msg.obj, msg.size, self.rseq)
                     .map_err(|e| CaptureError::Engine(e.to_string()))?;
                 if record {
                     raw::line(&SOCKET_SLOT, slot / 4, LockModel::Line, false, Sym::Here);
@@ -239,8 +268,9 @@ impl LockStep<'_> {
                 }
                 self.km.kfree(rx, msg.obj);
                 self.head += 1;
-                read += 1;
-                if record && (read.is_multiple_of(release) || read == depth) {
+                self.rseq += 1;
+                if record && self.ring.len() < given_back {
+                    // The read gave room back: the receiver wrote the head.
                     raw::line(
                         &SOCKET_POSITION,
                         head_line,
@@ -248,9 +278,6 @@ impl LockStep<'_> {
                         true,
                         Sym::Here,
                     );
-                }
-                if read == depth {
-                    break;
                 }
             }
             out.rx.push((t1, raw::now()));
@@ -315,10 +342,11 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
     let km = Kmalloc::new(kernel.mem().clone());
     let ring = Ring::with_release(depth, params.release());
     let lines = data_lines(bytes);
-    let turns = spec.messages.div_ceil(depth as u64);
+    let release = params.release();
+    let turns = spec.messages.div_ceil(release as u64);
     // Events per message: the data lines both ways, the socket's, and the allocator's locks
     // and lines (a few tens at most); the buffer must not grow inside the window.
-    let capacity = (turns as usize) * depth * (2 * lines.len() + 64) + 16;
+    let capacity = (turns as usize) * release * (2 * lines.len() + 64) + 16;
     let done = AtomicBool::new(false);
     let r = std::thread::scope(|s| {
         s.spawn(|| -> Result<_, CaptureError> {
@@ -327,13 +355,18 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
             let mut ls = LockStep {
                 km: &km,
                 ring: &ring,
+                producer: ring.producer(),
+                consumer: ring.consumer(),
                 bytes,
                 lines: lines.clone(),
                 seq: 0,
+                rseq: 0,
                 tail: 0,
                 head: 0,
+                seen_head: 0,
+                seen_tail: 0,
             };
-            ls.run(WARMUP_MESSAGES.div_ceil(depth as u64), false)?;
+            ls.run(WARMUP_MESSAGES.div_ceil(release as u64), false)?;
             let timed = |ls: &mut LockStep<'_>, record: bool| -> Result<_, CaptureError> {
                 let overhead = if record {
                     let o = raw::measure_overhead();

@@ -335,7 +335,7 @@ pub struct Replay<'a> {
     /// Mean picoseconds a task runs and waits in turn for its CPU (exponential both), when
     /// the host's slices are timed: [`Sim::on_cpu`].
     sched: Option<(f64, f64)>,
-    /// A pair trace: the socket's depth in messages (the messages of one receiver turn).
+    /// A pair trace: the socket's depth in messages (what the sender may queue ahead).
     pair_depth: Option<u64>,
 }
 
@@ -497,14 +497,27 @@ impl<'a> Replay<'a> {
         let receiver: Option<Vec<Event>> = trace
             .receiver_turns()
             .map(|turns| turns.iter().flatten().copied().collect());
+        // The socket's depth, what the sender may have queued ahead of the receiver: what a
+        // default UDP socket queues at the trace's send size (`send-64 messages`); a trace
+        // that names no send size (built by hand) holds one socket in each receiver turn.
+        // Captured turns are one release step each, a quarter of the socket.
         let pair_depth = trace.receiver_turns().map(|turns| {
-            turns[0]
-                .iter()
-                .map(|e| match e {
-                    Event::Ops { n } => u64::from(*n),
-                    _ => 0,
+            crate::netpipe::send_size_of(trace)
+                .map(|size| pagelab_workloads::netpipe::NetpipeParams::new(1, size).depth() as u64)
+                .unwrap_or_else(|| {
+                    turns
+                        .iter()
+                        .map(|turn| {
+                            turn.iter()
+                                .map(|e| match e {
+                                    Event::Ops { n } => u64::from(*n),
+                                    _ => 0,
+                                })
+                                .sum::<u64>()
+                        })
+                        .max()
+                        .unwrap_or(0)
                 })
-                .sum::<u64>()
                 .max(1)
         });
         if receiver.is_some() && !spec.tasks.is_multiple_of(2) {
@@ -1883,6 +1896,50 @@ ipi_handler_ns = 500.0
             ],
             fallbacks: Vec::new(),
         }
+    }
+
+    /// A netpipe pair trace at `send-64` whose receiver turns are `turn` messages each.
+    fn pair_trace(op_unit: &str, turn: u32) -> Trace {
+        let mut t = trace(RwsemAlgo::SpinWriters);
+        t.meta.op_unit = op_unit.into();
+        t.meta.window = Window::Cycle;
+        t.events = vec![Event::Compute { ns: 100.0 }, Event::Ops { n: 1 }];
+        let side = [Event::Compute { ns: 100.0 }, Event::Ops { n: 1 }];
+        t.fallbacks = vec![crate::trace::Fallback {
+            class: crate::trace::PAIR_RECEIVER.into(),
+            segments: (0..4)
+                .map(|_| {
+                    side.iter()
+                        .cycle()
+                        .take(2 * turn as usize)
+                        .copied()
+                        .collect()
+                })
+                .collect(),
+        }];
+        t
+    }
+
+    #[test]
+    fn a_pairs_depth_is_its_sockets_not_its_receiver_turns() {
+        // Captured turns are one release step (70 messages at send-64); the sender may still
+        // queue a whole socket (278) ahead of the receiver.
+        let m = machine();
+        let spec = ReplaySpec {
+            tasks: 2,
+            threads: true,
+            seed: 1,
+            samples: 1,
+            ops_per_cpu: None,
+        };
+        let t = pair_trace("send-64 messages", 70);
+        assert_eq!(
+            Replay::new(&m, &t, spec.clone()).unwrap().pair_depth,
+            Some(278)
+        );
+        // A trace naming no send size: one socket per receiver turn.
+        let t = pair_trace("messages", 8);
+        assert_eq!(Replay::new(&m, &t, spec).unwrap().pair_depth, Some(8));
     }
 
     fn with_sim(algo: RwsemAlgo, f: impl FnOnce(&mut Sim<'_, '_>)) {
