@@ -241,6 +241,16 @@ struct Builder {
 }
 
 impl Builder {
+    /// A builder for a recording on this host whose events cost `meta`'s overhead each.
+    fn new(meta: &TraceMeta) -> Builder {
+        Builder {
+            tpn: raw::ticks_per_ns(),
+            overhead: meta.overhead_ns_per_event,
+            ids: HashMap::new(),
+            instances: Vec::new(),
+        }
+    }
+
     fn intern(&mut self, e: &raw::Event) -> u32 {
         let instances = &mut self.instances;
         let id = *self
@@ -381,12 +391,7 @@ impl Trace {
         events: &[raw::Event],
         fallback_windows: &[Vec<raw::Event>],
     ) -> Trace {
-        let mut b = Builder {
-            tpn: raw::ticks_per_ns(),
-            overhead: meta.overhead_ns_per_event,
-            ids: HashMap::new(),
-            instances: Vec::new(),
-        };
+        let mut b = Builder::new(&meta);
         let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
         let ops = b.convert(events, None, &mut out);
         let mut fallbacks: Vec<Fallback> = Vec::new();
@@ -468,12 +473,7 @@ impl Trace {
         sender: &[raw::Event],
         receiver_turns: &[Vec<raw::Event>],
     ) -> Trace {
-        let mut b = Builder {
-            tpn: raw::ticks_per_ns(),
-            overhead: meta.overhead_ns_per_event,
-            ids: HashMap::new(),
-            instances: Vec::new(),
-        };
+        let mut b = Builder::new(&meta);
         let mut out: Vec<Event> = Vec::with_capacity(sender.len() * 2);
         let ops = b.convert(sender, None, &mut out);
         let segments: Vec<Vec<Event>> = receiver_turns

@@ -1011,16 +1011,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_self_check_replays_the_measured_host_as_measured() {
-        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
+    /// A host injected into the self-check: dev-host with one core clearing at 4.096 GB/s
+    /// and the node at twice that, no loaded latency.
+    fn injected_host() -> Machine {
         let mut host = Machine::load("dev-host").unwrap().as_engine();
         host.name = "injected-host".into();
         host.memory.core_bandwidth_gbs = 4.096;
         host.memory.node_bandwidth_gbs = 8.192;
         host.memory.loaded_latency.clear();
-        // Each op: 1000 ns of compute and one page cleared, which took the capture 100 ns
-        // (40 GB/s); on the injected host it takes 1000 ns (4.096 GB/s).
+        host
+    }
+
+    /// 500 ops of 1000 ns of compute and one page cleared, which took the capture 100 ns
+    /// (40 GB/s); on [`injected_host`] the clearing takes 1000 ns (4.096 GB/s).
+    fn clearing_trace(host: &Machine) -> crate::trace::Trace {
+        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
         let mut events = Vec::new();
         for _ in 0..500 {
             events.push(Event::Compute { ns: 1000.0 });
@@ -1030,7 +1035,7 @@ mod tests {
             });
             events.push(Event::Ops { n: 1 });
         }
-        let trace = Trace {
+        Trace {
             meta: TraceMeta {
                 workload: "page_fault1".into(),
                 profile: "linux-6.7".into(),
@@ -1052,24 +1057,25 @@ mod tests {
             instances: Vec::new(),
             events,
             fallbacks: Vec::new(),
-        };
-        let measured = vec![
-            Measured {
+        }
+    }
+
+    /// Processes rows at 1 and 2 tasks, measured at `rates` faults/s in all.
+    fn measured_rows(rates: [f64; 2]) -> Vec<Measured> {
+        (1..=2)
+            .zip(rates)
+            .map(|(tasks, rate)| Measured {
                 mode: Mode::Processes,
-                tasks: 1,
-                metrics: vec![("faults/sec".into(), vec![500_000.0; 3])],
-            },
-            Measured {
-                mode: Mode::Processes,
-                tasks: 2,
-                metrics: vec![("faults/sec".into(), vec![1_000_000.0; 3])],
-            },
-        ];
-        let rows = project_measured(&host, &trace, &measured, 1).unwrap();
+                tasks,
+                metrics: vec![("faults/sec".into(), vec![rate; 3])],
+            })
+            .collect()
+    }
+
+    /// Every projected row within 1% of what was measured.
+    fn assert_rows_agree(rows: &[SelfRow]) {
         assert_eq!(rows.len(), 2);
-        // One task: 1000 ns compute + 1000 ns clearing = 500,000 faults/s. Two: 4.096 GB/s
-        // each, the node's 8.192 shared without loss: 1,000,000.
-        for r in &rows {
+        for r in rows {
             assert!(
                 r.error_pct.abs() < 1.0,
                 "{} tasks: projected {} against {}",
@@ -1080,77 +1086,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_self_check_replays_the_measured_host_as_measured() {
+        let host = injected_host();
+        let trace = clearing_trace(&host);
+        let rows =
+            project_measured(&host, &trace, &measured_rows([500_000.0, 1_000_000.0]), 1).unwrap();
+        // One task: 1000 ns compute + 1000 ns clearing = 500,000 faults/s. Two: 4.096 GB/s
+        // each, the node's 8.192 shared without loss: 1,000,000.
+        assert_rows_agree(&rows);
+    }
+
     /// The self-check's host gives each task part of its CPU (`cpu.share`): its rows are
     /// replayed at that part of the pace.
     #[test]
     fn the_self_check_replays_each_task_for_its_measured_share_of_a_cpu() {
-        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
-        let mut host = Machine::load("dev-host").unwrap().as_engine();
-        host.name = "injected-host".into();
-        host.memory.core_bandwidth_gbs = 4.096;
-        host.memory.node_bandwidth_gbs = 8.192;
-        host.memory.loaded_latency.clear();
+        let mut host = injected_host();
         // The host ran each task half the time alone, a quarter of it with two.
         host.cpu.share = vec![[1.0, 0.5, 0.0], [2.0, 0.25, 0.0]];
-        // Each op: 1000 ns of compute and one page cleared, which took the capture 100 ns
-        // (40 GB/s); on the injected host it takes 1000 ns (4.096 GB/s).
-        let mut events = Vec::new();
-        for _ in 0..500 {
-            events.push(Event::Compute { ns: 1000.0 });
-            events.push(Event::Write {
-                bytes: 4096,
-                host_ns: 100.0,
-            });
-            events.push(Event::Ops { n: 1 });
-        }
-        let trace = Trace {
-            meta: TraceMeta {
-                workload: "page_fault1".into(),
-                profile: "linux-6.7".into(),
-                profile_toml: String::new(),
-                op_unit: "faults".into(),
-                window: Window::Cycle,
-                pinning: Pinning::Cores,
-                shared_vma: false,
-                kernel_cpus: 2,
-                host_cpu: "test".into(),
-                host_ghz: host.cpu.ghz,
-                ops: 500,
-                raw_events: 0,
-                overhead_ns_per_event: 0.0,
-                traced_ns: 1.0,
-                untraced_ns: 1.0,
-                compute_scale: 1.0,
-            },
-            instances: Vec::new(),
-            events,
-            fallbacks: Vec::new(),
-        };
-        let measured = vec![
-            Measured {
-                mode: Mode::Processes,
-                tasks: 1,
-                metrics: vec![("faults/sec".into(), vec![250_000.0; 3])],
-            },
-            Measured {
-                mode: Mode::Processes,
-                tasks: 2,
-                metrics: vec![("faults/sec".into(), vec![250_000.0; 3])],
-            },
-        ];
-        let rows = project_measured(&host, &trace, &measured, 1).unwrap();
-        assert_eq!(rows.len(), 2);
+        let trace = clearing_trace(&host);
+        let rows =
+            project_measured(&host, &trace, &measured_rows([250_000.0, 250_000.0]), 1).unwrap();
         // One task: 1000 ns compute + 1000 ns clearing at half the time: 250,000 faults/s.
         // Two at a quarter each: 2 x 125,000.
-        for r in &rows {
-            assert!(
-                r.error_pct.abs() < 1.0,
-                "{} tasks: projected {} against {}",
-                r.tasks,
-                r.projected,
-                r.measured
-            );
-        }
+        assert_rows_agree(&rows);
     }
 
     fn change(published_pct: f64, projected_pct: f64, beyond_noise: bool) -> Change {
