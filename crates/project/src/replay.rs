@@ -410,6 +410,17 @@ const MAX_BINS: usize = 1 << 22;
 
 /// The op of one trace event other than compute, with `map` giving the resource of an
 /// instance (`None`: private, dropped). A trylock becomes a plain acquire here.
+/// Appends `op` (if any) to `out` after the compute accumulated since the last op, as one
+/// `Compute`: the trace's gaps between two ops, however many events they were, are one stretch
+/// of work. With `None`, only the compute is flushed (at the end of a program or fallback).
+fn push_after_compute(out: &mut Vec<Op>, pending: &mut f64, op: Option<Op>) {
+    if *pending > 0.0 {
+        out.push(Op::Compute(ps(*pending)));
+        *pending = 0.0;
+    }
+    out.extend(op);
+}
+
 fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) -> Option<Op> {
     match *e {
         Event::Compute { .. } => None,
@@ -629,11 +640,7 @@ impl<'a> Replay<'a> {
                     ref e => event_op(e, &mut map, flush),
                 };
                 if let Some(op) = op {
-                    if pending > 0.0 {
-                        prog.push(Op::Compute(ps(pending)));
-                        pending = 0.0;
-                    }
-                    prog.push(op);
+                    push_after_compute(&mut prog, &mut pending, Some(op));
                     match op {
                         Op::Acquire(..) | Op::Try(..) => depth += 1,
                         Op::Release(..) => depth -= 1,
@@ -647,9 +654,7 @@ impl<'a> Replay<'a> {
                     }
                 }
             }
-            if pending > 0.0 {
-                prog.push(Op::Compute(ps(pending)));
-            }
+            push_after_compute(&mut prog, &mut pending, None);
             // Each trylock's fallback, compiled once per segment: the segment's ops run
             // instead of the success path up to and with the release of the lock it took.
             let segment = |g: usize| {
@@ -676,17 +681,11 @@ impl<'a> Replay<'a> {
                             }
                             ref e => event_op(e, &mut map, flush),
                         };
-                        if let Some(op) = op {
-                            if pending > 0.0 {
-                                alt_ops.push(Op::Compute(ps(pending)));
-                                pending = 0.0;
-                            }
-                            alt_ops.push(op);
+                        if op.is_some() {
+                            push_after_compute(&mut alt_ops, &mut pending, op);
                         }
                     }
-                    if pending > 0.0 {
-                        alt_ops.push(Op::Compute(ps(pending)));
-                    }
+                    push_after_compute(&mut alt_ops, &mut pending, None);
                     (start as u32, (alt_ops.len() - start) as u32)
                 });
                 prog[j] = match skip {
