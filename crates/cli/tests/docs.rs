@@ -9,12 +9,15 @@
 //! labels), is marked by an HTML comment on the line before its fence,
 //! `<!-- examples: parse-only (why) -->`: its command lines are checked against the parser
 //! (`PAGELAB_PARSE_ONLY=1`: parsed, then exit 0 without running), so a renamed flag or a value
-//! no longer accepted still fails here.
+//! no longer accepted still fails here. An example that runs longer than [`EXAMPLE_LIMIT`] is
+//! stopped and fails, naming the mark it lacks, rather than stalling the suite.
 
 mod common;
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use common::Dir;
 
@@ -100,7 +103,18 @@ fn examples(name: &str, text: &str) -> Vec<Example> {
     out
 }
 
+/// How long an example that runs may take. Longer ones belong under a parse-only mark: a
+/// `reproduce` of a whole experiment set runs for tens of minutes, and CI would wait for it.
+const EXAMPLE_LIMIT: Duration = Duration::from_secs(90);
+
 fn pagelab(dir: &Path, args: &[String], parse_only: bool) -> Output {
+    pagelab_within(dir, args, parse_only, EXAMPLE_LIMIT)
+}
+
+/// Runs `pagelab args` on the scratch store in `dir`, stopping it after `limit` (then it fails,
+/// with a stderr that says why). Its output goes through files, so that a chatty example cannot
+/// fill a pipe nobody reads while it is being waited for.
+fn pagelab_within(dir: &Path, args: &[String], parse_only: bool, limit: Duration) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pagelab"));
     c.args(args)
         .arg("--db")
@@ -111,7 +125,53 @@ fn pagelab(dir: &Path, args: &[String], parse_only: bool) -> Output {
     if parse_only {
         c.env("PAGELAB_PARSE_ONLY", "1");
     }
-    c.output().expect("the pagelab binary runs")
+    let (out, err) = (dir.join("example.stdout"), dir.join("example.stderr"));
+    c.stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap());
+    let mut child = c.spawn().expect("the pagelab binary runs");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            child.kill().ok();
+            let s = child.wait().unwrap();
+            std::fs::write(
+                &err,
+                format!(
+                    "ran longer than {} s and was stopped: mark its block `<!-- examples: parse-only (why) -->`",
+                    limit.as_secs_f64()
+                ),
+            )
+            .unwrap();
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p: &Path| std::fs::read(p).unwrap_or_default();
+    Output {
+        status,
+        stdout: read(&out),
+        stderr: read(&err),
+    }
+}
+
+/// An example that would run past the limit is stopped, fails, and says which mark it lacks.
+#[test]
+fn an_example_running_past_the_limit_is_stopped_and_fails() {
+    let dir = Dir::new("docs-limit");
+    let args: Vec<String> = ["micro", "fault", "--size", "1G", "--rounds", "1000"]
+        .map(String::from)
+        .to_vec();
+    let t = Instant::now();
+    let o = pagelab_within(&dir.0, &args, false, Duration::from_millis(500));
+    assert!(!o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("parse-only"),
+        "{o:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
 
 #[test]
