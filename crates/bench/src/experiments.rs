@@ -550,16 +550,7 @@ mod tests {
 
     #[test]
     fn machines_are_the_shipped_ones() {
-        let dir = format!("{}/../../machines", env!("CARGO_MANIFEST_DIR"));
-        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| {
-                let p = e.unwrap().path();
-                (p.extension()? == "toml")
-                    .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
-            })
-            .collect();
-        on_disk.sort();
+        let on_disk = crate::profiles::toml_stems("machines");
         let mut listed: Vec<&str> = MACHINES.to_vec();
         listed.sort();
         assert_eq!(on_disk, listed, "machines/ and MACHINES differ");

@@ -195,12 +195,11 @@ fn refuse_shipped_name(name: &str, policy: &Policy, path: &Path) -> Result<(), P
     })
 }
 
-/// Test helper: the files embedded as `builtin` are exactly the `*.toml` files of the
-/// repository's `dir` (so a file added without embedding it, or the reverse, fails a test).
+/// Test helper: the names of the `*.toml` files in the repository's `dir`, sorted.
 #[cfg(test)]
-pub(crate) fn assert_embedded_match_dir(dir: &str, builtin: &[(&str, &str)]) {
+pub(crate) fn toml_stems(dir: &str) -> Vec<String> {
     let path = format!("{}/../../{dir}", env!("CARGO_MANIFEST_DIR"));
-    let mut on_disk: Vec<String> = std::fs::read_dir(&path)
+    let mut stems: Vec<String> = std::fs::read_dir(&path)
         .unwrap()
         .filter_map(|e| {
             let p = e.unwrap().path();
@@ -208,7 +207,15 @@ pub(crate) fn assert_embedded_match_dir(dir: &str, builtin: &[(&str, &str)]) {
                 .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
         })
         .collect();
-    on_disk.sort();
+    stems.sort();
+    stems
+}
+
+/// Test helper: the files embedded as `builtin` are exactly the `*.toml` files of the
+/// repository's `dir` (so a file added without embedding it, or the reverse, fails a test).
+#[cfg(test)]
+pub(crate) fn assert_embedded_match_dir(dir: &str, builtin: &[(&str, &str)]) {
+    let on_disk = toml_stems(dir);
     let mut shipped: Vec<String> = builtin.iter().map(|(n, _)| n.to_string()).collect();
     shipped.sort();
     assert_eq!(on_disk, shipped, "{dir}/ and the embedded list differ");
