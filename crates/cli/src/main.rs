@@ -330,6 +330,30 @@ enum Micro {
     /// The anonymous fault path on the engine against the host kernel, with zeroing measured
     /// apart so that the fault path without it can be read off.
     Fault(FaultArgs),
+    /// What lock statistics cost `run pft --mode threads`: many short rounds in one process,
+    /// each a fresh engine per setting, on and off alternating, rated by the median of the
+    /// pairs' on/off ratios (wall clock and the tasks' CPU time) with its interval and the
+    /// host's load.
+    Pft(PftArgs),
+}
+
+#[derive(Args)]
+struct PftArgs {
+    /// Engine profile (a shipped name or a path to a .toml file).
+    #[arg(long, default_value = "linux-6.7", value_name = "NAME|PATH")]
+    profile: String,
+    /// Threads of one address space, faulting slices of one VMA.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
+    tasks: u64,
+    /// Bytes faulted per repetition, split between the tasks.
+    #[arg(long, default_value = "256M", value_parser = parse_bytes)]
+    size: u64,
+    /// Rounds: with `--lock-stat both`, pairs of passes.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    rounds: u64,
+    /// Engine lock statistics.
+    #[arg(long, value_enum, default_value_t = flags::LockStatsFlag::Both)]
+    lock_stat: flags::LockStatsFlag,
 }
 
 #[derive(Args)]
@@ -554,6 +578,21 @@ fn dispatch(cli: Cli) -> Result<(), String> {
                 &stop,
             )
             .map_err(|e| e.to_string())?;
+            print!("{}", rep.render());
+            Ok(())
+        }
+        Command::Micro(Micro::Pft(a)) => {
+            let p = profiles::load(&a.profile).map_err(|e| e.to_string())?;
+            let cfg = pagelab_bench::micro::pft::PftCostConfig {
+                profile: p.name,
+                policy: p.policy,
+                tasks: a.tasks as usize,
+                bytes: a.size,
+                rounds: a.rounds as usize,
+                lock_stat: a.lock_stat.settings().to_vec(),
+            };
+            let stop = interrupt_flag();
+            let rep = pagelab_bench::micro::pft::run(&cfg, &stop).map_err(|e| e.to_string())?;
             print!("{}", rep.render());
             Ok(())
         }

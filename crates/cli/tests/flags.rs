@@ -148,3 +148,30 @@ fn wrong_lock_stat_is_refused_with_the_choices() {
         "invalid value 'maybe' for '--lock-stat <LOCK_STAT>' [possible values: on, off, both]",
     );
 }
+
+/// `micro pft`'s bad input: each refused with one line naming the flag and what it takes,
+/// before any engine is built.
+#[test]
+fn micro_pft_bad_input_is_refused_in_one_line() {
+    refused(
+        &["micro", "pft", "--lock-stat", "sometimes"],
+        "invalid value 'sometimes' for '--lock-stat <LOCK_STAT>' [possible values: on, off, both]",
+    );
+    refused(
+        &["micro", "pft", "--tasks", "0"],
+        "invalid value '0' for '--tasks <TASKS>': 0 is not in 1..=256",
+    );
+    refused(
+        &["micro", "pft", "--rounds", "0"],
+        "invalid value '0' for '--rounds <ROUNDS>': 0 is not in 1..=10000",
+    );
+    refused(
+        &["micro", "pft", "--size", "12Q"],
+        "invalid value '12Q' for '--size <SIZE>'",
+    );
+    refused(&["micro", "pft", "--profile", "linux-9"], "unknown profile");
+    refused(
+        &["micro", "pft", "--tasks", "4", "--size", "8K"],
+        "--size must give every task at least one page",
+    );
+}

@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod fault;
+pub mod pft;
 
 use std::time::Instant;
 
