@@ -346,10 +346,11 @@ struct PftArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=256))]
     tasks: u64,
     /// Bytes faulted per repetition, split between the tasks.
-    #[arg(long, default_value = "256M", value_parser = parse_bytes)]
+    #[arg(long, default_value = "128M", value_parser = parse_bytes)]
     size: u64,
-    /// Rounds: with `--lock-stat both`, pairs of passes.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    /// Rounds: with `--lock-stat both`, pairs of passes. The interval narrows as the square
+    /// root of their number.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     rounds: u64,
     /// Engine lock statistics.
     #[arg(long, value_enum, default_value_t = flags::LockStatsFlag::Both)]

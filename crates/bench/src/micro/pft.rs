@@ -245,7 +245,9 @@ fn pass(cfg: &PftCostConfig, on: bool) -> Result<Pass, MicroError> {
     });
     pagelab_sync::stats::set_enabled(false);
     let (reps, _) = r.map_err(engine_err)?;
-    let timed = reps.last().ok_or(MicroError::Nothing("pft ran no repetition"))?;
+    let timed = reps
+        .last()
+        .ok_or(MicroError::Nothing("pft ran no repetition"))?;
     Ok(Pass {
         faults: timed.faults(),
         wall_ns: timed.wall_ns,
@@ -263,7 +265,9 @@ pub fn run(cfg: &PftCostConfig, stop: &AtomicBool) -> Result<PftCostReport, Micr
         return Err(MicroError::Nothing("no lock statistics setting to measure"));
     }
     if cfg.tasks == 0 || cfg.rounds == 0 {
-        return Err(MicroError::Nothing("--tasks and --rounds must be at least 1"));
+        return Err(MicroError::Nothing(
+            "--tasks and --rounds must be at least 1",
+        ));
     }
     if cfg.bytes / cfg.tasks as u64 / 4096 == 0 {
         return Err(MicroError::Nothing(
@@ -403,7 +407,9 @@ impl PftCostReport {
         let l = &self.load;
         let [a, b, c] = l.loadavg_before;
         let [d, e, f] = l.loadavg_after;
-        out += &format!("host load: load average {a:.2} {b:.2} {c:.2} before, {d:.2} {e:.2} {f:.2} after");
+        out += &format!(
+            "host load: load average {a:.2} {b:.2} {c:.2} before, {d:.2} {e:.2} {f:.2} after"
+        );
         match l.others_share {
             Some(s) => {
                 out += &format!(
@@ -466,7 +472,10 @@ mod tests {
         assert_eq!(c, on.faults_per_cpu() / off.faults_per_cpu());
         assert!(ratios.cpu.lo <= ratios.cpu.median && ratios.cpu.median <= ratios.cpu.hi);
         let text = r.render();
-        for want in ["on/off faults/cpu: median of 2 pair ratios", "host load: load average"] {
+        for want in [
+            "on/off faults/cpu: median of 2 pair ratios",
+            "host load: load average",
+        ] {
             assert!(text.contains(want), "{want}: {text}");
         }
         // Counting is left as it was found.
