@@ -87,8 +87,11 @@ pub fn thread_cpu_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// When one task started and finished faulting in one repetition.
+type Span = (Instant, Instant);
+
 /// Nanoseconds from the first task's start to the last one's end (0 if none ran).
-fn span_ns(spans: &[Option<(Instant, Instant)>]) -> u64 {
+fn span_ns(spans: &[Option<Span>]) -> u64 {
     let first = spans.iter().flatten().map(|s| s.0).min();
     let last = spans.iter().flatten().map(|s| s.1).max();
     match (first, last) {
@@ -127,7 +130,7 @@ pub fn run<V: Vm + Send>(
     // tasks' own clocks, as `host_proc::pft_processes` takes it, not from the coordinating
     // thread, which a loaded host may run late after the start barrier (a repetition then
     // measured a fraction of its faulting: 1.1 G faults/s once, on a 2-vCPU guest).
-    let spans: Mutex<Vec<Vec<Option<(Instant, Instant)>>>> =
+    let spans: Mutex<Vec<Vec<Option<Span>>>> =
         Mutex::new(vec![vec![None; n as usize]; params.repetitions]);
     let mut reps = Vec::new();
     let mut interrupted = false;
