@@ -128,6 +128,67 @@ pub struct TraceMeta {
     /// What the compute gaps were multiplied by so that the trace adds up to the untraced
     /// run (recording's cache and timer costs that the per-event overhead leaves over).
     pub compute_scale: f64,
+    /// What the capture's preemption guard saw of the recorded windows
+    /// ([`crate::capture`]); absent in traces made before it, or built by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<CaptureGuard>,
+}
+
+/// The scheduler's account of a capture's recorded windows (the main recording and the
+/// fallback windows): a window in which the host took the CPU away from the capturing thread
+/// holds that time inside whatever the thread was doing, often inside a critical section,
+/// and the replay would model it as the engine's own work. The kernel counts each such loss
+/// for the thread: `run_delay` (`/proc/thread-self/schedstat`, the time it sat runnable on a
+/// run queue, `sched_info` accounting) and its involuntary context switches
+/// (`nonvoluntary_ctxt_switches`, `nivcsw`, counted in `__schedule` when a task is switched
+/// out while still runnable). A hypervisor's steal and long interrupts show in neither, so
+/// the guard also looks for a stall: a gap between two recorded events, or a memory write,
+/// longer than [`CaptureGuard::STALL_NS`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureGuard {
+    /// Recorded windows run (main and fallback), retaken ones included.
+    pub windows: u32,
+    /// Windows refused and run again because they were preempted or stalled.
+    pub retaken: u32,
+    /// Windows kept although preempted or stalled: the retake budget ran out.
+    pub kept_preempted: u32,
+    /// Over the kept windows: time runnable but waiting for a CPU, ns, and involuntary
+    /// context switches.
+    pub run_delay_ns: u64,
+    pub nivcsw: u64,
+    /// The longest gap (or write) in the kept windows, ns.
+    pub longest_gap_ns: f64,
+    /// The scheduler's account could not be read (no schedstat): only stalls were looked for.
+    pub unaccounted: bool,
+}
+
+impl CaptureGuard {
+    /// A gap at least this long between two recorded events is the host's, not the engine's:
+    /// the engine's fault path records an event every few hundred nanoseconds, a timer tick's
+    /// interrupt takes a few microseconds (tens in a guest, with its VM exits), while a task
+    /// the scheduler runs instead keeps the CPU for at least a slice (0.75 ms by default,
+    /// `sysctl_sched_base_slice`). 100 us lies between the two by an order of magnitude each
+    /// way: interrupts, which the real machine takes too, stay in the trace; a slice lost to
+    /// another task does not.
+    pub const STALL_NS: f64 = 100_000.0;
+
+    /// One line for `pagelab trace` and `validate`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} recorded windows, {} retaken (preempted or stalled), {} kept preempted; kept windows waited {:.1} us for a CPU, {} involuntary switches, longest gap {:.1} us{}",
+            self.windows,
+            self.retaken,
+            self.kept_preempted,
+            self.run_delay_ns as f64 / 1e3,
+            self.nivcsw,
+            self.longest_gap_ns / 1e3,
+            if self.unaccounted {
+                " (no scheduler account on this host: stalls only)"
+            } else {
+                ""
+            }
+        )
+    }
 }
 
 impl TraceMeta {
@@ -576,6 +637,9 @@ impl Trace {
             m.overhead_ns_per_event,
             m.compute_scale
         );
+        if let Some(g) = &m.guard {
+            let _ = writeln!(s, "preemption guard: {}", g.describe());
+        }
         // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
         // symbolic (an entry of a list, resolved at replay).
         let mut per: Vec<(String, [u64; 6])> = Vec::new();
@@ -1114,6 +1178,7 @@ mod tests {
             traced_ns: 1.0,
             untraced_ns: 1.0,
             compute_scale: 1.0,
+            guard: None,
         }
     }
 
