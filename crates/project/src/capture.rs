@@ -36,7 +36,8 @@
 //! scheduler's own account of the capturing thread ([`SchedAccount`]: `run_delay` and
 //! involuntary context switches) and for stalls (a gap between two events longer than
 //! [`CaptureGuard::STALL_NS`]): a window the host took the CPU away in is run again, up to
-//! [`RETAKES`] times in a capture. Such a window keeps the lost time inside whatever the
+//! [`RETAKES`] times for the recordings and [`FALLBACK_RETAKES`] for each fallback class, the
+//! least disturbed attempt being kept when the budget is spent. Such a window keeps the lost time inside whatever the
 //! thread was doing, often a critical section (a fault's `mmap_lock` or per-VMA lock hold, or
 //! a fallback's `zone->lock` hold), and the replay would make every projected CPU wait for
 //! it; one 3 ms fallback segment among 16 000 doubled their mean. What the guard saw is
@@ -153,6 +154,23 @@ fn recorded(w: usize) -> bool {
 /// trace says so ([`CaptureGuard::kept_preempted`]).
 pub const RETAKES: usize = 12;
 
+/// Retakes of each fallback class's window, apart from the recordings' budget: on a loaded
+/// host the recordings spend theirs, and a fallback window taken as it came kept 1-3 ms
+/// segments. The least disturbed attempt is kept when these are spent too.
+pub const FALLBACK_RETAKES: usize = 4;
+
+/// How much a window was disturbed, to choose among disturbed ones: the time the scheduler
+/// kept the thread waiting, and a stall's length when it is one.
+fn severity(c: &WindowCheck) -> f64 {
+    let wait = c.sched.map_or(0.0, |s| s.run_delay_ns as f64);
+    let stall = if c.longest_gap_ns >= CaptureGuard::STALL_NS {
+        c.longest_gap_ns
+    } else {
+        0.0
+    };
+    wait + stall
+}
+
 /// The scheduler's account of the calling thread: how long it has been runnable but waiting
 /// for a CPU (`run_delay`, the second field of `/proc/thread-self/schedstat`, kept by the
 /// kernel's `sched_info` accounting) and how often it was switched out while still runnable
@@ -252,6 +270,11 @@ struct Plan {
     untraced: usize,
     recorded: usize,
     fallback: usize,
+    /// Retakes of the recordings, and of the current fallback class.
+    recorded_retakes: usize,
+    fallback_retakes: usize,
+    /// The current fallback class's least disturbed attempt so far.
+    fallback_candidate: Option<(Vec<raw::Event>, WindowCheck)>,
     current: Option<Slot>,
     guard: CaptureGuard,
 }
@@ -456,9 +479,17 @@ impl Ctl {
         if check.sched.is_none() {
             plan.guard.unaccounted = true;
         }
-        let retake = disturbed && (plan.guard.retaken as usize) < RETAKES;
+        let retake = disturbed
+            && match slot {
+                Slot::Fallback(_) => plan.fallback_retakes < FALLBACK_RETAKES,
+                _ => plan.recorded_retakes < RETAKES,
+            };
         if retake {
             plan.guard.retaken += 1;
+            match slot {
+                Slot::Fallback(_) => plan.fallback_retakes += 1,
+                _ => plan.recorded_retakes += 1,
+            }
         }
         match slot {
             Slot::Untraced => unreachable!("counted above"),
@@ -469,10 +500,27 @@ impl Ctl {
                 }
             }
             Slot::Fallback(_) => {
-                if !retake {
-                    self.fallbacks.lock().unwrap().push((events, check));
-                    plan.fallback += 1;
+                let better = plan
+                    .fallback_candidate
+                    .as_ref()
+                    .is_none_or(|(_, c)| severity(&check) < severity(c));
+                let mut kept = (events, check);
+                if !disturbed {
+                    plan.fallback_candidate = None;
+                } else if better {
+                    if retake {
+                        plan.fallback_candidate = Some(kept);
+                        return;
+                    }
+                    plan.fallback_candidate = None;
+                } else if retake {
+                    return;
+                } else {
+                    kept = plan.fallback_candidate.take().expect("a better candidate");
                 }
+                self.fallbacks.lock().unwrap().push(kept);
+                plan.fallback += 1;
+                plan.fallback_retakes = 0;
             }
         }
     }
@@ -730,7 +778,10 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
             // Room for every retake; the run stops once every window is in.
             let params = PftParams {
                 bytes: pft_bytes,
-                repetitions: 1 + ctl.windows() + RETAKES,
+                repetitions: 1
+                    + ctl.windows()
+                    + RETAKES
+                    + FALLBACK_RETAKES * ctl.fallback_classes.len(),
                 vma_per_task: !shared_vma,
             };
             pft::run(vms, true, params, &ctl.stop, &mut |_, _, _| {})
@@ -897,6 +948,33 @@ mod tests {
         let g = c.guard();
         assert_eq!((g.windows, g.retaken, g.kept_preempted), (5, 1, 0));
         assert!(g.longest_gap_ns < 3e6);
+    }
+
+    #[test]
+    fn past_its_budget_a_fallback_class_keeps_its_least_disturbed_window() {
+        let c = ctl(vec![&pagelab_mm::alloc::PCP_LOCK]);
+        for _ in 0..ROUNDS {
+            step(&c, 100.0, clean());
+            step(&c, 100.0, clean());
+        }
+        let stalled = |gap_ms: f64| WindowCheck {
+            sched: Some(SchedAccount::default()),
+            longest_gap_ns: gap_ms * 1e6,
+        };
+        // Each attempt is told apart by its gap; the second is the least disturbed.
+        for gap in [3.0, 0.5, 2.0, 4.0, 1.0] {
+            assert!(c.fallbacks.lock().unwrap().is_empty());
+            assert!(matches!(step(&c, 100.0, stalled(gap)), Slot::Fallback(_)));
+        }
+        let kept = c.fallbacks.lock().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].1.longest_gap_ns, 0.5e6);
+        drop(kept);
+        let g = c.guard();
+        assert_eq!(
+            (g.retaken as usize, g.kept_preempted),
+            (FALLBACK_RETAKES, 1)
+        );
     }
 
     #[test]
