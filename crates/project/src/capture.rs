@@ -41,7 +41,9 @@
 //! thread was doing, often a critical section (a fault's `mmap_lock` or per-VMA lock hold, or
 //! a fallback's `zone->lock` hold), and the replay would make every projected CPU wait for
 //! it; one 3 ms fallback segment among 16 000 doubled their mean. What the guard saw is
-//! kept in the trace ([`TraceMeta::guard`]). The untraced and traced
+//! kept in the trace ([`TraceMeta::guard`]); on a host too loaded for any window to be
+//! undisturbed, the stalls the kept windows still hold are taken out of the trace
+//! ([`Trace::from_raw_with_fallbacks`]). The untraced and traced
 //! timings of the same work give the capture overhead;
 //! [`pagelab_sync::trace::measure_overhead`] is what each recorded event adds to the gap
 //! before the next, which the trace subtracts before scaling its compute to the untraced
