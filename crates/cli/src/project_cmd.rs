@@ -457,6 +457,16 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
             p.rows.iter().map(|r| r.events()).sum::<u64>() as f64 / 1e6,
             p.rows.iter().map(|r| r.seconds()).sum::<f64>()
         );
+        for (c, t) in p.traces.iter().enumerate() {
+            if let Some(g) = &t.meta.guard {
+                eprintln!(
+                    "pagelab: capture {} of {}: {}",
+                    c + 1,
+                    p.profile.name,
+                    g.describe()
+                );
+            }
+        }
         labels.push(label);
         ids.push(id);
     }

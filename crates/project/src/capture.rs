@@ -30,7 +30,20 @@
 //!
 //! Three windows of each kind run, because this host is shared: the untraced time is the
 //! least CPU time of the three (thread CPU time, so preemption does not count), and the
-//! recording kept is the one that lost least time to preemption. The untraced and traced
+//! recording kept is the one that lost least time to preemption.
+//!
+//! Every recorded window (the main ones and the fallback ones) is checked against the
+//! scheduler's own account of the capturing thread ([`SchedAccount`]: `run_delay` and
+//! involuntary context switches) and for stalls (a gap between two events longer than
+//! [`CaptureGuard::STALL_NS`]): a window the host took the CPU away in is run again, up to
+//! [`RETAKES`] times for the recordings and [`FALLBACK_RETAKES`] for each fallback class, the
+//! least disturbed attempt being kept when the budget is spent. Such a window keeps the lost time inside whatever the
+//! thread was doing, often a critical section (a fault's `mmap_lock` or per-VMA lock hold, or
+//! a fallback's `zone->lock` hold), and the replay would make every projected CPU wait for
+//! it; one 3 ms fallback segment among 16 000 doubled their mean. What the guard saw is
+//! kept in the trace ([`TraceMeta::guard`]); on a host too loaded for any window to be
+//! undisturbed, the stalls the kept windows still hold are taken out of the trace
+//! ([`Trace::from_raw_with_fallbacks`]). The untraced and traced
 //! timings of the same work give the capture overhead;
 //! [`pagelab_sync::trace::measure_overhead`] is what each recorded event adds to the gap
 //! before the next, which the trace subtracts before scaling its compute to the untraced
@@ -52,7 +65,7 @@ use pagelab_workloads::vm::Vm;
 use pagelab_workloads::{Mode, WorkloadError, WorkloadKind, engine};
 
 use crate::error::CaptureError;
-use crate::trace::{Pinning, Trace, TraceMeta, Window};
+use crate::trace::{CaptureGuard, Pinning, Trace, TraceMeta, Window};
 
 mod rounds;
 
@@ -131,9 +144,154 @@ const ROUNDS: usize = 3;
 /// ones (untraced first), so that a stretch in which this host ran the task slowly (a
 /// neighbour on the other hyper-thread of a vCPU, a frequency change) weighs on both kinds
 /// alike. With all untraced windows first, one such stretch made the untraced time twice the
-/// traced one, and the compute was then scaled up by 1.9.
+/// traced one, and the compute was then scaled up by 1.9. (The round-based captures follow
+/// this fixed order; the others follow [`Plan`], which keeps it and adds retakes.)
 fn recorded(w: usize) -> bool {
     w % 2 == 1
+}
+
+/// Recorded windows a capture may run again because the host preempted or stalled the
+/// capturing thread in them. A pft window of 64 MiB takes about 10 ms here, so the budget
+/// costs at most a tenth of a second; past it the least disturbed recording is kept and the
+/// trace says so ([`CaptureGuard::kept_preempted`]).
+pub const RETAKES: usize = 12;
+
+/// Retakes of each fallback class's window, apart from the recordings' budget: on a loaded
+/// host the recordings spend theirs, and a fallback window taken as it came kept 1-3 ms
+/// segments. The least disturbed attempt is kept when these are spent too.
+pub const FALLBACK_RETAKES: usize = 4;
+
+/// How much a window was disturbed, to choose among disturbed ones: the time the scheduler
+/// kept the thread waiting, and a stall's length when it is one.
+fn severity(c: &WindowCheck) -> f64 {
+    let wait = c.sched.map_or(0.0, |s| s.run_delay_ns as f64);
+    let stall = if c.longest_gap_ns >= CaptureGuard::STALL_NS {
+        c.longest_gap_ns
+    } else {
+        0.0
+    };
+    wait + stall
+}
+
+/// The scheduler's account of the calling thread: how long it has been runnable but waiting
+/// for a CPU (`run_delay`, the second field of `/proc/thread-self/schedstat`, kept by the
+/// kernel's `sched_info` accounting) and how often it was switched out while still runnable
+/// (`nonvoluntary_ctxt_switches` in `/proc/thread-self/status`, the `nivcsw` that
+/// `__schedule` counts on a preemption).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedAccount {
+    pub run_delay_ns: u64,
+    pub nivcsw: u64,
+}
+
+impl SchedAccount {
+    /// The calling thread's account now, or `None` where the kernel keeps none (no
+    /// `CONFIG_SCHED_INFO`, or no /proc).
+    pub fn now() -> Option<SchedAccount> {
+        let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let run_delay_ns = stat.split_whitespace().nth(1)?.parse().ok()?;
+        let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+        let nivcsw = status
+            .lines()
+            .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(SchedAccount {
+            run_delay_ns,
+            nivcsw,
+        })
+    }
+
+    /// What was added since `before`.
+    pub fn since(self, before: SchedAccount) -> SchedAccount {
+        SchedAccount {
+            run_delay_ns: self.run_delay_ns.saturating_sub(before.run_delay_ns),
+            nivcsw: self.nivcsw.saturating_sub(before.nivcsw),
+        }
+    }
+}
+
+/// What the guard found in one recorded window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WindowCheck {
+    /// The scheduler's account over the window (`None`: unreadable on this host).
+    pub sched: Option<SchedAccount>,
+    /// The longest gap between two consecutive events, or the longest memory write, ns.
+    pub longest_gap_ns: f64,
+}
+
+impl WindowCheck {
+    /// Checks `events` (recorded on this host, so [`raw::ticks_per_ns`] converts their time
+    /// stamps) with the scheduler's account `sched` over their window.
+    pub fn of(events: &[raw::Event], sched: Option<SchedAccount>) -> WindowCheck {
+        let tpn = raw::ticks_per_ns();
+        let mut longest = 0u64;
+        let mut prev: Option<u64> = None;
+        for e in events {
+            if let Some(p) = prev {
+                longest = longest.max(e.t.saturating_sub(p));
+            }
+            prev = Some(match e.kind {
+                raw::Kind::Write { end, .. } => {
+                    longest = longest.max(end.saturating_sub(e.t));
+                    end
+                }
+                _ => e.t,
+            });
+        }
+        WindowCheck {
+            sched,
+            longest_gap_ns: longest as f64 / tpn,
+        }
+    }
+
+    /// The host took the CPU away from the recording thread: the scheduler ran something
+    /// else while it was runnable, or a stall left a gap no engine path takes.
+    pub fn disturbed(&self) -> bool {
+        self.sched
+            .is_some_and(|s| s.run_delay_ns > 0 || s.nivcsw > 0)
+            || self.longest_gap_ns >= CaptureGuard::STALL_NS
+    }
+}
+
+/// One kind of window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Slot {
+    Untraced,
+    Recorded,
+    /// Recorded with this class's trylocks failing.
+    Fallback(&'static LockClass),
+}
+
+/// Which windows have been accepted, and the one open: untraced and recorded windows in turns
+/// (untraced first, as [`recorded`] orders them), then one per fallback class; a disturbed
+/// recorded or fallback window is not counted, so the next window is of its kind again.
+#[derive(Debug, Default)]
+struct Plan {
+    untraced: usize,
+    recorded: usize,
+    fallback: usize,
+    /// Retakes of the recordings, and of the current fallback class.
+    recorded_retakes: usize,
+    fallback_retakes: usize,
+    /// The current fallback class's least disturbed attempt so far.
+    fallback_candidate: Option<(Vec<raw::Event>, WindowCheck)>,
+    current: Option<Slot>,
+    guard: CaptureGuard,
+}
+
+impl Plan {
+    /// The next window to run, `None` when every window is in.
+    fn next(&self, classes: &[&'static LockClass]) -> Option<Slot> {
+        if self.untraced < ROUNDS && self.untraced <= self.recorded {
+            Some(Slot::Untraced)
+        } else if self.recorded < ROUNDS {
+            Some(Slot::Recorded)
+        } else {
+            classes.get(self.fallback).map(|&c| Slot::Fallback(c))
+        }
+    }
 }
 
 /// The recording buffer's room per fault (events), allocated and made resident before a
@@ -155,8 +313,9 @@ pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
     v
 }
 
-/// The best recording so far: time lost to preemption (wall less CPU time), CPU time, events.
-type Best = Option<(f64, f64, Vec<raw::Event>)>;
+/// The best recording so far: whether the guard found it disturbed, time lost to preemption
+/// (wall less CPU time), CPU time, events, and the guard's check.
+type Best = Option<(bool, f64, f64, Vec<raw::Event>, WindowCheck)>;
 
 /// Where the wrapped task is in its run, and what it recorded.
 ///
@@ -172,8 +331,10 @@ struct Ctl {
     maps: AtomicUsize,
     in_window: AtomicBool,
     stop: AtomicBool,
-    /// Start of the open window: wall clock and thread CPU time.
-    opened: Mutex<Option<(Instant, u64)>>,
+    /// Start of the open window: wall clock, thread CPU time and the scheduler's account.
+    opened: Mutex<Option<(Instant, u64, Option<SchedAccount>)>>,
+    /// Windows accepted so far, and what the guard saw (the continuous loops and pft).
+    plan: Mutex<Plan>,
     /// CPU time of each untraced window, ns.
     untraced: Mutex<Vec<f64>>,
     best: Mutex<Best>,
@@ -181,8 +342,8 @@ struct Ctl {
     capacity: usize,
     /// One window each after the timed ones, with that class's trylocks failing.
     fallback_classes: Vec<&'static LockClass>,
-    /// What those windows recorded.
-    fallbacks: Mutex<Vec<Vec<raw::Event>>>,
+    /// What those windows recorded, with the guard's check of each.
+    fallbacks: Mutex<Vec<(Vec<raw::Event>, WindowCheck)>>,
     /// Set by task 0 when a pft repetition is about to start its window, cleared by the
     /// first companion store after that (only read by companions otherwise).
     await_companion: AtomicBool,
@@ -208,6 +369,7 @@ impl Ctl {
             in_window: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             opened: Mutex::new(None),
+            plan: Mutex::new(Plan::default()),
             untraced: Mutex::new(Vec::new()),
             best: Mutex::new(None),
             overhead: Mutex::new(None),
@@ -237,55 +399,173 @@ impl Ctl {
         }
     }
 
-    /// Windows in all: untraced, recorded, and one per fallback class.
+    /// Windows in all when none is retaken: untraced, recorded, and one per fallback class.
     fn windows(&self) -> usize {
         2 * ROUNDS + self.fallback_classes.len()
     }
 
-    /// Opens window `w` (untraced and recorded in turns, see [`recorded`]; from `2 * ROUNDS` on, with
-    /// one fallback class's trylocks failing).
-    fn open(&self, w: usize) {
-        if let Some(&class) = w
-            .checked_sub(2 * ROUNDS)
-            .and_then(|j| self.fallback_classes.get(j))
-        {
-            raw::force_trylock_failure(Some(class));
-            raw::start(self.capacity);
-            return;
-        }
-        if recorded(w) {
-            let mut o = self.overhead.lock().unwrap();
-            if o.is_none() {
-                *o = Some(raw::measure_overhead());
+    /// Opens the next window of the [`Plan`]; false when every window is in.
+    fn open_next(&self) -> bool {
+        let mut plan = self.plan.lock().unwrap();
+        let Some(slot) = plan.next(&self.fallback_classes) else {
+            return false;
+        };
+        plan.current = Some(slot);
+        drop(plan);
+        match slot {
+            Slot::Untraced => {}
+            Slot::Recorded => {
+                let mut o = self.overhead.lock().unwrap();
+                if o.is_none() {
+                    *o = Some(raw::measure_overhead());
+                }
+                drop(o);
+                raw::start(self.capacity);
             }
-            raw::start(self.capacity);
+            Slot::Fallback(class) => {
+                raw::force_trylock_failure(Some(class));
+                raw::start(self.capacity);
+            }
         }
-        *self.opened.lock().unwrap() = Some((Instant::now(), pft::thread_cpu_ns()));
+        // The account first: reading it (two /proc files) stays outside the timed window.
+        let sched = SchedAccount::now();
+        *self.opened.lock().unwrap() = Some((Instant::now(), pft::thread_cpu_ns(), sched));
+        true
     }
 
-    /// Closes window `w`.
-    fn close(&self, w: usize) {
-        if w >= 2 * ROUNDS {
-            let events = raw::stop();
-            raw::force_trylock_failure(None);
-            self.fallbacks.lock().unwrap().push(events);
+    /// Closes the open window (if any) and judges it; sets `stop` once every window is in.
+    fn close_current(&self) {
+        let Some(slot) = self.plan.lock().unwrap().current.take() else {
             return;
+        };
+        let events = match slot {
+            Slot::Untraced => Vec::new(),
+            _ => raw::stop(),
+        };
+        if let Slot::Fallback(_) = slot {
+            raw::force_trylock_failure(None);
         }
-        let events = if recorded(w) { raw::stop() } else { Vec::new() };
-        let Some((t0, c0)) = self.opened.lock().unwrap().take() else {
+        let Some((t0, c0, s0)) = self.opened.lock().unwrap().take() else {
             return;
         };
         let wall = t0.elapsed().as_nanos() as f64;
         let cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
-        if !recorded(w) {
+        let sched = s0.zip(SchedAccount::now()).map(|(a, b)| b.since(a));
+        let check = WindowCheck::of(&events, sched);
+        self.accept(slot, events, wall, cpu, check);
+        if self
+            .plan
+            .lock()
+            .unwrap()
+            .next(&self.fallback_classes)
+            .is_none()
+        {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a closed window of kind `slot` (wall and thread CPU time, ns) unless the guard
+    /// found it disturbed and the retake budget is not spent, in which case the next window
+    /// is of its kind again. A disturbed recording is still a candidate for the kept one, below
+    /// every undisturbed one, so that the least disturbed is kept when the budget runs out.
+    fn accept(&self, slot: Slot, events: Vec<raw::Event>, wall: f64, cpu: f64, check: WindowCheck) {
+        let mut plan = self.plan.lock().unwrap();
+        if slot == Slot::Untraced {
+            // Thread CPU time: preemption does not add to it.
             self.untraced.lock().unwrap().push(cpu);
-        } else {
-            let lost = (wall - cpu).max(0.0);
-            let mut best = self.best.lock().unwrap();
-            if best.as_ref().is_none_or(|(l, _, _)| lost < *l) {
-                *best = Some((lost, cpu, events));
+            plan.untraced += 1;
+            return;
+        }
+        let disturbed = check.disturbed();
+        plan.guard.windows += 1;
+        if check.sched.is_none() {
+            plan.guard.unaccounted = true;
+        }
+        let retake = disturbed
+            && match slot {
+                Slot::Fallback(_) => plan.fallback_retakes < FALLBACK_RETAKES,
+                _ => plan.recorded_retakes < RETAKES,
+            };
+        if retake {
+            plan.guard.retaken += 1;
+            match slot {
+                Slot::Fallback(_) => plan.fallback_retakes += 1,
+                _ => plan.recorded_retakes += 1,
             }
         }
+        match slot {
+            Slot::Untraced => unreachable!("counted above"),
+            Slot::Recorded => {
+                self.offer_recorded(disturbed, (wall - cpu).max(0.0), cpu, events, check);
+                if !retake {
+                    plan.recorded += 1;
+                }
+            }
+            Slot::Fallback(_) => {
+                let better = plan
+                    .fallback_candidate
+                    .as_ref()
+                    .is_none_or(|(_, c)| severity(&check) < severity(c));
+                let mut kept = (events, check);
+                if !disturbed {
+                    plan.fallback_candidate = None;
+                } else if better {
+                    if retake {
+                        plan.fallback_candidate = Some(kept);
+                        return;
+                    }
+                    plan.fallback_candidate = None;
+                } else if retake {
+                    return;
+                } else {
+                    kept = plan.fallback_candidate.take().expect("a better candidate");
+                }
+                self.fallbacks.lock().unwrap().push(kept);
+                plan.fallback += 1;
+                plan.fallback_retakes = 0;
+            }
+        }
+    }
+
+    /// Keeps a recording of `cpu` ns (`lost` ns of its wall time lost) if it is better than
+    /// the one kept: undisturbed first, then the least time lost.
+    fn offer_recorded(
+        &self,
+        disturbed: bool,
+        lost: f64,
+        cpu: f64,
+        events: Vec<raw::Event>,
+        check: WindowCheck,
+    ) {
+        let mut best = self.best.lock().unwrap();
+        if best
+            .as_ref()
+            .is_none_or(|(d, l, ..)| (disturbed, lost) < (*d, *l))
+        {
+            *best = Some((disturbed, lost, cpu, events, check));
+        }
+    }
+
+    /// What the guard saw, over the windows kept: the recording and the fallback windows.
+    fn guard(&self) -> CaptureGuard {
+        let mut g = self.plan.lock().unwrap().guard.clone();
+        let best = self.best.lock().unwrap();
+        let fallbacks = self.fallbacks.lock().unwrap();
+        let kept = best
+            .iter()
+            .map(|b| &b.4)
+            .chain(fallbacks.iter().map(|f| &f.1));
+        for c in kept {
+            if c.disturbed() {
+                g.kept_preempted += 1;
+            }
+            if let Some(s) = c.sched {
+                g.run_delay_ns += s.run_delay_ns;
+                g.nivcsw += s.nivcsw;
+            }
+            g.longest_gap_ns = g.longest_gap_ns.max(c.longest_gap_ns);
+        }
+        g
     }
 
     /// A boundary of a will-it-scale loop (after an unmap).
@@ -294,24 +574,24 @@ impl Ctl {
         if b < self.warmup || !(b - self.warmup).is_multiple_of(self.cycles) {
             return;
         }
-        let w = (b - self.warmup) / self.cycles;
-        if w > 0 {
-            self.close(w - 1);
+        if b > self.warmup {
+            self.close_current();
         }
-        if w < self.windows() {
-            self.open(w);
-        } else {
+        if !self.open_next() {
             self.stop.store(true, Ordering::Relaxed);
         }
     }
 
     /// pft repetition `rep` (1-based) starts or ends its timed section.
     fn pft_window(&self, rep: usize, start: bool) {
-        if rep <= self.warmup || rep > self.warmup + self.windows() {
+        if rep <= self.warmup {
             return;
         }
-        let w = rep - self.warmup - 1;
-        if start { self.open(w) } else { self.close(w) }
+        if start {
+            self.open_next();
+        } else {
+            self.close_current();
+        }
     }
 }
 
@@ -453,7 +733,6 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
             traced: i == 0,
         })
         .collect();
-    let never = AtomicBool::new(false);
     match window {
         Window::Cycle if rounds::is_research(spec.workload) => {
             rounds::run(spec.workload, &ctl, vms)?;
@@ -498,16 +777,22 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
             })?;
         }
         Window::Once => {
+            // Room for every retake; the run stops once every window is in.
             let params = PftParams {
                 bytes: pft_bytes,
-                repetitions: 1 + ctl.windows(),
+                repetitions: 1
+                    + ctl.windows()
+                    + RETAKES
+                    + FALLBACK_RETAKES * ctl.fallback_classes.len(),
                 vma_per_task: !shared_vma,
             };
-            pft::run(vms, true, params, &never, &mut |_, _, _| {})
+            pft::run(vms, true, params, &ctl.stop, &mut |_, _, _| {})
                 .map_err(CaptureError::Workload)?;
         }
     }
-    let Some((_, traced_ns, events)) = ctl.best.lock().unwrap().take() else {
+    // The round-based captures keep their fixed order and only report their kept window.
+    let guard = ctl.guard();
+    let Some((_, _, traced_ns, events, _)) = ctl.best.lock().unwrap().take() else {
         return Err(CaptureError::Incomplete(
             "the recording window never closed",
         ));
@@ -541,9 +826,195 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         traced_ns,
         untraced_ns,
         compute_scale: 1.0,
+        guard: Some(guard),
     };
-    let fallbacks = std::mem::take(&mut *ctl.fallbacks.lock().unwrap());
+    let fallbacks: Vec<Vec<raw::Event>> = std::mem::take(&mut *ctl.fallbacks.lock().unwrap())
+        .into_iter()
+        .map(|(events, _)| events)
+        .collect();
     let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
     trace.set_rwsem(spec.profile.policy.locks.rwsem);
     Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctl(classes: Vec<&'static LockClass>) -> Ctl {
+        Ctl::new(Window::Once, 1, 0, classes)
+    }
+
+    fn clean() -> WindowCheck {
+        WindowCheck {
+            sched: Some(SchedAccount::default()),
+            longest_gap_ns: 1_000.0,
+        }
+    }
+
+    fn preempted() -> WindowCheck {
+        WindowCheck {
+            sched: Some(SchedAccount {
+                run_delay_ns: 2_500_000,
+                nivcsw: 1,
+            }),
+            longest_gap_ns: 1_000.0,
+        }
+    }
+
+    /// Accepts the plan's next window with `check` (CPU time `cpu`); returns its kind.
+    fn step(c: &Ctl, cpu: f64, check: WindowCheck) -> Slot {
+        let slot = c
+            .plan
+            .lock()
+            .unwrap()
+            .next(&c.fallback_classes)
+            .expect("a window left");
+        c.accept(slot, Vec::new(), cpu + 10.0, cpu, check);
+        slot
+    }
+
+    fn raw_event(t: u64) -> raw::Event {
+        raw::Event {
+            t,
+            kind: raw::Kind::Ops(1),
+            class: &pagelab_mm::alloc::PCP_LOCK,
+            instance: 0,
+            model: pagelab_sync::trace::LockModel::Line,
+        }
+    }
+
+    #[test]
+    fn a_window_the_scheduler_preempted_or_stalled_is_disturbed() {
+        assert!(!clean().disturbed());
+        assert!(preempted().disturbed());
+        let only_delay = WindowCheck {
+            sched: Some(SchedAccount {
+                run_delay_ns: 40_000,
+                nivcsw: 0,
+            }),
+            longest_gap_ns: 0.0,
+        };
+        assert!(only_delay.disturbed());
+        // A stall the scheduler did not account (a hypervisor's steal): found by its gap.
+        let tpn = raw::ticks_per_ns();
+        let t0 = 1_000_000u64;
+        let gap = |ns: f64| (ns * tpn) as u64;
+        let events = [
+            raw_event(t0),
+            raw_event(t0 + gap(300.0)),
+            raw_event(t0 + gap(300.0) + gap(2.0 * CaptureGuard::STALL_NS)),
+        ];
+        let c = WindowCheck::of(&events, None);
+        assert!(c.longest_gap_ns > 1.5 * CaptureGuard::STALL_NS, "{c:?}");
+        assert!(c.disturbed());
+        let c = WindowCheck::of(&events[..2], Some(SchedAccount::default()));
+        assert!(c.longest_gap_ns < 1_000.0, "{c:?}");
+        assert!(!c.disturbed());
+    }
+
+    #[test]
+    fn a_preempted_recording_is_retaken_and_the_clean_one_kept() {
+        let c = ctl(Vec::new());
+        assert_eq!(step(&c, 100.0, clean()), Slot::Untraced);
+        // The first recording was preempted: it does not count, the next window records again,
+        // and the clean one replaces it although the preempted one lost less wall time.
+        assert_eq!(step(&c, 111.0, preempted()), Slot::Recorded);
+        assert_eq!(step(&c, 222.0, clean()), Slot::Recorded);
+        {
+            let p = c.plan.lock().unwrap();
+            assert_eq!((p.untraced, p.recorded, p.guard.retaken), (1, 1, 1));
+        }
+        let best = c.best.lock().unwrap();
+        let (disturbed, _, cpu, _, _) = best.as_ref().expect("a recording kept");
+        assert!(!disturbed);
+        assert_eq!(*cpu, 222.0);
+    }
+
+    #[test]
+    fn a_preempted_fallback_window_is_retaken() {
+        let c = ctl(vec![&pagelab_mm::alloc::PCP_LOCK]);
+        for _ in 0..ROUNDS {
+            assert_eq!(step(&c, 100.0, clean()), Slot::Untraced);
+            assert_eq!(step(&c, 100.0, clean()), Slot::Recorded);
+        }
+        let stalled = WindowCheck {
+            sched: Some(SchedAccount::default()),
+            longest_gap_ns: 3e6,
+        };
+        assert!(matches!(step(&c, 100.0, stalled), Slot::Fallback(_)));
+        assert!(c.fallbacks.lock().unwrap().is_empty());
+        assert!(matches!(step(&c, 100.0, clean()), Slot::Fallback(_)));
+        assert_eq!(c.fallbacks.lock().unwrap().len(), 1);
+        assert!(c.plan.lock().unwrap().next(&c.fallback_classes).is_none());
+        let g = c.guard();
+        assert_eq!((g.windows, g.retaken, g.kept_preempted), (5, 1, 0));
+        assert!(g.longest_gap_ns < 3e6);
+    }
+
+    #[test]
+    fn past_its_budget_a_fallback_class_keeps_its_least_disturbed_window() {
+        let c = ctl(vec![&pagelab_mm::alloc::PCP_LOCK]);
+        for _ in 0..ROUNDS {
+            step(&c, 100.0, clean());
+            step(&c, 100.0, clean());
+        }
+        let stalled = |gap_ms: f64| WindowCheck {
+            sched: Some(SchedAccount::default()),
+            longest_gap_ns: gap_ms * 1e6,
+        };
+        // Each attempt is told apart by its gap; the second is the least disturbed.
+        for gap in [3.0, 0.5, 2.0, 4.0, 1.0] {
+            assert!(c.fallbacks.lock().unwrap().is_empty());
+            assert!(matches!(step(&c, 100.0, stalled(gap)), Slot::Fallback(_)));
+        }
+        let kept = c.fallbacks.lock().unwrap();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].1.longest_gap_ns, 0.5e6);
+        drop(kept);
+        let g = c.guard();
+        assert_eq!(
+            (g.retaken as usize, g.kept_preempted),
+            (FALLBACK_RETAKES, 1)
+        );
+    }
+
+    #[test]
+    fn past_the_budget_the_least_disturbed_recording_is_kept_and_reported() {
+        let c = ctl(Vec::new());
+        let mut taken = 0;
+        loop {
+            let next = c.plan.lock().unwrap().next(&c.fallback_classes);
+            let Some(p) = next else { break };
+            taken += 1;
+            assert!(taken < 100, "the plan never ended");
+            let check = if p == Slot::Untraced {
+                clean()
+            } else {
+                preempted()
+            };
+            c.accept(p, Vec::new(), 1000.0 + taken as f64, 100.0, check);
+        }
+        let g = c.guard();
+        assert_eq!(g.retaken as usize, RETAKES);
+        assert_eq!(g.windows as usize, RETAKES + ROUNDS);
+        assert_eq!(g.kept_preempted, 1);
+        assert_eq!(g.nivcsw, 1);
+        assert!(
+            g.describe().contains("1 kept preempted"),
+            "{}",
+            g.describe()
+        );
+    }
+
+    #[test]
+    fn this_hosts_scheduler_account_is_read() {
+        // Linux with CONFIG_SCHED_INFO (every distribution kernel): the account is there, and
+        // only grows.
+        let a = SchedAccount::now().expect("/proc/thread-self/schedstat and status");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = SchedAccount::now().expect("read twice");
+        assert_eq!(b.since(a).nivcsw, b.nivcsw - a.nivcsw);
+        assert!(b.run_delay_ns >= a.run_delay_ns);
+    }
 }

@@ -181,6 +181,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         traced_ns,
         untraced_ns,
         compute_scale: 1.0,
+        guard: None,
     };
     let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
     trace.set_rwsem(policy.locks.rwsem);

@@ -427,6 +427,7 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         traced_ns,
         untraced_ns,
         compute_scale: 1.0,
+        guard: None,
     };
     let mut trace = Trace::from_raw_pair(meta, &sender, &receiver);
     trace.set_rwsem(spec.profile.policy.locks.rwsem);

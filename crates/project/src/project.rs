@@ -598,6 +598,7 @@ mod tests {
                 traced_ns: 1.0,
                 untraced_ns: 1.0,
                 compute_scale: 1.0,
+                guard: None,
             },
             instances: Vec::new(),
             events: vec![

@@ -1872,6 +1872,7 @@ ipi_handler_ns = 500.0
                 traced_ns: 1.0,
                 untraced_ns: 1.0,
                 compute_scale: 1.0,
+                guard: None,
             },
             instances: vec![Instance {
                 class: "mmap_lock".into(),

@@ -128,6 +128,72 @@ pub struct TraceMeta {
     /// What the compute gaps were multiplied by so that the trace adds up to the untraced
     /// run (recording's cache and timer costs that the per-event overhead leaves over).
     pub compute_scale: f64,
+    /// What the capture's preemption guard saw of the recorded windows
+    /// ([`crate::capture`]); absent in traces made before it, or built by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<CaptureGuard>,
+}
+
+/// The scheduler's account of a capture's recorded windows (the main recording and the
+/// fallback windows): a window in which the host took the CPU away from the capturing thread
+/// holds that time inside whatever the thread was doing, often inside a critical section,
+/// and the replay would model it as the engine's own work. The kernel counts each such loss
+/// for the thread: `run_delay` (`/proc/thread-self/schedstat`, the time it sat runnable on a
+/// run queue, `sched_info` accounting) and its involuntary context switches
+/// (`nonvoluntary_ctxt_switches`, `nivcsw`, counted in `__schedule` when a task is switched
+/// out while still runnable). A hypervisor's steal and long interrupts show in neither, so
+/// the guard also looks for a stall: a gap between two recorded events, or a memory write,
+/// longer than [`CaptureGuard::STALL_NS`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CaptureGuard {
+    /// Recorded windows run (main and fallback), retaken ones included.
+    pub windows: u32,
+    /// Windows refused and run again because they were preempted or stalled.
+    pub retaken: u32,
+    /// Windows kept although preempted or stalled: the retake budget ran out.
+    pub kept_preempted: u32,
+    /// Over the kept windows: time runnable but waiting for a CPU, ns, and involuntary
+    /// context switches.
+    pub run_delay_ns: u64,
+    pub nivcsw: u64,
+    /// The longest gap (or write) in the kept windows, ns.
+    pub longest_gap_ns: f64,
+    /// The scheduler's account could not be read (no schedstat): only stalls were looked for.
+    pub unaccounted: bool,
+    /// Stalls taken out of the kept windows ([`Trace::from_raw_with_fallbacks`]): compute gaps
+    /// dropped and page writes costed at the window's own rate instead.
+    #[serde(default)]
+    pub stalls_removed: u32,
+}
+
+impl CaptureGuard {
+    /// A gap at least this long between two recorded events is the host's, not the engine's:
+    /// the engine's fault path records an event every few hundred nanoseconds, a timer tick's
+    /// interrupt takes a few microseconds (tens in a guest, with its VM exits), while a task
+    /// the scheduler runs instead keeps the CPU for at least a slice (0.75 ms by default,
+    /// `sysctl_sched_base_slice`). 100 us lies between the two by an order of magnitude each
+    /// way: interrupts, which the real machine takes too, stay in the trace; a slice lost to
+    /// another task does not.
+    pub const STALL_NS: f64 = 100_000.0;
+
+    /// One line for `pagelab trace` and `validate`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} recorded windows, {} retaken (preempted or stalled), {} kept preempted; kept windows waited {:.1} us for a CPU, {} involuntary switches, longest gap {:.1} us, {} stalls taken out{}",
+            self.windows,
+            self.retaken,
+            self.kept_preempted,
+            self.run_delay_ns as f64 / 1e3,
+            self.nivcsw,
+            self.longest_gap_ns / 1e3,
+            self.stalls_removed,
+            if self.unaccounted {
+                " (no scheduler account on this host: stalls only)"
+            } else {
+                ""
+            }
+        )
+    }
 }
 
 impl TraceMeta {
@@ -337,6 +403,43 @@ impl Builder {
     }
 }
 
+/// Takes the stalls (module docs of [`CaptureGuard`]) out of `events`; returns how many.
+fn remove_stalls(out: &mut [Event], fallbacks: &mut [Fallback]) -> u32 {
+    let (mut bytes, mut ns) = (0.0, 0.0);
+    let all = out
+        .iter()
+        .chain(fallbacks.iter().flat_map(|f| f.segments.iter().flatten()));
+    for e in all {
+        if let Event::Write { bytes: b, host_ns } = *e
+            && host_ns < CaptureGuard::STALL_NS
+        {
+            bytes += f64::from(b);
+            ns += host_ns;
+        }
+    }
+    let per_byte = if bytes > 0.0 { ns / bytes } else { 0.0 };
+    let mut n = 0;
+    let all = out.iter_mut().chain(
+        fallbacks
+            .iter_mut()
+            .flat_map(|f| f.segments.iter_mut().flatten()),
+    );
+    for e in all {
+        match e {
+            Event::Compute { ns } if *ns >= CaptureGuard::STALL_NS => {
+                *ns = 0.0;
+                n += 1;
+            }
+            Event::Write { bytes, host_ns } if *host_ns >= CaptureGuard::STALL_NS => {
+                *host_ns = per_byte * f64::from(*bytes);
+                n += 1;
+            }
+            _ => {}
+        }
+    }
+    n
+}
+
 /// The fallback stretches of a recording made with a class's trylocks forced to fail: from
 /// each failure marker to the release that leaves the locks taken since at none (the end of
 /// the fallback lock's hold). A stretch that reaches an operation's end, another failure or
@@ -410,6 +513,16 @@ impl Trace {
         }
         meta.raw_events = events.len() as u64;
         meta.ops = ops;
+        // A capture's trace (one with a guard) loses its stalls: a gap or a page write of
+        // `STALL_NS` or more is the host's (preemption, steal), which the untraced window's
+        // thread CPU time does not hold either. Left in, it is replayed as work inside
+        // whatever lock the thread held, and a preempted page write shrinks the compute the
+        // scaling below leaves. A stalled gap is dropped (the engine's few instructions in it
+        // are then spread by the scaling); a stalled write is costed at the window's own
+        // clearing rate.
+        if let Some(g) = meta.guard.as_mut() {
+            g.stalls_removed = remove_stalls(&mut out, &mut fallbacks);
+        }
         // What recording costs beyond the measured per-event overhead (cache misses on the
         // buffer, mostly) is spread over the gaps: the untraced run of the same work is the
         // total the trace must add up to.
@@ -576,6 +689,9 @@ impl Trace {
             m.overhead_ns_per_event,
             m.compute_scale
         );
+        if let Some(g) = &m.guard {
+            let _ = writeln!(s, "preemption guard: {}", g.describe());
+        }
         // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
         // symbolic (an entry of a list, resolved at replay).
         let mut per: Vec<(String, [u64; 6])> = Vec::new();
@@ -1114,6 +1230,7 @@ mod tests {
             traced_ns: 1.0,
             untraced_ns: 1.0,
             compute_scale: 1.0,
+            guard: None,
         }
     }
 
@@ -1390,6 +1507,81 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("/nonexistent/x.pltrace:"), "{e}");
+    }
+
+    /// A capture's trace loses the host's stalls: a 2 ms gap inside a hold (the thread
+    /// preempted holding the lock) is not replayed as work under it, and a page write the
+    /// host stalled is costed at the window's own clearing rate, so that the compute the
+    /// untraced time leaves is not squeezed by it. A trace without a guard is left as built.
+    #[test]
+    fn a_captures_stalls_are_taken_out() {
+        static C: LockClass = LockClass::new("c", Scope::Mm);
+        let tpn = raw::ticks_per_ns();
+        let at = |ns: f64| (ns * tpn) as u64;
+        let ev = |t: f64, kind: raw::Kind| raw::Event {
+            t: at(t),
+            kind,
+            class: &C,
+            instance: 0xa0,
+            model: LockModel::Queued,
+        };
+        let write = |t: f64, ns: f64| {
+            ev(
+                t,
+                raw::Kind::Write {
+                    bytes: 4096,
+                    end: at(t + ns),
+                },
+            )
+        };
+        let acquire = raw::Kind::Acquire {
+            access: Access::Exclusive,
+            trylock: false,
+        };
+        let release = raw::Kind::Release {
+            access: Access::Exclusive,
+        };
+        let raw_events = [
+            ev(1000.0, acquire),
+            // Preempted for 2 ms inside the hold.
+            ev(2_001_100.0, release),
+            write(2_001_200.0, 100.0),
+            // A write the host stalled for 1 ms.
+            write(2_001_400.0, 1_000_000.0),
+            ev(3_001_500.0, raw::Kind::Ops(2)),
+        ];
+        let mut m = meta();
+        // Above everything the window holds: no scaling either way.
+        m.untraced_ns = 4_000_000.0;
+        let plain = Trace::from_raw(m.clone(), &raw_events);
+        let longest = |t: &Trace| {
+            t.events
+                .iter()
+                .map(|e| match *e {
+                    Event::Compute { ns } => ns,
+                    Event::Write { host_ns, .. } => host_ns,
+                    _ => 0.0,
+                })
+                .fold(0.0, f64::max)
+        };
+        assert!(longest(&plain) > 1e6, "no guard: as built");
+        m.guard = Some(CaptureGuard::default());
+        let t = Trace::from_raw(m, &raw_events);
+        assert_eq!(t.meta.guard.as_ref().unwrap().stalls_removed, 2);
+        assert!(longest(&t) < 1_000.0, "{:?}", t.events);
+        let writes: Vec<f64> = t
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Write { host_ns, .. } => Some(host_ns),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(writes.len(), 2);
+        assert!(
+            writes.iter().all(|&w| (w - 100.0).abs() < 5.0),
+            "{writes:?}"
+        );
     }
 
     #[test]

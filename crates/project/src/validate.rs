@@ -424,6 +424,10 @@ pub struct TableReport {
     /// Simulated events and replay seconds, for the speed figures.
     pub events: u64,
     pub replay_seconds: f64,
+    /// Per capture (each profile's in the order taken): its profile and what its preemption guard
+    /// saw (`None` for a capture without one), so that a row the capture noise moved can be
+    /// traced to a capture the host disturbed.
+    pub guards: Vec<(String, Option<crate::trace::CaptureGuard>)>,
 }
 
 impl TableReport {
@@ -440,6 +444,14 @@ impl TableReport {
             self.captures,
             if self.captures == 1 { "" } else { "s" }
         );
+        for (profile, g) in &self.guards {
+            let _ = writeln!(
+                s,
+                "  capture of {profile}: {}",
+                g.as_ref()
+                    .map_or("no preemption guard".to_string(), |g| g.describe())
+            );
+        }
         let _ = writeln!(
             s,
             "{:<22} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>9}  captures' range",
@@ -690,6 +702,14 @@ pub fn validate_table(
         rows: compared,
         changes,
         events: proj.iter().flat_map(|p| &p.rows).map(ProjRow::events).sum(),
+        guards: proj
+            .iter()
+            .flat_map(|p| {
+                p.traces
+                    .iter()
+                    .map(|t| (p.profile.name.clone(), t.meta.guard.clone()))
+            })
+            .collect(),
         replay_seconds: proj
             .iter()
             .flat_map(|p| &p.rows)
@@ -1053,6 +1073,7 @@ mod tests {
                 traced_ns: 1.0,
                 untraced_ns: 1.0,
                 compute_scale: 1.0,
+                guard: None,
             },
             instances: Vec::new(),
             events,
@@ -1290,5 +1311,41 @@ b,processes,8,faults/sec,8080,100
         assert!((c.projected_low + 100.0 * 2.0 / 3.0).abs() < 1e-9 && c.projected_high == 200.0);
         // 4 profiles x 2 modes: the baseline's two one-task rows are fitted.
         assert_eq!(compared.iter().filter(|c| c.fitted).count(), 2);
+    }
+
+    /// The report says, per capture, what its preemption guard saw: a swing between two
+    /// validations can then be traced to captures the host disturbed.
+    #[test]
+    fn the_report_names_each_captures_guard() {
+        let r = TableReport {
+            table: "t".into(),
+            experiment: "e".into(),
+            machine: "m".into(),
+            mean: MeanKind::Harmonic,
+            captures: 1,
+            rows: Vec::new(),
+            changes: Vec::new(),
+            summary: Summaries::of(&[], &[]),
+            events: 0,
+            replay_seconds: 0.0,
+            guards: vec![
+                (
+                    "pvl-v2".into(),
+                    Some(crate::trace::CaptureGuard {
+                        windows: 7,
+                        retaken: 2,
+                        kept_preempted: 1,
+                        ..Default::default()
+                    }),
+                ),
+                ("old".into(), None),
+            ],
+        };
+        let s = r.render();
+        assert!(
+            s.contains("capture of pvl-v2: 7 recorded windows, 2 retaken (preempted or stalled), 1 kept preempted"),
+            "{s}"
+        );
+        assert!(s.contains("capture of old: no preemption guard"), "{s}");
     }
 }

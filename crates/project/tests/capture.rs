@@ -335,3 +335,25 @@ fn lru_batch_locks_are_recorded_one_instance_per_lock() {
     assert_eq!(acquires(&base, "lru_batch_lock"), 0);
     assert!(acquires(&t, "lru_batch_lock") > 0);
 }
+
+/// Every capture says what its preemption guard saw over the recorded windows, and the trace
+/// file keeps it: of the windows run, those not retaken are the three recordings and one per
+/// fallback class (pvl-v2: the per-VMA lock and the pcp lock).
+#[test]
+fn a_pft_capture_records_its_preemption_guard() {
+    let p = profiles::load("pvl-v2").unwrap();
+    let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 4);
+    spec.pft_bytes = 4 << 20;
+    let t = capture(&spec).unwrap();
+    let g = t.meta.guard.clone().expect("the capture's guard");
+    assert_eq!(g.windows - g.retaken, 3 + 2, "{g:?}");
+    use pagelab_project::capture::{FALLBACK_RETAKES, RETAKES};
+    assert!(
+        g.retaken as usize <= RETAKES + 2 * FALLBACK_RETAKES,
+        "{g:?}"
+    );
+    assert!(g.kept_preempted <= 5);
+    assert!(t.summary().contains("preemption guard: "));
+    let back = Trace::decode(&t.encode(), "test").unwrap();
+    assert_eq!(back.meta.guard, Some(g));
+}

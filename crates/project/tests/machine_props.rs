@@ -218,6 +218,7 @@ fn trace(window: Window) -> Trace {
             traced_ns: 1.0,
             untraced_ns: 1.0,
             compute_scale: 1.0,
+            guard: None,
         },
         instances: vec![
             inst("zone->lock", Scope::Node, LockModel::Queued, false),

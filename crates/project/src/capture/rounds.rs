@@ -35,7 +35,7 @@ use pagelab_workloads::runner::{Hooks, SampleSpec};
 use pagelab_workloads::vm::Vm;
 use pagelab_workloads::{WorkloadError, WorkloadKind, pft};
 
-use super::{Ctl, ROUNDS, TracedVm, recorded};
+use super::{Ctl, ROUNDS, TracedVm, WindowCheck, recorded};
 use crate::error::CaptureError;
 
 /// Recording buffer room per operation (events): a mapbench iteration is an mmap, a fault and
@@ -330,16 +330,21 @@ impl<'a> Segments<'a> {
         }
         let done = std::mem::take(&mut *open);
         drop(open);
+        // Rounds keep their fixed order (no retakes): the guard only looks for stalls in the
+        // segments laid end to end, and the trace reports what it found.
+        let check = WindowCheck::of(&done.events, None);
         if fallback {
-            self.ctl.fallbacks.lock().unwrap().push(done.events);
+            self.ctl
+                .fallbacks
+                .lock()
+                .unwrap()
+                .push((done.events, check));
         } else if !recorded(w) {
             self.ctl.untraced.lock().unwrap().push(done.cpu);
         } else {
             let lost = (done.wall - done.cpu).max(0.0);
-            let mut best = self.ctl.best.lock().unwrap();
-            if best.as_ref().is_none_or(|(l, _, _)| lost < *l) {
-                *best = Some((lost, done.cpu, done.events));
-            }
+            self.ctl
+                .offer_recorded(check.disturbed(), lost, done.cpu, done.events, check);
         }
         if w + 1 >= self.ctl.windows() {
             self.ctl.stop.store(true, Ordering::Relaxed);

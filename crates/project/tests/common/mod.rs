@@ -101,5 +101,6 @@ pub fn meta(window: Window, ops: u64) -> TraceMeta {
         traced_ns: 1.0,
         untraced_ns: 1.0,
         compute_scale: 1.0,
+        guard: None,
     }
 }
