@@ -99,6 +99,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         k.hold_ns / k.holds.max(1) as f64,
                         k.hold_ns / out.span_ns.max(1e-9)
                     );
+                    if k.line_events > 0 {
+                        println!(
+                            "     {:<24} {:>10.4} line accesses per op, {:>7.1} ns of transfers per op; list entries {:.4} per op, {:.1} ns per op",
+                            "",
+                            k.line_events as f64 / out.ops.max(1) as f64,
+                            k.line_ns / out.ops.max(1) as f64,
+                            k.entry_events as f64 / out.ops.max(1) as f64,
+                            k.entry_ns / out.ops.max(1) as f64,
+                        );
+                    }
                 }
             }
         }
