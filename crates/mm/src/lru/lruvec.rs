@@ -333,18 +333,19 @@ impl Lruvec {
 /// and counts as another CPU's.
 mod link_runs {
     use std::cell::RefCell;
-    use std::collections::HashMap;
 
     use pagelab_sync::trace;
 
+    use crate::alloc::buddy::FrameStamps;
     use crate::page::Pfn;
 
+    /// Runs are numbered from 1; 0 is "not linked by this thread while recording".
     #[derive(Default)]
     struct Runs {
         /// This thread's `lru_lock` holds taken while recording.
-        hold: u64,
-        /// Page frame -> the hold that linked it.
-        linked: HashMap<u32, u64>,
+        hold: u32,
+        /// Frame -> the hold that linked it.
+        linked: FrameStamps,
     }
 
     thread_local! {
@@ -355,32 +356,31 @@ mod link_runs {
     #[inline]
     pub(super) fn hold() {
         if trace::active() {
-            RUNS.with(|r| r.borrow_mut().hold += 1);
+            RUNS.with_borrow_mut(|r| r.hold = r.hold.wrapping_add(1).max(1));
         }
     }
 
     #[inline]
     pub(super) fn linked(pfn: Pfn) {
         if trace::active() {
-            RUNS.with(|r| {
-                let mut r = r.borrow_mut();
+            RUNS.with_borrow_mut(|r| {
                 let h = r.hold;
-                r.linked.insert(pfn.0, h);
+                r.linked.set(pfn.0, h);
             });
         }
     }
 
     #[inline]
     pub(super) fn unlinked(pfn: Pfn) {
-        RUNS.with(|r| r.borrow_mut().linked.remove(&pfn.0));
+        RUNS.with_borrow_mut(|r| r.linked.set(pfn.0, 0));
     }
 
     /// Whether this thread linked `a` and `b` in one hold.
     #[inline]
     pub(super) fn same_run(a: u32, b: u32) -> bool {
-        RUNS.with(|r| {
-            let r = r.borrow();
-            matches!((r.linked.get(&a), r.linked.get(&b)), (Some(x), Some(y)) if x == y)
+        RUNS.with_borrow(|r| {
+            let x = r.linked.get(a);
+            x != 0 && x == r.linked.get(b)
         })
     }
 }
