@@ -8,7 +8,9 @@
 //! exclusively (summed over instances, so a node-scoped lock on two nodes can reach 2): the
 //! figures lock_stat's `waittime-total` and `holdtime-total` give, to set beside published
 //! ones; `REPLAY_STRIP_LINES=1` drops the line events first (the replay as it was
-//! before the coherence model, on the same capture); `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
+//! before the coherence model, on the same capture); `REPLAY_STRIP_LRU_ENTRIES=1` drops the
+//! LRU lists' other-entry writes (a removal's neighbours across a run's edge);
+//! `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
 //! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock).
 
@@ -44,6 +46,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Event::Line { .. } => false,
             Event::Atomic { inst: i } => !data.contains(&inst[*i as usize].class.as_str()),
             _ => true,
+        });
+    }
+    if std::env::var_os("REPLAY_STRIP_LRU_ENTRIES").is_some() {
+        // The LRU lists' other-entry writes dropped (the neighbours a removal writes across a
+        // run's edge, recorded from 2026-11-25): what they add, on one capture.
+        let inst = t.instances.clone();
+        t.events.retain(|e| {
+            !matches!(e, Event::Line { inst: i, sym: pagelab_sync::trace::Sym::Entry, .. }
+                if inst[*i as usize].class == "lru list")
         });
     }
     if let Some(a) = std::env::var_os("REPLAY_QRWLOCK_AS_RWSEM") {
@@ -99,6 +110,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         k.hold_ns / k.holds.max(1) as f64,
                         k.hold_ns / out.span_ns.max(1e-9)
                     );
+                    if k.line_events > 0 {
+                        println!(
+                            "     {:<24} {:>10.4} line accesses per op, {:>7.1} ns of transfers per op; list entries {:.4} per op, {:.1} ns per op",
+                            "",
+                            k.line_events as f64 / out.ops.max(1) as f64,
+                            k.line_ns / out.ops.max(1) as f64,
+                            k.entry_events as f64 / out.ops.max(1) as f64,
+                            k.entry_ns / out.ops.max(1) as f64,
+                        );
+                    }
                 }
             }
         }

@@ -104,6 +104,9 @@ pub(crate) struct Line {
     pub(crate) sharers: Sharers,
     /// For a list head: the CPU that last wrote the list's first entry.
     pub(crate) first: u32,
+    /// For a list head: the CPU that wrote the first entry before `first` took it over, whose
+    /// entries lie behind `first`'s on a LIFO list.
+    pub(crate) prev_first: u32,
 }
 
 impl Line {
@@ -112,6 +115,7 @@ impl Line {
             owner: NONE,
             sharers: Sharers::new(nr_cpus),
             first: NONE,
+            prev_first: NONE,
         }
     }
 
@@ -167,9 +171,12 @@ impl Line {
         cost
     }
 
-    /// An access to the list entry a symbolic reference names (the first entry, or another
-    /// one, resolved to the first entry's last writer); a write of the first entry makes it
-    /// `cpu`'s.
+    /// An access to the list entry a symbolic reference names: the first entry, resolved to
+    /// its last writer, or another one, resolved to the first entry's last writer unless that
+    /// is `cpu` itself, and then to the CPU that linked before it (the capture records another
+    /// entry only when the recording task had not linked it itself, so it was linked before
+    /// this CPU's own entries: behind them on a LIFO list). A write of the first entry makes
+    /// it `cpu`'s.
     #[inline]
     pub(crate) fn entry(
         &mut self,
@@ -178,12 +185,18 @@ impl Line {
         first: bool,
         transfer: &[Vec<u64>],
     ) -> u64 {
-        let x = if self.first == NONE || self.first as usize == cpu {
+        let owner = if first || self.first as usize != cpu {
+            self.first
+        } else {
+            self.prev_first
+        };
+        let x = if owner == NONE || owner as usize == cpu {
             0
         } else {
-            transfer[self.first as usize][cpu]
+            transfer[owner as usize][cpu]
         };
-        if write && first {
+        if write && first && self.first as usize != cpu {
+            self.prev_first = self.first;
             self.first = cpu as u32;
         }
         x
@@ -274,6 +287,41 @@ mod tests {
         assert_eq!(
             head.first, 3,
             "an entry further in does not change the first"
+        );
+    }
+
+    /// A refill pops entry after entry: each pop rewrites the next entry's link, and behind
+    /// the popper's own first entry lie the entries the previous linker freed.
+    #[test]
+    fn entries_behind_ones_own_first_are_the_previous_linkers() {
+        let x = transfer();
+        let mut head = Line::new(4);
+        head.entry(0, true, true, &x);
+        assert_eq!(head.entry(3, true, true, &x), 118, "CPU 0's page was first");
+        assert_eq!(
+            head.entry(3, true, false, &x),
+            118,
+            "the next one is CPU 0's too"
+        );
+        assert_eq!(head.entry(3, true, false, &x), 118, "and the one after it");
+        assert_eq!(head.entry(3, true, true, &x), 0, "the first is CPU 3's now");
+        assert_eq!(
+            head.entry(2, true, false, &x),
+            118,
+            "CPU 3's for another CPU"
+        );
+        head.entry(2, true, true, &x);
+        assert_eq!(
+            head.entry(2, true, false, &x),
+            118,
+            "behind CPU 2's: CPU 3's"
+        );
+        let mut alone = Line::new(4);
+        alone.entry(1, true, true, &x);
+        assert_eq!(
+            alone.entry(1, true, false, &x),
+            0,
+            "one CPU alone pays nothing"
         );
     }
 }

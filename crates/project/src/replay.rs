@@ -80,6 +80,14 @@ pub struct ClassStats {
     /// the run a class's instances were held: `hold_ns / span_ns`).
     pub holds: u64,
     pub hold_ns: f64,
+    /// Plain accesses of this class's lines (named ones, and list entries named relative to
+    /// a head), and what their transfers made the accessing CPUs wait, ns: where a critical
+    /// section's length comes from beyond its compute (`REPLAY_CLASSES=1` of `replay_speed`).
+    pub line_events: u64,
+    pub line_ns: f64,
+    /// The same for the symbolic list entries alone (`Sym::First`, `Sym::Entry`).
+    pub entry_events: u64,
+    pub entry_ns: f64,
 }
 
 /// What a replay measured.
@@ -1086,11 +1094,20 @@ impl<'r, 'a> Sim<'r, 'a> {
                 } else {
                     start.saturating_add(res.line.read(cpu, &r.transfer))
                 };
-                self.stats[res.class].wait_ns += (start - t) as f64 / 1000.0;
+                let s = &mut self.stats[res.class];
+                s.wait_ns += (start - t) as f64 / 1000.0;
+                s.line_events += 1;
+                s.line_ns += (at - t) as f64 / 1000.0;
                 at
             }
             Sym::First | Sym::Entry => {
-                t.saturating_add(res.line.entry(cpu, write, sym == Sym::First, &r.transfer))
+                let x = res.line.entry(cpu, write, sym == Sym::First, &r.transfer);
+                let s = &mut self.stats[res.class];
+                s.line_events += 1;
+                s.line_ns += x as f64 / 1000.0;
+                s.entry_events += 1;
+                s.entry_ns += x as f64 / 1000.0;
+                t.saturating_add(x)
             }
         }
     }

@@ -1053,10 +1053,12 @@ impl Section {
             Event::Atomic { inst } => self.access(inst, 0, true),
             Event::Line { inst, write, sym } => match sym {
                 Sym::Here => self.access(inst, 0, write),
-                // The first entry once written is this task's; another entry resolves to the
-                // first entry's writer, so it is this task's too from then on.
+                // The first entry once written is this task's. Another entry is a line of its
+                // own (a buddy, the block after a popped one, an LRU neighbour): the engine
+                // records it only when it is not the task's own, and the replay resolves it to
+                // whoever linked before this task, so every one is kept.
                 Sym::First => self.access(inst, 1, write),
-                Sym::Entry => self.exclusive() && self.written.contains(&(inst, 1)),
+                Sym::Entry => false,
             },
             _ => false,
         }
@@ -1440,10 +1442,10 @@ mod tests {
                 .filter(|e| matches!(e, Event::Line { .. } | Event::Atomic { .. }))
                 .count()
         };
-        // Exclusive: the first entry, the head and the counter once each, and the head again
-        // after the release.
+        // Exclusive: the first entry, the head and the counter once each, every other entry
+        // (each is a line of its own), and the head again after the release.
         let t = Trace::from_raw(meta(), &section(false));
-        assert_eq!(lines(&t), 4, "{:?}", t.events);
+        assert_eq!(lines(&t), 5, "{:?}", t.events);
         assert_eq!(t.meta.raw_events, 11);
         // Shared: other holders may write the same lines meanwhile; everything is kept.
         let t = Trace::from_raw(meta(), &section(true));

@@ -119,6 +119,91 @@ impl FreeArea {
     }
 }
 
+/// A number per frame, kept by a recording thread for its own bookkeeping (which hold linked
+/// or pushed a frame). Chunks of 4096 frames are allocated on first use: the bookkeeping runs
+/// inside the critical sections being recorded, and whatever it costs there is replayed as
+/// their compute, so it must neither hash nor zero a table the size of memory in one go.
+#[derive(Default)]
+pub(crate) struct FrameStamps {
+    chunks: Vec<Option<Box<[u32]>>>,
+}
+
+impl FrameStamps {
+    const SHIFT: u32 = 12;
+
+    #[inline]
+    pub(crate) fn get(&self, pfn: u32) -> u32 {
+        match self.chunks.get((pfn >> Self::SHIFT) as usize) {
+            Some(Some(c)) => c[(pfn & ((1 << Self::SHIFT) - 1)) as usize],
+            _ => 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn set(&mut self, pfn: u32, v: u32) {
+        let i = (pfn >> Self::SHIFT) as usize;
+        if i >= self.chunks.len() {
+            if v == 0 {
+                return;
+            }
+            self.chunks.resize_with(i + 1, || None);
+        }
+        let c = self.chunks[i].get_or_insert_with(|| vec![0; 1 << Self::SHIFT].into_boxed_slice());
+        c[(pfn & ((1 << Self::SHIFT) - 1)) as usize] = v;
+    }
+}
+
+/// Which blocks the recording task pushed on a free list in its current `zone->lock` hold
+/// (kept only while a trace records, on the recording thread): such a block's `struct page` is
+/// the task's own line when it is unlinked again in the same hold, whereas any other block on
+/// a shared free list was pushed by whichever CPU freed it.
+mod free_runs {
+    use std::cell::RefCell;
+
+    use pagelab_sync::trace;
+
+    use super::FrameStamps;
+    use crate::page::Pfn;
+
+    /// Holds are numbered from 1; 0 is "not pushed by this thread in a recorded hold".
+    #[derive(Default)]
+    struct Runs {
+        hold: u32,
+        pushed: FrameStamps,
+    }
+
+    thread_local! {
+        static RUNS: RefCell<Runs> = RefCell::new(Runs::default());
+    }
+
+    /// A new `zone->lock` hold by this thread.
+    #[inline]
+    pub(super) fn hold() {
+        if trace::active() {
+            RUNS.with_borrow_mut(|r| r.hold = r.hold.wrapping_add(1).max(1));
+        }
+    }
+
+    #[inline]
+    pub(super) fn pushed(pfn: Pfn) {
+        RUNS.with_borrow_mut(|r| {
+            let h = r.hold;
+            r.pushed.set(pfn.0, h);
+        });
+    }
+
+    #[inline]
+    pub(super) fn popped(pfn: Pfn) {
+        RUNS.with_borrow_mut(|r| r.pushed.set(pfn.0, 0));
+    }
+
+    /// Whether this thread pushed `pfn` in its current hold.
+    #[inline]
+    pub(super) fn this_hold(pfn: Pfn) -> bool {
+        RUNS.with_borrow(|r| r.hold != 0 && r.pushed.get(pfn.0) == r.hold)
+    }
+}
+
 /// A zone (`struct zone`): one per node in the engine (`ZONE_NORMAL`).
 pub struct Zone {
     pub id: usize,
@@ -184,6 +269,14 @@ impl Zone {
                 .collect(),
             flags: AtomicU32::new(0),
         }
+    }
+
+    /// Take `zone->lock` (what every path that touches the free lists calls, so that a
+    /// recording can tell the blocks pushed in this hold from the others).
+    #[inline]
+    pub fn lock_free_area(&self) -> pagelab_sync::SpinGuard<'_, FreeArea> {
+        free_runs::hold();
+        self.lock.lock()
     }
 
     #[inline]
@@ -254,6 +347,7 @@ impl Zone {
         p.index.store(mt as u64, Relaxed);
         p.set_nonatomic(pg::BUDDY);
         if trace::active() {
+            free_runs::pushed(pfn);
             // `list_add` rewrites the first block's link (freed by whoever freed it) and the
             // head; `nr_free` is next to it.
             let list = &fa.lists[order as usize][mt as usize];
@@ -277,22 +371,30 @@ impl Zone {
         if trace::active() {
             // The block's own `struct page` was last written by whoever freed it: the first
             // block when allocating (`__rmqueue_smallest`), another one when a free merges
-            // with its buddy.
+            // with its buddy. `list_del` of the first block also rewrites the next block's
+            // link, a `struct page` its freer wrote: each pop of a refill writes one such line
+            // (the "cache misses on struct page" under zone->lock that Aaron Lu measured in
+            // 4.15's page_fault1), not only the first pop of a hold. A block the recording
+            // task pushed in this same hold (an `expand` half, a buddy it just freed) is its
+            // own line and is not recorded.
             let list = &fa.lists[order as usize][mt];
             let head = list as *const PageList as usize;
             let first = list.first() == Some(pfn);
-            trace::line_sym_write(
-                &FREE_AREA,
-                head,
-                if first { Sym::First } else { Sym::Entry },
-            );
             if first {
+                trace::line_sym_write(&FREE_AREA, head, Sym::First);
                 trace::line_write(&FREE_AREA, head);
+                let next = pages[pfn].next.load(Relaxed);
+                if next != Pfn::NIL && !free_runs::this_hold(Pfn(next)) {
+                    trace::line_sym_write(&FREE_AREA, head, Sym::Entry);
+                }
+            } else if !free_runs::this_hold(pfn) {
+                trace::line_sym_write(&FREE_AREA, head, Sym::Entry);
             }
             trace::line_write(
                 &FREE_AREA,
                 &fa.nr_free[order as usize] as *const u64 as usize,
             );
+            free_runs::popped(pfn);
         }
         fa.lists[order as usize][mt].remove(pages, pfn);
         p.clear_nonatomic(pg::BUDDY);
@@ -449,7 +551,7 @@ impl Zone {
 
     /// Free every frame of the zone into the buddy lists (`memblock_free_all` at boot).
     pub fn free_all_bootmem(&self, pages: &PageArray) {
-        let mut fa = self.lock.lock();
+        let mut fa = self.lock_free_area();
         let mut pfn = self.start_pfn;
         while pfn < self.end_pfn {
             // The largest naturally aligned block that starts here and fits.
@@ -462,5 +564,65 @@ impl Zone {
             self.free_one(&mut fa, pages, pfn, order, MigrateType::Movable);
             pfn = pfn.offset(1 << order);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagelab_sync::trace::Kind;
+
+    fn entry_writes(ev: &[trace::Event]) -> usize {
+        ev.iter()
+            .filter(|e| {
+                e.class.name == "free_area"
+                    && matches!(
+                        e.kind,
+                        Kind::Line {
+                            write: true,
+                            sym: Sym::Entry
+                        }
+                    )
+            })
+            .count()
+    }
+
+    /// `list_del` of a free list's first block rewrites the next block's link: every pop of a
+    /// refill writes a `struct page` that its freer wrote, unless the popper pushed it itself
+    /// in the same hold.
+    #[test]
+    fn each_pop_records_the_next_block_unless_pushed_in_the_same_hold() {
+        let pages = PageArray::new(64);
+        let zone = Zone::new(0, 0, Pfn(0), Pfn(64), 0, pagelab_sync::LockKind::Queued);
+        let mv = MigrateType::Movable;
+        {
+            // Four order-0 blocks whose buddies are not free: no merging.
+            let mut fa = zone.lock_free_area();
+            for p in [0, 2, 4, 6] {
+                zone.free_one(&mut fa, &pages, Pfn(p), 0, mv);
+            }
+        }
+        let mut fb = false;
+        trace::start(1024);
+        {
+            let mut fa = zone.lock_free_area();
+            for want in [6, 4, 2] {
+                assert_eq!(
+                    zone.rmqueue(&mut fa, &pages, 0, mv, &mut fb),
+                    Some(Pfn(want))
+                );
+            }
+        }
+        let ev = trace::stop();
+        assert_eq!(entry_writes(&ev), 3, "one next block per pop: 4, 2, 0");
+        trace::start(1024);
+        {
+            let mut fa = zone.lock_free_area();
+            zone.free_one(&mut fa, &pages, Pfn(10), 0, mv);
+            zone.free_one(&mut fa, &pages, Pfn(12), 0, mv);
+            assert_eq!(zone.rmqueue(&mut fa, &pages, 0, mv, &mut fb), Some(Pfn(12)));
+        }
+        let ev = trace::stop();
+        assert_eq!(entry_writes(&ev), 0, "10 was pushed in this hold");
     }
 }

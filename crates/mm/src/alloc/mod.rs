@@ -584,7 +584,7 @@ impl Mem {
         }
         let mut fallback = false;
         let pfn = {
-            let mut fa = zone.lock.lock();
+            let mut fa = zone.lock_free_area();
             zone.rmqueue(&mut fa, &self.pages, order, mt, &mut fallback)
         };
         self.events.count(cpu, VmEvent::ZoneAlloc, 1);
@@ -740,7 +740,7 @@ impl Mem {
             self.events.count(cpu, VmEvent::PcpTrylockFail, 1);
         }
         // free_one_page
-        let mut fa = zone.lock.lock();
+        let mut fa = zone.lock_free_area();
         zone.free_one(&mut fa, &self.pages, pfn, order, mt);
         drop(fa);
         self.events.count(cpu, VmEvent::ZoneFree, 1);
@@ -883,7 +883,7 @@ impl Mem {
             Ok(())
         };
         for zone in self.zones.iter() {
-            let fa = zone.lock.lock();
+            let fa = zone.lock_free_area();
             let mut zone_free = 0u64;
             for order in 0..=MAX_ORDER {
                 let mut blocks = 0;

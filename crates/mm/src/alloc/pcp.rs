@@ -297,7 +297,7 @@ impl PcpState {
         if count <= 0 {
             return;
         }
-        let mut fa = zone.lock.lock();
+        let mut fa = zone.lock_free_area();
         let mut idx = pindex;
         while count > 0 {
             let mut tries = 0;
@@ -378,7 +378,7 @@ pub fn rmqueue_bulk(
     list: &mut PageList,
     fallback_used: &mut bool,
 ) -> u32 {
-    let mut fa = zone.lock.lock();
+    let mut fa = zone.lock_free_area();
     let mut got = 0;
     while got < count {
         let Some(pfn) = zone.rmqueue(&mut fa, pages, order, mt, fallback_used) else {

@@ -126,7 +126,7 @@ impl PrezeroPool {
             pages[pfn].clear_nonatomic(pg::ZEROED);
             let zone = &zones[zone_of(pfn)];
             let mt = zone.pageblock_migratetype(pfn);
-            let mut fa = zone.lock.lock();
+            let mut fa = zone.lock_free_area();
             zone.free_one(&mut fa, pages, pfn, 0, mt);
         }
     }

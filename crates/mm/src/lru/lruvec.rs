@@ -137,6 +137,7 @@ impl Lruvec {
     #[inline]
     pub fn add_front(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         self.trace_link(pages, lru, true);
+        link_runs::linked(pfn);
         let list = self.list(pages, lru);
         if let Some(b) = &self.batches {
             b.link_written(lru, None);
@@ -154,6 +155,7 @@ impl Lruvec {
     #[inline]
     pub fn add_back(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         self.trace_link(pages, lru, false);
+        link_runs::linked(pfn);
         let list = self.list(pages, lru);
         if let Some(b) = &self.batches {
             b.link_written(lru, None);
@@ -173,13 +175,31 @@ impl Lruvec {
     #[inline]
     pub fn del(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
         if trace::active() {
-            // Taking off the first entry rewrites the head and the next entry's link. The
-            // neighbours of an entry further in are not recorded (see docs/model.md).
-            if self.list(pages, lru).first() == Some(pfn.0) {
-                trace::line_sym_write(&LRU_LIST, self.head_addr(lru), Sym::First);
-                trace::line_write(&LRU_LIST, self.head_addr(lru));
+            // `list_del` rewrites both neighbours' links. Taking off the first entry rewrites
+            // the head and the next entry's link, the last entry the head's `prev`. A
+            // neighbour further in is a `struct page` of the recording task's own, a hit, when
+            // the task linked it in the same `lru_lock` hold as this page (one pagevec's run);
+            // across a run's edge it is another CPU's page once several CPUs add to the list
+            // (their runs interleave), so it is recorded symbolically, as another entry.
+            let list = self.list(pages, lru);
+            let head = self.head_addr(lru);
+            if list.first() == Some(pfn.0) {
+                trace::line_sym_write(&LRU_LIST, head, Sym::First);
+                trace::line_write(&LRU_LIST, head);
+            } else if let Some(prev) = list.prev_of(pfn.0)
+                && !link_runs::same_run(prev, pfn.0)
+            {
+                trace::line_sym_write(&LRU_LIST, head, Sym::Entry);
+            }
+            match list.next_of(pfn.0) {
+                None => trace::line_write(&LRU_LIST, head),
+                Some(next) if !link_runs::same_run(next, pfn.0) => {
+                    trace::line_sym_write(&LRU_LIST, head, Sym::Entry)
+                }
+                Some(_) => {}
             }
             trace::line_write(&LRU_LIST, self.len_addr(lru));
+            link_runs::unlinked(pfn);
         }
         let list = self.list(pages, lru);
         if let Some(b) = &self.batches {
@@ -203,6 +223,11 @@ impl Lruvec {
             b.link_written(lru, list.first());
         }
         list.splice_front(chain);
+        if trace::active() {
+            for p in list.iter(chain.len() as usize) {
+                link_runs::linked(Pfn(p));
+            }
+        }
         if let Some(b) = &self.batches {
             b.spliced(&list, lru, chain, true);
         }
@@ -219,6 +244,11 @@ impl Lruvec {
             b.link_written(lru, list.last());
         }
         list.splice_back(chain);
+        if trace::active() {
+            for p in list.iter_rev(chain.len() as usize) {
+                link_runs::linked(Pfn(p));
+            }
+        }
         if let Some(b) = &self.batches {
             b.spliced(&list, lru, chain, false);
         }
@@ -293,6 +323,68 @@ impl Lruvec {
     }
 }
 
+/// Which of the recording task's `lru_lock` holds linked each page it put on an LRU list, so
+/// that a removal can tell a neighbour linked in the same run (one pagevec drain, a hit in the
+/// kernel too) from one across a run's edge: in the kernel the LRU of a node interleaves every
+/// CPU's runs, and `list_del` (`del_page_from_lru_list`, under `lru_lock` in 4.15's
+/// `release_pages`) writes the `lru` links of the neighbours on both sides, so at a run's edge
+/// it writes a `struct page` line another CPU wrote last. Kept only while a trace records, on
+/// the recording thread; a page linked by another thread, or before the recording, has no run
+/// and counts as another CPU's.
+mod link_runs {
+    use std::cell::RefCell;
+
+    use pagelab_sync::trace;
+
+    use crate::alloc::buddy::FrameStamps;
+    use crate::page::Pfn;
+
+    /// Runs are numbered from 1; 0 is "not linked by this thread while recording".
+    #[derive(Default)]
+    struct Runs {
+        /// This thread's `lru_lock` holds taken while recording.
+        hold: u32,
+        /// Frame -> the hold that linked it.
+        linked: FrameStamps,
+    }
+
+    thread_local! {
+        static RUNS: RefCell<Runs> = RefCell::new(Runs::default());
+    }
+
+    /// A new `lru_lock` hold by this thread.
+    #[inline]
+    pub(super) fn hold() {
+        if trace::active() {
+            RUNS.with_borrow_mut(|r| r.hold = r.hold.wrapping_add(1).max(1));
+        }
+    }
+
+    #[inline]
+    pub(super) fn linked(pfn: Pfn) {
+        if trace::active() {
+            RUNS.with_borrow_mut(|r| {
+                let h = r.hold;
+                r.linked.set(pfn.0, h);
+            });
+        }
+    }
+
+    #[inline]
+    pub(super) fn unlinked(pfn: Pfn) {
+        RUNS.with_borrow_mut(|r| r.linked.set(pfn.0, 0));
+    }
+
+    /// Whether this thread linked `a` and `b` in one hold.
+    #[inline]
+    pub(super) fn same_run(a: u32, b: u32) -> bool {
+        RUNS.with_borrow(|r| {
+            let x = r.linked.get(a);
+            x != 0 && x == r.linked.get(b)
+        })
+    }
+}
+
 /// The lines of an lruvec's lists: list heads, size counters and (symbolically, relative to a
 /// head) the entries at its ends. Per node: a task links its pages on its own node's lruvec.
 pub static LRU_LIST: pagelab_sync::LockClass =
@@ -364,6 +456,7 @@ impl LruLock {
     /// v1's `lru_lock_all`).
     #[inline]
     pub fn lock(&self) -> LruGuard<'_> {
+        link_runs::hold();
         match self {
             LruLock::Spin(l) => LruGuard::Spin(l.lock()),
             LruLock::Rw(l) => LruGuard::Write(l.write()),
@@ -383,11 +476,14 @@ impl LruLock {
     #[inline]
     pub fn lock_for_add(&self) -> LruGuard<'_> {
         match self {
-            LruLock::Batched(b) => LruGuard::Batched {
-                _lru: b.lru_lock(),
-                _batch: Vec::new(),
-                lruvecs: b.lruvecs(),
-            },
+            LruLock::Batched(b) => {
+                link_runs::hold();
+                LruGuard::Batched {
+                    _lru: b.lru_lock(),
+                    _batch: Vec::new(),
+                    lruvecs: b.lruvecs(),
+                }
+            }
             _ => self.lock(),
         }
     }
@@ -434,5 +530,58 @@ impl Deref for LruGuard<'_> {
             LruGuard::Write(g) => g,
             LruGuard::Batched { lruvecs, .. } => lruvecs,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pagelab_sync::trace::Kind;
+
+    /// Symbolic `lru list` entry writes among recorded events.
+    fn entry_writes(ev: &[trace::Event]) -> usize {
+        ev.iter()
+            .filter(|e| {
+                e.class.name == "lru list"
+                    && matches!(
+                        e.kind,
+                        Kind::Line {
+                            write: true,
+                            sym: Sym::Entry
+                        }
+                    )
+            })
+            .count()
+    }
+
+    /// `list_del` writes both neighbours' links: a neighbour linked in the same `lru_lock`
+    /// hold is the recording task's own line, one across a run's edge is another CPU's once
+    /// runs interleave, and is recorded as such (4.15's `release_pages` under `lru_lock`).
+    #[test]
+    fn a_removal_records_the_neighbours_across_a_run_edge() {
+        let pages = PageArray::new(16);
+        let lock = LruLock::new(LruRelease::Locked, LockKind::Queued, 1, false, None, 0);
+        let lru = LruList::ActiveAnon;
+        trace::start(1024);
+        for run in [0..4u32, 4..8] {
+            let g = lock.lock_for_add();
+            for p in run {
+                g[0].add_front(&pages, lru, Pfn(p));
+            }
+        }
+        // Hot end first: 7 6 5 4 | 3 2 1 0.
+        let g = lock.lock();
+        let _ = trace::stop();
+        let del = |p: u32| {
+            trace::start(64);
+            g[0].del(&pages, lru, Pfn(p));
+            entry_writes(&trace::stop())
+        };
+        assert_eq!(del(1), 0, "both neighbours (2, 0) from its own run");
+        assert_eq!(del(3), 1, "4 is across the run's edge, 2 is not");
+        assert_eq!(del(0), 0, "the last entry: 2 and the head");
+        assert_eq!(del(2), 1, "now next to 4");
+        assert_eq!(del(5), 0, "6 and 4: one run");
+        drop(g);
     }
 }
