@@ -714,6 +714,9 @@ pub struct SelfRow {
     /// The mean time a task waited for its CPU each time the host descheduled it, ns
     /// (measured with the share; not replayed, see [`self_check_on`]).
     pub wait_ns: f64,
+    /// The transfer of a line between two cores the row was replayed with, ns
+    /// (`latency.core_ns`, measured beside the engine's run: [`Beside`]).
+    pub core_ns: f64,
 }
 
 /// The self-consistency check.
@@ -757,7 +760,7 @@ impl SelfCheck {
         );
         let _ = writeln!(
             s,
-            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8}",
+            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8} {:>8}",
             "workload",
             "mode",
             "tasks",
@@ -766,12 +769,13 @@ impl SelfCheck {
             "projected",
             "error",
             "cpu share",
-            "wait ms"
+            "wait ms",
+            "xfer ns"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2}",
+                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2} {:>8.1}",
                 r.workload,
                 r.mode,
                 r.tasks,
@@ -780,7 +784,8 @@ impl SelfCheck {
                 r.projected,
                 r.error_pct,
                 r.share,
-                r.wait_ns / 1e6
+                r.wait_ns / 1e6,
+                r.core_ns
             );
         }
         let med = median(
@@ -843,7 +848,7 @@ pub fn self_check_on(
         // few milliseconds a self-check row replays, so a row would hold a turn or two and
         // its rate would be the luck of its phase; the measured waits are reported instead.
         let window = std::time::Duration::from_millis(300);
-        let mut measured: Vec<(Measured, f64, f64)> = Vec::new();
+        let mut measured: Vec<(Measured, Beside)> = Vec::new();
         for &mode in &modes {
             for tasks in [1, 2] {
                 let req = RunRequest {
@@ -868,17 +873,16 @@ pub fn self_check_on(
                     swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
                     lock_stat: true,
                 };
-                let before = crate::calibrate::cpu_share(tasks, window);
+                let before = Beside::measure(&machine, tasks, window);
                 let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
-                let after = crate::calibrate::cpu_share(tasks, window);
-                let (share, wait) = ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0);
+                let beside = before.mean(&Beside::measure(&machine, tasks, window));
                 measured.extend(rows.into_iter().map(|r| {
                     let m = Measured {
                         mode: r.mode,
                         tasks: r.tasks,
                         metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
                     };
-                    (m, share, wait)
+                    (m, beside)
                 }));
             }
         }
@@ -888,17 +892,75 @@ pub fn self_check_on(
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        for (m, share, wait) in measured {
-            let mut host = machine.clone();
-            host.cpu.share = vec![[m.tasks as f64, share, 0.0]];
+        for (m, beside) in measured {
+            let host = beside.host(&machine, m.tasks);
             let mut rows = project_measured(&host, &trace, std::slice::from_ref(&m), seed)?;
             for r in &mut rows {
-                r.wait_ns = wait;
+                r.wait_ns = beside.wait_ns;
             }
             out.rows.extend(rows);
         }
     }
     Ok(out)
+}
+
+/// What the host gave the engine's tasks around one self-check row, measured on each side of
+/// its run and averaged: each task's share of its CPU and its mean wait
+/// ([`crate::calibrate::cpu_share`]), and the transfer of a line between the first two CPUs,
+/// where the row's tasks run ([`crate::calibrate::core_transfer_ns`]).
+///
+/// The transfer is measured beside each row rather than taken from the calibration at the
+/// start because it does not stay put on this host: a 2-vCPU guest on an AMD EPYC, it measured
+/// 31 ns for stretches of tens of seconds and 145-158 ns for others (30 measurements 0.5 s
+/// apart, 2026-11-24: 21 at 31 ns, 7 at 145-149, then 31 again), as if the hypervisor moved the
+/// two vCPUs between one core complex and two (an L3 shared or not). Every line the tasks pass
+/// between them (the per-VMA lock's count, the LRU and free lists) costs the engine that
+/// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
+/// earlier.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Beside {
+    pub share: f64,
+    pub wait_ns: f64,
+    /// `None` where the machine has SMT (the first two CPUs may be siblings, whose transfer
+    /// is `smt_ns`): the calibration's figures stand.
+    pub core_ns: Option<f64>,
+}
+
+impl Beside {
+    /// Measures the share of `tasks` busy tasks over `window`, and the transfer.
+    pub fn measure(machine: &Machine, tasks: usize, window: std::time::Duration) -> Beside {
+        let (share, wait_ns) = crate::calibrate::cpu_share(tasks, window);
+        let core_ns = (machine.topology.threads_per_core == 1 && machine.nr_cpus() >= 2)
+            .then(crate::calibrate::core_transfer_ns);
+        Beside {
+            share,
+            wait_ns,
+            core_ns,
+        }
+    }
+
+    /// The mean of two measurements (before and after a row).
+    pub fn mean(&self, other: &Beside) -> Beside {
+        Beside {
+            share: (self.share + other.share) / 2.0,
+            wait_ns: (self.wait_ns + other.wait_ns) / 2.0,
+            core_ns: match (self.core_ns, other.core_ns) {
+                (Some(a), Some(b)) => Some((a + b) / 2.0),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// `machine` as it was around a row of `tasks` tasks: each task run for the share (its
+    /// tasks meeting only while both run: [`project_measured`]), the transfer measured.
+    pub fn host(&self, machine: &Machine, tasks: usize) -> Machine {
+        let mut host = machine.clone();
+        host.cpu.share = vec![[tasks as f64, self.share, 0.0]];
+        if let Some(ns) = self.core_ns {
+            host.latency.core_ns = (ns * 10.0).round() / 10.0;
+        }
+        host
+    }
 }
 
 /// One row the engine measured: mode, tasks, and each metric's samples.
@@ -958,6 +1020,7 @@ pub fn project_measured(
                 error_pct: 100.0 * (projected - measured) / measured,
                 share,
                 wait_ns: wait,
+                core_ns: machine.latency.core_ns,
             });
         }
     }
@@ -1213,6 +1276,50 @@ mod tests {
         let rows =
             project_measured(&host, &trace, &measured_rows([500_000.0, 750_000.0]), 1).unwrap();
         assert_rows_agree(&rows);
+    }
+
+    /// A row is replayed with the line transfer measured beside the engine's run, not the one
+    /// calibrated before: every op of this trace writes one node-wide counter, so two tasks
+    /// pass its line at every op, each paying one transfer (the other wrote it last).
+    #[test]
+    fn a_row_is_replayed_with_the_transfer_measured_beside_it() {
+        use crate::trace::{Event, Instance};
+        let mut host = injected_host();
+        host.latency.core_ns = 150.0;
+        let mut trace = clearing_trace(&host);
+        trace.instances = vec![Instance {
+            class: "counter".into(),
+            scope: pagelab_sync::trace::Scope::Node,
+            model: pagelab_sync::trace::LockModel::Queued,
+            sleeps: false,
+            rwsem: None,
+        }];
+        trace.events = (0..500)
+            .flat_map(|_| {
+                [
+                    Event::Compute { ns: 1000.0 },
+                    Event::Atomic { inst: 0 },
+                    Event::Ops { n: 1 },
+                ]
+            })
+            .collect();
+        let beside = Beside {
+            share: 1.0,
+            wait_ns: 0.0,
+            core_ns: Some(31.4),
+        };
+        let row_host = beside.host(&host, 2);
+        // Two tasks: 1000 ns, a transfer of 31.4 ns and the atomic each op.
+        let per_op = 1000.0 + 31.4 + host.latency.atomic_ns;
+        let two = 2.0 * 1e9 / per_op;
+        let rows =
+            project_measured(&row_host, &trace, &measured_rows([1e9 / 1000.0, two]), 1).unwrap();
+        assert_eq!(rows[1].core_ns, 31.4);
+        assert!(
+            rows[1].error_pct.abs() < 1.0,
+            "projected {} against {two}",
+            rows[1].projected
+        );
     }
 
     /// The mixture's weights: the others running beside a task are binomial.
