@@ -8,7 +8,7 @@
 //! | `cpu.ghz` | a dependent chain of `or` + 64-bit `imul` (1 + 3 cycles on every x86-64 core since Nehalem and Zen, Agner Fog's tables) |
 //! | `latency.core_ns` | two threads pinned to two cores pass a counter back and forth through one line: half the round trip |
 //! | `latency.atomic_ns` | back-to-back `lock xadd` on a line in this core's cache |
-//! | `memory.core_bandwidth_gbs` | one thread clears a 256 MiB buffer already faulted in |
+//! | `memory.core_bandwidth_gbs` | one thread clears a 256 MiB buffer already faulted in, timed in its own CPU time |
 //! | `memory.node_bandwidth_gbs` | every allowed CPU clears its own buffer at once |
 //! | `kernel.wakeup_ns` | two threads on two cores wake each other in turn (`park`/`unpark`): half the round trip |
 //! | `kernel.ipi_ns`, `ipi_handler_ns` | a thread maps, touches and unmaps one page in a loop, alone and with a second thread of the same mm storing on another core: the difference per unmap is the shootdown its sender waits for; the second thread's lost progress per IPI is the handler |
