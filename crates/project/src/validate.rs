@@ -734,6 +734,9 @@ pub struct SelfRow {
     /// The mean time a task waited for its CPU each time the host descheduled it, ns
     /// (measured with the share; not replayed, see [`self_check_on`]).
     pub wait_ns: f64,
+    /// The transfer of a line between two cores the row was replayed with, ns
+    /// (`latency.core_ns`, measured beside the engine's run: [`Beside`]).
+    pub core_ns: f64,
 }
 
 /// The self-consistency check.
@@ -777,7 +780,7 @@ impl SelfCheck {
         );
         let _ = writeln!(
             s,
-            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8}",
+            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8} {:>8}",
             "workload",
             "mode",
             "tasks",
@@ -786,12 +789,13 @@ impl SelfCheck {
             "projected",
             "error",
             "cpu share",
-            "wait ms"
+            "wait ms",
+            "xfer ns"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2}",
+                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2} {:>8.1}",
                 r.workload,
                 r.mode,
                 r.tasks,
@@ -800,7 +804,8 @@ impl SelfCheck {
                 r.projected,
                 r.error_pct,
                 r.share,
-                r.wait_ns / 1e6
+                r.wait_ns / 1e6,
+                r.core_ns
             );
         }
         let med = median(
@@ -857,13 +862,13 @@ pub fn self_check_on(
         progress(&format!("measuring {w} on the engine"));
         // The share of a CPU the host gives each task, measured on each side of each row's
         // engine run (the host's other work comes and goes within seconds): the replay runs
-        // each task that part of the time, as the host ran the engine's. Uniformly: the
-        // host's turns (a wait of milliseconds each time a task is descheduled) are longer
-        // than the few milliseconds a self-check row replays, so replayed in turns a row would
-        // hold a turn or two and its rate would be the luck of its phase; the measured waits
-        // are reported instead.
+        // each task that part of the time, as the host ran the engine's, meeting the others
+        // only while they run too ([`project_measured`]). Not in simulated turns: the host's
+        // turns (a wait of milliseconds each time a task is descheduled) are longer than the
+        // few milliseconds a self-check row replays, so a row would hold a turn or two and
+        // its rate would be the luck of its phase; the measured waits are reported instead.
         let window = std::time::Duration::from_millis(300);
-        let mut measured: Vec<(Measured, f64, f64)> = Vec::new();
+        let mut measured: Vec<(Measured, Beside)> = Vec::new();
         for &mode in &modes {
             for tasks in [1, 2] {
                 let req = RunRequest {
@@ -888,17 +893,16 @@ pub fn self_check_on(
                     swap: pagelab_mm::reclaim::swap::Backing::Memory { compress: false },
                     lock_stat: true,
                 };
-                let before = crate::calibrate::cpu_share(tasks, window);
+                let before = Beside::measure(&machine, tasks, window);
                 let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
-                let after = crate::calibrate::cpu_share(tasks, window);
-                let (share, wait) = ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0);
+                let beside = before.mean(&Beside::measure(&machine, tasks, window));
                 measured.extend(rows.into_iter().map(|r| {
                     let m = Measured {
                         mode: r.mode,
                         tasks: r.tasks,
                         metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
                     };
-                    (m, share, wait)
+                    (m, beside)
                 }));
             }
         }
@@ -908,17 +912,75 @@ pub fn self_check_on(
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        for (m, share, wait) in measured {
-            let mut host = machine.clone();
-            host.cpu.share = vec![[m.tasks as f64, share, 0.0]];
+        for (m, beside) in measured {
+            let host = beside.host(&machine, m.tasks);
             let mut rows = project_measured(&host, &trace, std::slice::from_ref(&m), seed)?;
             for r in &mut rows {
-                r.wait_ns = wait;
+                r.wait_ns = beside.wait_ns;
             }
             out.rows.extend(rows);
         }
     }
     Ok(out)
+}
+
+/// What the host gave the engine's tasks around one self-check row, measured on each side of
+/// its run and averaged: each task's share of its CPU and its mean wait
+/// ([`crate::calibrate::cpu_share`]), and the transfer of a line between the first two CPUs,
+/// where the row's tasks run ([`crate::calibrate::core_transfer_ns`]).
+///
+/// The transfer is measured beside each row rather than taken from the calibration at the
+/// start because it does not stay put on this host: a 2-vCPU guest on an AMD EPYC, it measured
+/// 31 ns for stretches of tens of seconds and 145-158 ns for others (30 measurements 0.5 s
+/// apart, 2026-11-24: 21 at 31 ns, 7 at 145-149, then 31 again), as if the hypervisor moved the
+/// two vCPUs between one core complex and two (an L3 shared or not). Every line the tasks pass
+/// between them (the per-VMA lock's count, the LRU and free lists) costs the engine that
+/// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
+/// earlier.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Beside {
+    pub share: f64,
+    pub wait_ns: f64,
+    /// `None` where the machine has SMT (the first two CPUs may be siblings, whose transfer
+    /// is `smt_ns`): the calibration's figures stand.
+    pub core_ns: Option<f64>,
+}
+
+impl Beside {
+    /// Measures the share of `tasks` busy tasks over `window`, and the transfer.
+    pub fn measure(machine: &Machine, tasks: usize, window: std::time::Duration) -> Beside {
+        let (share, wait_ns) = crate::calibrate::cpu_share(tasks, window);
+        let core_ns = (machine.topology.threads_per_core == 1 && machine.nr_cpus() >= 2)
+            .then(crate::calibrate::core_transfer_ns);
+        Beside {
+            share,
+            wait_ns,
+            core_ns,
+        }
+    }
+
+    /// The mean of two measurements (before and after a row).
+    pub fn mean(&self, other: &Beside) -> Beside {
+        Beside {
+            share: (self.share + other.share) / 2.0,
+            wait_ns: (self.wait_ns + other.wait_ns) / 2.0,
+            core_ns: match (self.core_ns, other.core_ns) {
+                (Some(a), Some(b)) => Some((a + b) / 2.0),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// `machine` as it was around a row of `tasks` tasks: each task run for the share (its
+    /// tasks meeting only while both run: [`project_measured`]), the transfer measured.
+    pub fn host(&self, machine: &Machine, tasks: usize) -> Machine {
+        let mut host = machine.clone();
+        host.cpu.share = vec![[tasks as f64, self.share, 0.0]];
+        if let Some(ns) = self.core_ns {
+            host.latency.core_ns = (ns * 10.0).round() / 10.0;
+        }
+        host
+    }
 }
 
 /// One row the engine measured: mode, tasks, and each metric's samples.
@@ -931,6 +993,24 @@ pub struct Measured {
 
 /// The self-check's rows: `trace` replayed on `machine` exactly as given (its own bandwidths
 /// and curve, nothing taken from the trace) for every measured row, compared.
+///
+/// A task the host runs only part of the time (`cpu.share` at the row's task count, `s`
+/// below 1) is replayed as the host time-slices it, not as a task slowed down throughout:
+/// each task's CPU is taken from it for milliseconds at a time (the measured waits, 4 to 16
+/// ms here: a CFS slice, or the hypervisor running another guest's vCPU), thousands of faults
+/// long, and the others' turns come and go independently. So while a task runs, each other
+/// task runs beside it with probability `s`, and it meets only those: a contended line moves
+/// between two cores only while both fault (a line stays with the one task running), and a
+/// node's bandwidth is shared only by the writers running at that moment. Each state lasts
+/// long enough to reach its own steady state, so the row is the mixture of share-1 replays
+/// with `k + 1` tasks, `k` of the `n - 1` others running, weighted binomially
+/// (`C(n-1, k) s^k (1-s)^(n-1-k)`): per CPU-second (`*/cpu`) the weighted rate of one CPU;
+/// per wall second each of the `n` tasks runs `s` of it at that rate. Replaying the share as a
+/// uniform slowdown of every task instead kept all of them on the lines and the bus all the
+/// time: the self-check's pft at two tasks then paid every transfer of the per-VMA lock's
+/// count and the bus shared by two writers, while the engine's tasks, measured at a share of
+/// 0.3 to 0.5, met each other a third to a half of the time. Lock-holder preemption (a turn
+/// ending inside a critical section) is left out, as before.
 pub fn project_measured(
     machine: &Machine,
     trace: &crate::trace::Trace,
@@ -939,9 +1019,14 @@ pub fn project_measured(
 ) -> Result<Vec<SelfRow>, ProjectError> {
     let mut out = Vec::new();
     for r in measured {
-        let proj = crate::project::replay_row(machine, trace, r.mode, r.tasks, 5, seed, 8192)?;
+        let (share, wait) = machine.cpu.share_at(r.tasks);
+        let proj = if share < 1.0 {
+            time_sliced_row(machine, trace, r.mode, r.tasks, share, seed)?
+        } else {
+            crate::project::replay_row(machine, trace, r.mode, r.tasks, 5, seed, 8192)?.metrics
+        };
         for (name, samples) in &r.metrics {
-            let Some((_, _, pv)) = proj.metrics.iter().find(|(n, _, _)| n == name) else {
+            let Some((_, _, pv)) = proj.iter().find(|(n, _, _)| n == name) else {
                 continue;
             };
             let (measured, projected) = (hmean(samples), hmean(pv));
@@ -953,12 +1038,67 @@ pub fn project_measured(
                 measured,
                 projected,
                 error_pct: 100.0 * (projected - measured) / measured,
-                share: machine.cpu.share_at(r.tasks).0,
-                wait_ns: machine.cpu.share_at(r.tasks).1,
+                share,
+                wait_ns: wait,
+                core_ns: machine.latency.core_ns,
             });
         }
     }
     Ok(out)
+}
+
+/// Whether `metric` counts operations per CPU-second (pft's `faults/cpu`) rather than per
+/// wall second.
+fn per_cpu(metric: &str) -> bool {
+    metric.ends_with("/cpu")
+}
+
+/// One row of `tasks` tasks each run `share` of the time in turns the host deals out
+/// independently: the binomial mixture of share-1 replays (see [`project_measured`]). Each
+/// metric's `i`-th sample mixes the states' `i`-th samples.
+fn time_sliced_row(
+    machine: &Machine,
+    trace: &crate::trace::Trace,
+    mode: Mode,
+    tasks: usize,
+    share: f64,
+    seed: u64,
+) -> Result<Vec<(String, bool, Vec<f64>)>, ProjectError> {
+    let mut whole = machine.clone();
+    whole.cpu.share.clear();
+    let others = tasks.saturating_sub(1);
+    let mut mixed: Vec<(String, bool, Vec<f64>)> = Vec::new();
+    for k in 0..=others {
+        let weight =
+            binomial(others, k) * share.powi(k as i32) * (1.0 - share).powi((others - k) as i32);
+        if weight == 0.0 {
+            continue;
+        }
+        let row = crate::project::replay_row(&whole, trace, mode, k + 1, 5, seed, 8192)?;
+        for (name, better, samples) in row.metrics {
+            // Per CPU-second: the rate of one CPU in this state. Per wall second: one task's
+            // rate in this state, run `share` of the time, for each of the row's tasks.
+            let scale = if per_cpu(&name) {
+                weight
+            } else {
+                weight * share * tasks as f64 / (k + 1) as f64
+            };
+            match mixed.iter_mut().find(|(n, _, _)| *n == name) {
+                Some((_, _, acc)) => {
+                    for (a, v) in acc.iter_mut().zip(&samples) {
+                        *a += scale * v;
+                    }
+                }
+                None => mixed.push((name, better, samples.iter().map(|v| scale * v).collect())),
+            }
+        }
+    }
+    Ok(mixed)
+}
+
+/// `C(n, k)`, exactly for the task counts a self-check row has.
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |c, i| c * (n - i) as f64 / (i + 1) as f64)
 }
 
 /// The published table by name.
@@ -1045,10 +1185,17 @@ mod tests {
     /// 500 ops of 1000 ns of compute and one page cleared, which took the capture 100 ns
     /// (40 GB/s); on [`injected_host`] the clearing takes 1000 ns (4.096 GB/s).
     fn clearing_trace(host: &Machine) -> crate::trace::Trace {
+        compute_and_clear_trace(host, 1000.0)
+    }
+
+    /// [`clearing_trace`] with `compute_ns` of compute per op.
+    fn compute_and_clear_trace(host: &Machine, compute_ns: f64) -> crate::trace::Trace {
         use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
         let mut events = Vec::new();
         for _ in 0..500 {
-            events.push(Event::Compute { ns: 1000.0 });
+            if compute_ns > 0.0 {
+                events.push(Event::Compute { ns: compute_ns });
+            }
             events.push(Event::Write {
                 bytes: 4096,
                 host_ns: 100.0,
@@ -1131,6 +1278,82 @@ mod tests {
         // One task: 1000 ns compute + 1000 ns clearing at half the time: 250,000 faults/s.
         // Two at a quarter each: 2 x 125,000.
         assert_rows_agree(&rows);
+    }
+
+    /// Two tasks the host runs half the time each, in turns it deals out independently, meet
+    /// only while both run: a quarter of the wall time, half of each one's running time.
+    /// Here they meet on the bus of a node that clears no faster than one core.
+    #[test]
+    fn time_sliced_tasks_share_the_bus_only_while_both_run() {
+        let mut host = injected_host();
+        host.memory.node_bandwidth_gbs = host.memory.core_bandwidth_gbs;
+        host.cpu.share = vec![[1.0, 0.5, 0.0], [2.0, 0.5, 0.0]];
+        // Each op only clears a page: 1000 ns alone, 2000 ns each with two on the bus.
+        let trace = compute_and_clear_trace(&host, 0.0);
+        // One task: 1,000,000 faults/s while it runs, half the time. Two: each runs half
+        // the time, alone for half of that (1,000,000/s) and beside the other for the rest
+        // (500,000/s): 2 x 0.5 x 750,000. Slowing both throughout instead (both always on
+        // the bus, each at half the pace) gives 2 x 250,000.
+        let rows =
+            project_measured(&host, &trace, &measured_rows([500_000.0, 750_000.0]), 1).unwrap();
+        assert_rows_agree(&rows);
+    }
+
+    /// A row is replayed with the line transfer measured beside the engine's run, not the one
+    /// calibrated before: every op of this trace writes one node-wide counter, so two tasks
+    /// pass its line at every op, each paying one transfer (the other wrote it last).
+    #[test]
+    fn a_row_is_replayed_with_the_transfer_measured_beside_it() {
+        use crate::trace::{Event, Instance};
+        let mut host = injected_host();
+        host.latency.core_ns = 150.0;
+        let mut trace = clearing_trace(&host);
+        trace.instances = vec![Instance {
+            class: "counter".into(),
+            scope: pagelab_sync::trace::Scope::Node,
+            model: pagelab_sync::trace::LockModel::Queued,
+            sleeps: false,
+            rwsem: None,
+        }];
+        trace.events = (0..500)
+            .flat_map(|_| {
+                [
+                    Event::Compute { ns: 1000.0 },
+                    Event::Atomic { inst: 0 },
+                    Event::Ops { n: 1 },
+                ]
+            })
+            .collect();
+        let beside = Beside {
+            share: 1.0,
+            wait_ns: 0.0,
+            core_ns: Some(31.4),
+        };
+        let row_host = beside.host(&host, 2);
+        // Two tasks: 1000 ns, a transfer of 31.4 ns and the atomic each op.
+        let per_op = 1000.0 + 31.4 + host.latency.atomic_ns;
+        let two = 2.0 * 1e9 / per_op;
+        let rows =
+            project_measured(&row_host, &trace, &measured_rows([1e9 / 1000.0, two]), 1).unwrap();
+        assert_eq!(rows[1].core_ns, 31.4);
+        assert!(
+            rows[1].error_pct.abs() < 1.0,
+            "projected {} against {two}",
+            rows[1].projected
+        );
+    }
+
+    /// The mixture's weights: the others running beside a task are binomial.
+    #[test]
+    fn binomial_weights_of_the_others_running_sum_to_one() {
+        assert_eq!(binomial(3, 0), 1.0);
+        assert_eq!(binomial(3, 1), 3.0);
+        assert_eq!(binomial(4, 2), 6.0);
+        let s: f64 = 0.3;
+        let total: f64 = (0..=5)
+            .map(|k| binomial(5, k) * s.powi(k as i32) * (1.0 - s).powi(5 - k as i32))
+            .sum();
+        assert!((total - 1.0).abs() < 1e-12, "{total}");
     }
 
     fn change(published_pct: f64, projected_pct: f64, beyond_noise: bool) -> Change {

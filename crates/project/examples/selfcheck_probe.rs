@@ -1,0 +1,144 @@
+//! What the self-check replays, opened up: measures this host as `pagelab validate
+//! --self-check-only` does (calibrate's engine costs), captures WORKLOAD with linux-6.7 as it
+//! does, saves both (`OUT.toml`, `OUT.pltrace`), then replays threads mode at 1 and 2 tasks
+//! with every task owning its CPU (share 1) and prints the rate, the faults per CPU-second and
+//! each lock or line class's acquisitions, waits and holds: what to set beside the engine's
+//! lock statistics for the same run (`pagelab run pft --mode threads --tasks 1,2 --lock-stat`).
+//!
+//! `cargo run --release -p pagelab-project --example selfcheck_probe -- WORKLOAD OUT`
+//! (WORKLOAD: pft or page_fault1). Replay a saved pair again with the `replay_speed` example.
+
+use std::path::Path;
+
+use pagelab_project::capture::{CaptureSpec, capture};
+use pagelab_project::replay::{Replay, ReplaySpec};
+use pagelab_workloads::WorkloadKind;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [cmd, trace, machine, tasks, share, wait_ms, ops, seeds] = args.as_slice()
+        && cmd == "replay"
+    {
+        return replay(trace, machine, tasks, share, wait_ms, ops, seeds);
+    }
+    if let [cmd, n] = args.as_slice()
+        && cmd == "transfer"
+    {
+        // The transfer between the first two CPUs, measured N times 0.5 s apart: whether
+        // it moves while the host runs (the hypervisor placing the two vCPUs).
+        for i in 0..n.parse::<usize>()? {
+            let t = std::time::Instant::now();
+            let ns = pagelab_project::calibrate::core_transfer_ns();
+            println!(
+                "{i}: {ns:.1} ns ({:.0} ms)",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        return Ok(());
+    }
+    if let [cmd, n] = args.as_slice()
+        && cmd == "bandwidth"
+    {
+        // One core's and both cores' clearing bandwidth and the transfer, N times 0.5 s
+        // apart: whether they move together.
+        for i in 0..n.parse::<usize>()? {
+            let one = pagelab_project::calibrate::clear_bandwidth_gbs(1, 64 << 20);
+            let two = pagelab_project::calibrate::clear_bandwidth_gbs(2, 64 << 20);
+            let ns = pagelab_project::calibrate::core_transfer_ns();
+            println!("{i}: one core {one:.1} GB/s, two {two:.1} GB/s, transfer {ns:.1} ns");
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        return Ok(());
+    }
+    let [workload, out] = args.as_slice() else {
+        return Err("usage: selfcheck_probe WORKLOAD OUT".into());
+    };
+    let w: WorkloadKind = workload
+        .parse()
+        .map_err(|e| format!("workload `{workload}`: {e}"))?;
+    let (host, _) = pagelab_project::calibrate::measure_host_for_engine("this-host", &mut |p| {
+        eprintln!("{p}")
+    })?;
+    let m = host.as_engine();
+    std::fs::write(format!("{out}.toml"), m.to_toml())?;
+    let profile = pagelab_bench::profiles::load("linux-6.7")?;
+    let trace = capture(&CaptureSpec::new(w, profile, m.nr_cpus()))?;
+    trace.save(Path::new(&format!("{out}.pltrace")))?;
+    for tasks in [1, 2] {
+        let spec = ReplaySpec {
+            tasks,
+            threads: true,
+            seed: 1,
+            samples: 3,
+            ops_per_cpu: Some(8192),
+        };
+        let r = Replay::new(&m, &trace, spec)?.run(1)?;
+        println!(
+            "{tasks} tasks: {:.0} ops/s, {:.0} ops per CPU-second, {} ops in {:.3} ms",
+            r.samples.iter().sum::<f64>() / r.samples.len().max(1) as f64,
+            r.ops_per_cpu_sec.unwrap_or(f64::NAN),
+            r.ops,
+            r.span_ns / 1e6
+        );
+        for k in &r.classes {
+            println!(
+                "   {:<24} {:>9} acq {:>8} contended {:>8} fallbacks {:>9.1} ns waited per op {:>8.1} ns per hold {:>7.3} of the span held",
+                k.name,
+                k.acquisitions,
+                k.contended,
+                k.fallbacks,
+                k.wait_ns / r.ops.max(1) as f64,
+                k.hold_ns / k.holds.max(1) as f64,
+                k.hold_ns / r.span_ns.max(1e-9)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `replay TRACE MACHINE TASKS SHARE WAIT_MS OPS_PER_CPU SEEDS`: threads mode at TASKS with each
+/// task run SHARE of the time (in turns with a mean wait of WAIT_MS, or uniformly when 0), for
+/// OPS_PER_CPU operations each, over SEEDS seeds: each seed's faults per second and per
+/// CPU-second, and their means.
+fn replay(
+    trace: &str,
+    machine: &str,
+    tasks: &str,
+    share: &str,
+    wait_ms: &str,
+    ops: &str,
+    seeds: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let trace = pagelab_project::trace::Trace::load(Path::new(trace))?;
+    let mut m = pagelab_project::machine::Machine::load(machine)?;
+    let tasks: usize = tasks.parse()?;
+    m.cpu.share = vec![[tasks as f64, share.parse()?, wait_ms.parse::<f64>()? * 1e6]];
+    let spec = ReplaySpec {
+        tasks,
+        threads: true,
+        seed: 1,
+        samples: 1,
+        ops_per_cpu: Some(ops.parse()?),
+    };
+    let r = Replay::new(&m, &trace, spec)?;
+    let (mut sec, mut cpu) = (Vec::new(), Vec::new());
+    for seed in 0..seeds.parse::<u64>()? {
+        let o = r.run(seed)?;
+        sec.push(o.samples[0]);
+        cpu.push(o.ops_per_cpu_sec.unwrap_or(f64::NAN));
+        println!(
+            "seed {seed}: {:.0} faults/sec {:.0} faults/cpu ({:.1} ms simulated)",
+            o.samples[0],
+            o.ops_per_cpu_sec.unwrap_or(f64::NAN),
+            o.span_ns / 1e6
+        );
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    println!(
+        "mean: {:.0} faults/sec {:.0} faults/cpu",
+        mean(&sec),
+        mean(&cpu)
+    );
+    Ok(())
+}
