@@ -726,10 +726,7 @@ impl Mm {
         // of that shard, through its own reverse-map lock; a range over several shards takes
         // the mm-wide one, which every walker holds for read too.
         let shard_rmap = self.shards.as_ref().and_then(|s| {
-            let (a, b) = (
-                shard_of(floor.max(start)),
-                shard_of(ceiling.min(TASK_SIZE) - 1),
-            );
+            let (a, b) = (shard_of(floor), shard_of(ceiling.min(TASK_SIZE) - 1));
             (a == b).then(|| s.shard(a).rmap.write())
         });
         let _rmap = shard_rmap.is_none().then(|| self.rmap_lock.write());
