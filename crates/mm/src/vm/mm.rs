@@ -619,26 +619,40 @@ impl Mm {
         let span_end = base.saturating_add(table_span(level));
         let shards = self.shards.as_ref().expect("range locks keep shards");
         // The shards of the range, in address order (a range inside one PMD table's span
-        // has one). Creating them is what lets MAP_FIXED land in a span nobody used yet.
+        // has one). Creating them is what lets MAP_FIXED land in a span nobody used yet. A
+        // VMA overlapping the range may reach into shards beyond it (it is in each shard it
+        // intersects): those are locked too, so that it leaves every one of them and its
+        // remnants enter theirs. Nobody else can change the overlapping VMAs meanwhile (they
+        // lie under our covering node), so widening once finds the same ones.
         let last = shard_of(end.min(TASK_SIZE) - 1);
-        let guards: Vec<(usize, ShardGuard<'_>)> = if new.is_some() {
-            (shard_of(addr)..=last)
-                .map(|i| (i, shards.shard(i).lock(cpu)))
-                .collect()
-        } else {
-            shards
-                .existing_in(addr, end)
-                .map(|i| (i, shards.shard(i).lock(cpu)))
-                .collect()
-        };
-        let mut victims: Vec<Arc<Vma>> = Vec::new();
-        for (_, s) in &guards {
-            for v in s.tree(g).overlapping(addr, end) {
-                if !victims.iter().any(|x| Arc::ptr_eq(x, v)) {
-                    victims.push(v.clone());
+        let (mut lo_s, mut hi_s) = (shard_of(addr), last);
+        let (guards, mut victims) = loop {
+            let guards: Vec<(usize, ShardGuard<'_>)> = if new.is_some() {
+                (lo_s..=hi_s)
+                    .map(|i| (i, shards.shard(i).lock(cpu)))
+                    .collect()
+            } else {
+                shards
+                    .existing_in(lo_s as u64 * SHARD_SIZE, (hi_s as u64 + 1) * SHARD_SIZE)
+                    .map(|i| (i, shards.shard(i).lock(cpu)))
+                    .collect()
+            };
+            let mut victims: Vec<Arc<Vma>> = Vec::new();
+            for (_, s) in &guards {
+                for v in s.tree(g).overlapping(addr, end) {
+                    if !victims.iter().any(|x| Arc::ptr_eq(x, v)) {
+                        victims.push(v.clone());
+                    }
                 }
             }
-        }
+            let need_lo = victims.iter().map(|v| shard_of(v.start)).min();
+            let need_hi = victims.iter().map(|v| shard_of(v.end - 1)).max();
+            if need_lo.is_none_or(|l| l >= lo_s) && need_hi.is_none_or(|h| h <= hi_s) {
+                break (guards, victims);
+            }
+            lo_s = lo_s.min(need_lo.unwrap_or(lo_s));
+            hi_s = hi_s.max(need_hi.unwrap_or(hi_s));
+        };
         if victims.is_empty() && new.is_none() {
             return Ok(());
         }
@@ -1361,6 +1375,40 @@ mod shard_tests {
         }
         mm.check(false).unwrap();
         (shared, firsts)
+    }
+
+    /// A mapping larger than a 1 GiB shard is in every shard it crosses; unmapping a page in
+    /// its middle shard takes it out of all of them and puts its two remnants in theirs (before,
+    /// only the shards of the unmapped range were updated: the others kept the detached VMA,
+    /// which `check` refuses and whose second detach at exit never finished).
+    #[test]
+    fn a_munmap_inside_a_mapping_over_several_shards_updates_all_of_them() {
+        use crate::vm::vma_shard::SHARD_SIZE;
+        let k = range_kernel(1);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t = k.new_task(mm.clone(), CpuId(0));
+        let page = PAGE_SIZE as u64;
+        let len = 2 * SHARD_SIZE + SHARD_SIZE / 2;
+        let a = t.mmap(len, true, MapKind::Anon).unwrap();
+        let mid = (a / SHARD_SIZE + 1) * SHARD_SIZE + SHARD_SIZE / 2;
+        t.store(a, 1).unwrap();
+        t.store(a + len - page, 2).unwrap();
+        t.munmap(mid, page).unwrap();
+        mm.check(false).unwrap();
+        let r = pagelab_sync::RcuDomain::register(k.rcu()).unwrap();
+        let g = r.lock();
+        let list = mm.vma_list(&g);
+        let spans: Vec<(u64, u64)> = list.iter().map(|v| (v.start, v.end)).collect();
+        assert_eq!(spans, vec![(a, mid), (mid + page, a + len)]);
+        assert!(mm.find_vma(&g, mid).is_none());
+        assert_eq!(mm.find_vma(&g, a).unwrap().end, mid);
+        assert_eq!(mm.find_vma(&g, a + len - page).unwrap().start, mid + page);
+        drop(g);
+        drop(r);
+        assert_eq!(t.load(a).unwrap(), 1);
+        assert_eq!(t.load(a + len - page).unwrap(), 2);
+        t.munmap(a, len).unwrap();
+        mm.check(false).unwrap();
     }
 
     #[test]
