@@ -90,7 +90,7 @@ impl Task {
         self.enter_lock_stats();
         self.mm.tlb.enter_kernel(self.cpu);
         let g = self.rcu.lock();
-        let r = self.mm.mmap(&g, len, writable, kind);
+        let r = self.mm.mmap(&g, self.cpu, len, writable, kind);
         drop(g);
         self.mm.tlb.return_to_user(self.cpu);
         r

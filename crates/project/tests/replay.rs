@@ -658,3 +658,39 @@ fn a_failed_trylock_runs_the_recorded_fallback_and_counts_it() {
     assert!(vma.wait_ns > 95_000.0, "{vma:?}");
     assert!(class(&r, "mmap_lock").is_none_or(|c| c.acquisitions == 0));
 }
+
+/// Range-vm's page-table node locks as the engine records them, in a one-VMA workload
+/// (`shared_vma`, as CortenMM's `pf` and `munmap` tests): a node only one CPU takes (each
+/// task's slot is its own PTE table) is private, so 16 threads run 16 times as fast as one
+/// (think 200 ns, hold 200 ns: 1e9 / 400 ops/s each); a node several CPUs take is per mm, so
+/// the threads serialise on it (at most 1e9 / 200 ops/s). Before the engine recorded the
+/// first CPU's node as private, every node was per VMA and threads of one VMA all met there.
+#[test]
+fn range_vm_node_locks_are_shared_only_by_the_cpus_that_take_them() {
+    use pagelab_mm::vm::range_lock::{PT_NODE_LOCK, PT_NODE_LOCK_SHARED};
+    let m = machine(16, 50.0, 5.0, 100.0, 100.0);
+    let rate = |scope: Scope, n: usize| {
+        let mut t = lock_trace(LockModel::QRwLock, scope, 200.0, 200.0, false);
+        t.meta.shared_vma = true;
+        mean(
+            &Replay::new(&m, &t, spec(n, true))
+                .unwrap()
+                .run(1)
+                .unwrap()
+                .samples,
+        )
+    };
+    let one = rate(PT_NODE_LOCK.scope, 1);
+    assert!((one - 1e9 / 400.0).abs() / one < 0.01, "{one}");
+    let own = rate(PT_NODE_LOCK.scope, 16);
+    assert!(
+        (own / one - 16.0).abs() < 0.2,
+        "per-task nodes scale: {}",
+        own / one
+    );
+    let shared = rate(PT_NODE_LOCK_SHARED.scope, 16);
+    assert!(
+        shared <= 1e9 / 200.0 * 1.001,
+        "a shared node serialises: {shared}"
+    );
+}

@@ -88,8 +88,8 @@ impl Vm for Counted {
         }
         {
             let g = self.rcu.lock();
-            let vmas = mm.vmas(&g);
-            if vmas.len() != 1 || vmas.find(addr).is_none() {
+            let vmas = mm.vma_list(&g);
+            if vmas.len() != 1 || mm.find_vma(&g, addr).is_none() {
                 self.tally.not_one_vma.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -345,11 +345,12 @@ impl FaultCtx<'_> {
                 pt.node_lock(path[1]),
                 pt.node_lock(path[2]),
             ];
+            pt.node_lock(path[3]).note_user(self.cpu.0);
             let _leaf = lock_leaf(pt.node_lock(path[3]), &ancestors);
             if pt.walk_path(addr) != Some(path) {
                 continue;
             }
-            let Some(vma) = self.mm.vmas(g).find(addr) else {
+            let Some(vma) = self.mm.find_vma(g, addr) else {
                 return Err(FaultError::Segv { addr, write });
             };
             return match self.handle_mm_fault(vma, addr, write, Held::Range, &Spec::locked())? {

@@ -20,8 +20,10 @@
 //!
 //! - With `mm.mmap_lock = "range"` (RadixVM, CortenMM) there is no mmap_lock hold and no
 //!   per-VMA lock: munmap and MAP_FIXED mmap write-lock the page-table page covering their
-//!   range, faults read-lock their PTE table's page (`range_lock`), and `vma_tree_lock` only
-//!   serialises publishing a new VMA array.
+//!   range, faults read-lock their PTE table's page (`range_lock`), and the VMAs are kept per
+//!   1 GiB shard (one PMD table's span), each shard's array published under its own lock, with
+//!   addresses allocated from per-CPU blocks (`vma_shard`): operations on disjoint ranges of
+//!   different blocks share no lock and no line.
 //!
 //! Invariants (`Mm::check`): the tree is sorted and non-overlapping with attached VMAs; every
 //! present PTE lies inside a VMA and maps a page whose reference and map counts account for
@@ -31,7 +33,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use pagelab_sync::{RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinLock};
+use pagelab_sync::{RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard};
 
 use crate::alloc::AllocError;
 use crate::cpu::CpuId;
@@ -46,15 +48,12 @@ use crate::vm::rss::{Rss, RssType};
 use crate::vm::tlb::{MmuGather, TlbState};
 use crate::vm::vma::{Vma, VmaBacking, VmaTree};
 use crate::vm::vma_lock::{MmLockSeq, VmaLockKind};
+use crate::vm::vma_shard::{SHARD_SIZE, ShardGuard, Shards, shard_of};
 use crate::vmstat::VmEvent;
 
 /// `mm->mmap_lock`, a sleeping rwsem whose reader count is one shared line.
 pub static MMAP_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::sleeping("mmap_lock", pagelab_sync::Scope::Mm);
-/// With range locks (`mm.mmap_lock = "range"`): held by mmap and munmap only while they copy
-/// and publish the VMA array; one per address space.
-pub static VMA_TREE_LOCK: pagelab_sync::LockClass =
-    pagelab_sync::LockClass::new("vma_tree_lock", pagelab_sync::Scope::Mm);
 /// The reverse map's per-mm lock (standing in for `anon_vma->rwsem`).
 pub static RMAP_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::sleeping("rmap_lock", pagelab_sync::Scope::Mm);
@@ -113,8 +112,21 @@ pub struct Mm {
     /// `mm.mmap_lock = "range"`: operations lock the page-table pages covering their range
     /// (`range_lock`) instead of mmap_lock.
     range: bool,
-    /// With range locks, serialises the publication of a new VMA array (and nothing else).
-    vma_tree_lock: SpinLock<()>,
+    /// With range locks, the VMAs per 1 GiB shard and the per-CPU address blocks
+    /// (`vma_shard`); `vmas` stays empty.
+    shards: Option<Shards>,
+}
+
+/// A reclaim walker's hold on the reverse-map locks of one address ([`Mm::rmap_read`]).
+pub(crate) struct RmapRead<'a> {
+    _mm: RwSemReadGuard<'a, ()>,
+    _shard: Option<RwSemReadGuard<'a, ()>>,
+}
+
+/// A whole-table walker's hold on every reverse-map lock ([`Mm::rmap_read_all`]).
+pub(crate) struct RmapReadAll<'a> {
+    _mm: RwSemReadGuard<'a, ()>,
+    _shards: Vec<RwSemReadGuard<'a, ()>>,
 }
 
 /// An mmap_lock write hold. Dropping it is `mmap_write_unlock`: it advances `mm_lock_seq`
@@ -181,7 +193,8 @@ impl Mm {
             vma_lock_kind: k.vma_lock_kind().unwrap_or(VmaLockKind::Refcount),
             munmap_downgrade: p.mm.munmap_downgrade,
             range,
-            vma_tree_lock: SpinLock::new(p.locks.spinlock, ()).with_class(&VMA_TREE_LOCK),
+            shards: range
+                .then(|| Shards::new(k.rcu(), p.locks.spinlock, k.nr_cpus(), MMAP_MIN, MMAP_TOP)),
             k,
         })
     }
@@ -204,10 +217,54 @@ impl Mm {
         self.memcg.load(Ordering::Relaxed)
     }
 
-    /// The VMA tree as published, valid for the read section.
+    /// The VMA tree as published, valid for the read section. With range locks the VMAs are
+    /// kept per shard and this tree stays empty: use [`Mm::find_vma`] or [`Mm::vma_list`].
     #[inline]
     pub fn vmas<'a>(&'a self, g: &'a RcuGuard<'_>) -> &'a VmaTree {
         self.vmas.load(g)
+    }
+
+    /// Hold off the freeing of the page tables that lead to `addr` (reclaim's rmap walk to a
+    /// page mapped there): the mm-wide reverse-map lock for read and, with range locks, the
+    /// lock of `addr`'s shard, which a munmap freeing tables inside that shard takes instead.
+    pub(crate) fn rmap_read(&self, addr: u64) -> RmapRead<'_> {
+        RmapRead {
+            _mm: self.rmap_lock.read(),
+            _shard: self
+                .shards
+                .as_ref()
+                .filter(|_| addr < TASK_SIZE)
+                .map(|s| s.shard(shard_of(addr)).rmap.read()),
+        }
+    }
+
+    /// [`Mm::rmap_read`] for a walk of the whole page table: every shard's lock, in order.
+    pub(crate) fn rmap_read_all(&self) -> RmapReadAll<'_> {
+        RmapReadAll {
+            _mm: self.rmap_lock.read(),
+            _shards: self.shards.as_ref().map_or_else(Vec::new, |s| {
+                s.existing_in(0, TASK_SIZE)
+                    .map(|i| s.shard(i).rmap.read())
+                    .collect()
+            }),
+        }
+    }
+
+    /// The VMA containing `addr`, valid for the read section, wherever this mm keeps it.
+    #[inline]
+    pub fn find_vma<'a>(&'a self, g: &'a RcuGuard<'_>, addr: u64) -> Option<&'a Arc<Vma>> {
+        match &self.shards {
+            Some(s) => s.find(g, addr),
+            None => self.vmas(g).find(addr),
+        }
+    }
+
+    /// Every VMA, sorted by address (a snapshot: for checks and tests, not for hot paths).
+    pub fn vma_list(&self, g: &RcuGuard<'_>) -> Vec<Arc<Vma>> {
+        match &self.shards {
+            Some(s) => s.all(g),
+            None => self.vmas(g).iter().cloned().collect(),
+        }
     }
 
     /// `mmap_write_lock`.
@@ -259,43 +316,103 @@ impl Mm {
         })
     }
 
-    /// `do_mmap`: map `len` bytes (rounded up to pages) somewhere free. Returns the address.
+    /// `do_mmap`: map `len` bytes (rounded up to pages) somewhere free, for the task on `cpu`.
+    /// Returns the address.
     ///
     /// With range locks no page-table page is locked: the range is free, so no fault or
-    /// operation can be working in it, and the new VMA is published under `vma_tree_lock`
-    /// (which also makes the gap search and the insertion one step).
+    /// operation can be working in it. The address comes from the CPU's own block and the new
+    /// VMA is published in its shard under that shard's lock, which also makes the gap search
+    /// and the insertion one step (`vma_shard`).
     pub fn mmap(
         &self,
         g: &RcuGuard<'_>,
+        cpu: CpuId,
         len: u64,
         writable: bool,
         kind: MapKind,
     ) -> Result<u64, MmError> {
         let (len, backing, shared) = Self::map_args(len, kind)?;
-        let _w = (!self.range).then(|| self.mmap_write_lock());
-        let _t = self.range.then(|| self.vma_tree_lock.lock());
+        let new_vma = |start: u64| {
+            Arc::new(Vma::new(
+                start,
+                start + len,
+                writable,
+                shared,
+                backing.clone(),
+                self.vma_lock_kind,
+            ))
+        };
+        if let Some(shards) = &self.shards {
+            return self.mmap_sharded(g, shards, cpu, len, new_vma);
+        }
+        let _w = self.mmap_write_lock();
         let tree = self.vmas(g);
-        // Align large mappings to a page-table span, as THP-aware get_unmapped_area does, so
-        // that mappings do not share PTE tables by accident.
+        let start = Self::place(tree, len, MMAP_MIN, MMAP_TOP).ok_or(MmError::NoSpace(len))?;
+        self.vmas.publish(tree.replaced(&[], vec![new_vma(start)]));
+        Ok(start)
+    }
+
+    /// Where a mapping of `len` bytes goes in the gaps of `tree` between `bottom` and `top`.
+    /// Large mappings are aligned to a page-table span, as THP-aware `get_unmapped_area`
+    /// does, so that mappings do not share PTE tables by accident.
+    fn place(tree: &VmaTree, len: u64, bottom: u64, top: u64) -> Option<u64> {
         let want = if len >= PMD_SIZE { len + PMD_SIZE } else { len };
-        let start = tree
-            .find_gap(want, MMAP_MIN, MMAP_TOP)
-            .ok_or(MmError::NoSpace(len))?;
-        let start = if len >= PMD_SIZE {
+        let start = tree.find_gap(want, bottom, top)?;
+        Some(if len >= PMD_SIZE {
             (start + PMD_SIZE - 1) & !(PMD_SIZE - 1)
         } else {
             start
-        };
-        let vma = Arc::new(Vma::new(
-            start,
-            start + len,
-            writable,
-            shared,
-            backing,
-            self.vma_lock_kind,
-        ));
-        self.vmas.publish(tree.replaced(&[], vec![vma]));
-        Ok(start)
+        })
+    }
+
+    /// [`Mm::mmap`] with range locks: place the mapping in the CPU's block (taking a fresh
+    /// block when it has no room), or, if it is larger than a block, in fresh contiguous
+    /// blocks; publish it in every shard it intersects.
+    fn mmap_sharded(
+        &self,
+        g: &RcuGuard<'_>,
+        shards: &Shards,
+        cpu: CpuId,
+        len: u64,
+        new_vma: impl Fn(u64) -> Arc<Vma>,
+    ) -> Result<u64, MmError> {
+        let pad = if len >= PMD_SIZE { PMD_SIZE } else { 0 };
+        if len + pad <= SHARD_SIZE {
+            let mut full = false;
+            // A block taken fresh has room unless a MAP_FIXED mapping landed in it first.
+            for _ in 0..64 {
+                let base = shards.block(cpu, full).ok_or(MmError::NoSpace(len))?;
+                let guard = shards.shard(shard_of(base)).lock(cpu);
+                let tree = guard.tree(g);
+                if let Some(start) = Self::place(tree, len, base, base + SHARD_SIZE) {
+                    guard.publish(tree.replaced(&[], vec![new_vma(start)]));
+                    return Ok(start);
+                }
+                full = true;
+            }
+            return Err(MmError::NoSpace(len));
+        }
+        let n = (len + pad).div_ceil(SHARD_SIZE);
+        for _ in 0..64 {
+            let base = shards.fresh(n).ok_or(MmError::NoSpace(len))?;
+            let start = (base + pad - 1) & !(pad.max(1) - 1);
+            let end = start + len;
+            let guards: Vec<ShardGuard<'_>> = (shard_of(start)..=shard_of(end - 1))
+                .map(|i| shards.shard(i).lock(cpu))
+                .collect();
+            if guards
+                .iter()
+                .any(|s| !s.tree(g).overlapping(start, end).is_empty())
+            {
+                continue;
+            }
+            let vma = new_vma(start);
+            for s in &guards {
+                s.publish(s.tree(g).replaced(&[], vec![vma.clone()]));
+            }
+            return Ok(start);
+        }
+        Err(MmError::NoSpace(len))
     }
 
     /// `mmap(MAP_FIXED)`: map `len` bytes at `addr`, replacing whatever is mapped there, as
@@ -462,8 +579,9 @@ impl Mm {
     ///    `[addr, end)`, write-lock it with no ancestor write-locked, and wait until the
     ///    tables below it inside the range are idle. Re-walk: if the page was freed by the
     ///    operation we waited for, start again.
-    /// 2. Under `vma_tree_lock`, publish the VMA array without the overlapped VMAs (their
-    ///    remnants stay).
+    /// 2. Lock the shards of the range in address order (`vma_shard`) and publish each one's
+    ///    VMA array without the overlapped VMAs (their remnants stay). A range inside one
+    ///    block locks its shard only: no mm-wide line is written.
     /// 3. Zap, flush the TLBs, free the pages and the page tables that the floor/ceiling rule
     ///    allows *within the covering page's span*: nobody else can be using those (a fault
     ///    there waits for our lock and re-validates its walk), while a table above the span
@@ -487,6 +605,7 @@ impl Mm {
                 .iter()
                 .map(|&(t, _, _)| pt.node_lock(t))
                 .collect();
+            pt.node_lock(node).note_user(cpu.0);
             let cover = lock_cover(pt.node_lock(node), &ancestors, |drain| {
                 pt.for_each_table_below(node, level, base, addr, end, &mut |t| {
                     drain(pt.node_lock(t))
@@ -498,28 +617,97 @@ impl Mm {
         };
         let &(_, level, base) = path.last().expect("the PGD at least");
         let span_end = base.saturating_add(table_span(level));
-        let t = self.vma_tree_lock.lock();
-        let tree = self.vmas(g);
-        let victims: Vec<Arc<Vma>> = tree.overlapping(addr, end).to_vec();
-        if victims.is_empty() {
-            if let Some(v) = new {
-                self.vmas.publish(tree.replaced(&[], vec![v]));
+        let shards = self.shards.as_ref().expect("range locks keep shards");
+        // The shards of the range, in address order (a range inside one PMD table's span
+        // has one). Creating them is what lets MAP_FIXED land in a span nobody used yet. A
+        // VMA overlapping the range may reach into shards beyond it (it is in each shard it
+        // intersects): those are locked too, so that it leaves every one of them and its
+        // remnants enter theirs. Nobody else can change the overlapping VMAs meanwhile (they
+        // lie under our covering node), so widening once finds the same ones.
+        let last = shard_of(end.min(TASK_SIZE) - 1);
+        let (mut lo_s, mut hi_s) = (shard_of(addr), last);
+        let (guards, mut victims) = loop {
+            let guards: Vec<(usize, ShardGuard<'_>)> = if new.is_some() {
+                (lo_s..=hi_s)
+                    .map(|i| (i, shards.shard(i).lock(cpu)))
+                    .collect()
+            } else {
+                shards
+                    .existing_in(lo_s as u64 * SHARD_SIZE, (hi_s as u64 + 1) * SHARD_SIZE)
+                    .map(|i| (i, shards.shard(i).lock(cpu)))
+                    .collect()
+            };
+            let mut victims: Vec<Arc<Vma>> = Vec::new();
+            for (_, s) in &guards {
+                for v in s.tree(g).overlapping(addr, end) {
+                    if !victims.iter().any(|x| Arc::ptr_eq(x, v)) {
+                        victims.push(v.clone());
+                    }
+                }
             }
+            let need_lo = victims.iter().map(|v| shard_of(v.start)).min();
+            let need_hi = victims.iter().map(|v| shard_of(v.end - 1)).max();
+            if need_lo.is_none_or(|l| l >= lo_s) && need_hi.is_none_or(|h| h <= hi_s) {
+                break (guards, victims);
+            }
+            lo_s = lo_s.min(need_lo.unwrap_or(lo_s));
+            hi_s = hi_s.max(need_hi.unwrap_or(hi_s));
+        };
+        if victims.is_empty() && new.is_none() {
             return Ok(());
         }
-        let (new_tree, lo, hi, floor, ceiling) = self.without(tree, &victims, addr, end);
-        // MAP_FIXED publishes the new VMA in the same step, so that no mmap can place
-        // another one in the hole meanwhile; faults in it wait for our lock. The floor and
-        // ceiling ignore it: its tables may go too, as nobody can have reached them.
-        self.vmas.publish(match new {
-            Some(v) => new_tree.replaced(&[], vec![v]),
-            None => new_tree,
-        });
-        drop(t);
+        victims.sort_by_key(|v| v.start);
+        let mut remnants = Vec::new();
+        for v in &victims {
+            if v.start < addr {
+                remnants.push(Arc::new(v.split_copy(v.start, addr, self.vma_lock_kind)));
+            }
+            if v.end > end {
+                remnants.push(Arc::new(v.split_copy(end, v.end, self.vma_lock_kind)));
+            }
+        }
+        // The floor and ceiling for freeing tables, within the covering page's span and
+        // within the shards at the range's ends: a VMA below the first shard's start (or above
+        // the last one's end) is not looked at, so tables reaching past a shard boundary stay
+        // (until a munmap there or exit_mmap), which errs on the side of keeping tables.
+        let (mut floor, mut ceiling) = (base.max(addr & !(SHARD_SIZE - 1)), span_end);
+        ceiling = ceiling.min(((end - 1) | (SHARD_SIZE - 1)).saturating_add(1));
+        let touches = |v: &Arc<Vma>, i: usize| shard_of(v.start) <= i && i <= shard_of(v.end - 1);
+        for (i, s) in &guards {
+            let i = *i;
+            let tree = s.tree(g);
+            let mine: Vec<Arc<Vma>> = victims.iter().filter(|v| touches(v, i)).cloned().collect();
+            let rem: Vec<Arc<Vma>> = remnants.iter().filter(|v| touches(v, i)).cloned().collect();
+            let adds: Vec<Arc<Vma>> = new.iter().filter(|v| touches(v, i)).cloned().collect();
+            let after = tree.replaced(&mine, rem);
+            if i == shard_of(addr) {
+                floor = floor.max(after.prev_end(addr));
+            }
+            if i == last {
+                ceiling = ceiling.min(after.next_start(end, TASK_SIZE));
+            }
+            if mine.is_empty() && adds.is_empty() {
+                continue;
+            }
+            // MAP_FIXED publishes the new VMA in the same step, so that no mmap can place
+            // another one in the hole meanwhile; faults in it wait for our lock. The floor
+            // and ceiling ignore it: its tables may go too, as nobody can have reached them.
+            s.publish(if adds.is_empty() {
+                after
+            } else {
+                after.replaced(&[], adds)
+            });
+        }
+        drop(guards);
+        if victims.is_empty() {
+            return Ok(());
+        }
         for v in &victims {
             v.lock.mark_detached();
         }
-        self.unmap_region(cpu, lo, hi, floor.max(base), ceiling.min(span_end));
+        let lo = victims[0].start.max(addr);
+        let hi = victims[victims.len() - 1].end.min(end);
+        self.unmap_region(cpu, lo, hi, floor, ceiling);
         Ok(())
     }
 
@@ -547,7 +735,15 @@ impl Mm {
                 return;
             }
         }
-        let _rmap = self.rmap_lock.write();
+        // With range locks, tables freed inside one shard's span (floor and ceiling stop at
+        // the shards of the range's ends, see `replace_range_locked`) exclude only the walkers
+        // of that shard, through its own reverse-map lock; a range over several shards takes
+        // the mm-wide one, which every walker holds for read too.
+        let shard_rmap = self.shards.as_ref().and_then(|s| {
+            let (a, b) = (shard_of(floor), shard_of(ceiling.min(TASK_SIZE) - 1));
+            (a == b).then(|| s.shard(a).rmap.write())
+        });
+        let _rmap = shard_rmap.is_none().then(|| self.rmap_lock.write());
         if self.vma_lock_kind == VmaLockKind::Rcu {
             // Lock-free faults may still be walking these tables (they hold no lock munmap
             // waits for): free them after a grace period, as Bonsai does.
@@ -667,9 +863,9 @@ impl Mm {
     pub fn check(&self, rss_synced: bool) -> Result<(u64, u64), String> {
         let reader = pagelab_sync::RcuDomain::register(self.k.rcu()).map_err(|e| e.to_string())?;
         let g = reader.lock();
-        let tree = self.vmas(&g);
+        let list = self.vma_list(&g);
         let mut prev_end = 0;
-        for v in tree.iter() {
+        for v in &list {
             if v.start < prev_end || v.start >= v.end {
                 return Err(format!("{v:?} overlaps its predecessor or is empty"));
             }
@@ -685,7 +881,7 @@ impl Mm {
             if err.is_some() {
                 return;
             }
-            let Some(v) = tree.find(addr) else {
+            let Some(v) = self.find_vma(&g, addr) else {
                 err = Some(format!("PTE at {addr:#x} outside every VMA"));
                 return;
             };
@@ -731,7 +927,7 @@ impl Mm {
         }
         // With range locks a munmap frees only the tables inside its covering page's span,
         // so the upper levels above an unmapped range stay until exit_mmap.
-        if tree.is_empty() && !self.range && self.pgtable.nr_tables() != 1 {
+        if list.is_empty() && !self.range && self.pgtable.nr_tables() != 1 {
             return Err(format!(
                 "no VMA left but {} page-table pages remain",
                 self.pgtable.nr_tables()
@@ -995,7 +1191,7 @@ mod tests {
         t0.store(b, 2).unwrap();
         t0.idle();
         let held = mm.pgtable.walk_path(a).unwrap()[3];
-        mm.pgtable.node_lock(held).write_lock();
+        let traced = mm.pgtable.node_lock(held).write_lock();
         // Held too: a range-locked operation that took it would wait here.
         let mmap_lock = mm.mmap_lock.write();
         let (k2, mm2) = (k.clone(), mm.clone());
@@ -1009,7 +1205,7 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let r = pagelab_sync::RcuDomain::register(k.rcu()).unwrap();
-            if mm.vmas(&r.lock()).find(b).is_none() {
+            if mm.find_vma(&r.lock(), b).is_none() {
                 break;
             }
             drop(r);
@@ -1024,7 +1220,7 @@ mod tests {
             !other.is_finished(),
             "a munmap of the held range went ahead"
         );
-        mm.pgtable.node_lock(held).write_unlock();
+        mm.pgtable.node_lock(held).write_unlock(traced);
         let (t1, blocked) = other.join().unwrap();
         blocked.unwrap();
         drop(mmap_lock);
@@ -1109,5 +1305,120 @@ mod tests {
         t1.idle();
         t0.resume();
         t0.munmap(a, PMD_SIZE / 2).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use std::collections::BTreeSet;
+
+    use pagelab_sync::Scope;
+    use pagelab_sync::trace::{self, Kind};
+
+    use super::*;
+    use crate::alloc::MemConfig;
+    use crate::policy::{Policy, VmaLock};
+
+    fn range_kernel(cpus: usize) -> Arc<Kernel> {
+        let mut p = Policy::default();
+        p.mm.mmap_lock = MmapLock::Range;
+        p.mm.vma_lock = VmaLock::None;
+        Kernel::new(&MemConfig::new(64 << 20, cpus), &p).unwrap()
+    }
+
+    /// RadixVM's mapbench on two CPUs: each task maps, touches and unmaps its own region in a
+    /// loop. With range locks their mmaps place the region in their CPUs' own blocks and
+    /// publish it in their own shards, and their munmaps lock their own tables and shards and
+    /// free the emptied table under their shard's reverse-map lock, so the traces record no
+    /// address-space lock either shares (before the shards, every mmap and munmap took the
+    /// mm-wide `vma_tree_lock`, and every munmap that freed a table the mm-wide `rmap_lock`).
+    /// Returns the shared classes recorded and each task's first region.
+    fn mapbench_shared_locks(cpus: u16) -> (BTreeSet<&'static str>, Vec<u64>) {
+        let k = range_kernel(cpus as usize);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let page = PAGE_SIZE as u64;
+        let runs: Vec<_> = (0..cpus)
+            .map(|c| {
+                let t = k.new_task(mm.clone(), CpuId(c));
+                std::thread::spawn(move || {
+                    trace::start(1 << 16);
+                    let mut addrs = Vec::new();
+                    for _ in 0..20 {
+                        let a = t.mmap(8 * page, true, MapKind::Anon).unwrap();
+                        for i in 0..8 {
+                            t.store(a + i * page, i).unwrap();
+                        }
+                        t.munmap(a, 8 * page).unwrap();
+                        addrs.push(a);
+                    }
+                    let ev = trace::stop();
+                    t.idle();
+                    (ev, addrs, t)
+                })
+            })
+            .collect();
+        let mut shared = BTreeSet::new();
+        let mut firsts = Vec::new();
+        let mut tasks = Vec::new();
+        for r in runs {
+            let (ev, addrs, t) = r.join().unwrap();
+            for e in ev {
+                // The address space's locks: per mm or per VMA (the page allocator's and
+                // the LRU's are another matter).
+                let mm_wide = matches!(e.class.scope, Scope::Mm | Scope::Vma);
+                if matches!(e.kind, Kind::Acquire { .. }) && mm_wide {
+                    shared.insert(e.class.name);
+                }
+            }
+            firsts.push(addrs[0]);
+            tasks.push(t);
+        }
+        mm.check(false).unwrap();
+        (shared, firsts)
+    }
+
+    /// A mapping larger than a 1 GiB shard is in every shard it crosses; unmapping a page in
+    /// its middle shard takes it out of all of them and puts its two remnants in theirs (before,
+    /// only the shards of the unmapped range were updated: the others kept the detached VMA,
+    /// which `check` refuses and whose second detach at exit never finished).
+    #[test]
+    fn a_munmap_inside_a_mapping_over_several_shards_updates_all_of_them() {
+        use crate::vm::vma_shard::SHARD_SIZE;
+        let k = range_kernel(1);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t = k.new_task(mm.clone(), CpuId(0));
+        let page = PAGE_SIZE as u64;
+        let len = 2 * SHARD_SIZE + SHARD_SIZE / 2;
+        let a = t.mmap(len, true, MapKind::Anon).unwrap();
+        let mid = (a / SHARD_SIZE + 1) * SHARD_SIZE + SHARD_SIZE / 2;
+        t.store(a, 1).unwrap();
+        t.store(a + len - page, 2).unwrap();
+        t.munmap(mid, page).unwrap();
+        mm.check(false).unwrap();
+        let r = pagelab_sync::RcuDomain::register(k.rcu()).unwrap();
+        let g = r.lock();
+        let list = mm.vma_list(&g);
+        let spans: Vec<(u64, u64)> = list.iter().map(|v| (v.start, v.end)).collect();
+        assert_eq!(spans, vec![(a, mid), (mid + page, a + len)]);
+        assert!(mm.find_vma(&g, mid).is_none());
+        assert_eq!(mm.find_vma(&g, a).unwrap().end, mid);
+        assert_eq!(mm.find_vma(&g, a + len - page).unwrap().start, mid + page);
+        drop(g);
+        drop(r);
+        assert_eq!(t.load(a).unwrap(), 1);
+        assert_eq!(t.load(a + len - page).unwrap(), 2);
+        t.munmap(a, len).unwrap();
+        mm.check(false).unwrap();
+    }
+
+    #[test]
+    fn range_locked_mapbench_tasks_share_no_lock() {
+        let (shared, regions) = mapbench_shared_locks(2);
+        assert!(shared.is_empty(), "shared locks taken: {shared:?}");
+        assert_ne!(
+            regions[0] >> crate::vm::vma_shard::SHARD_SHIFT,
+            regions[1] >> crate::vm::vma_shard::SHARD_SHIFT,
+            "the two CPUs' regions are in one block"
+        );
     }
 }

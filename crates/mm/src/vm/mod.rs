@@ -13,3 +13,4 @@ pub mod tlb;
 pub mod vma;
 pub mod vma_lock;
 pub mod vma_rcu;
+pub mod vma_shard;

@@ -622,6 +622,9 @@ impl PageTable {
             );
         }
         let pgd = alloc_table(&mem, cpu)?;
+        if let Some(s) = &split {
+            s.node_lock(pgd).reset_users();
+        }
         Ok(PageTable {
             mem,
             pgd,
@@ -864,11 +867,13 @@ impl PageTable {
     #[cold]
     fn install(&self, cpu: CpuId, w: &AtomicU64, level: u32) -> Result<Pfn, AllocError> {
         let new = alloc_table(&self.mem, cpu)?;
-        if level == LEVEL_PTE
-            && let Some(s) = &self.split
-        {
-            // Before it is published: the frame may have been another mm's PTE table.
-            s.reset_users(new, cpu);
+        if let Some(s) = &self.split {
+            // Before it is published: the frame may have been another mm's page-table page,
+            // whose range lock other CPUs took.
+            s.node_lock(new).reset_users();
+            if level == LEVEL_PTE {
+                s.reset_users(new, cpu);
+            }
         }
         if self.mode == Ptl::Atomic || self.lockless_install {
             // Release: whoever sees the entry sees the zeroed table; Acquire on failure: the

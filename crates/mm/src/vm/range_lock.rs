@@ -54,17 +54,29 @@ use pagelab_sync::Backoff;
 use pagelab_sync::shim::atomic::{AtomicU32, Ordering, fence};
 use pagelab_sync::trace::{self, Access, LockModel};
 
-/// A page-table page's range lock: held by the operations whose range it covers and the
-/// faults on its PTEs. Instances are per page-table page, shared by the threads that work in
-/// that page's span (one table's span is 2 MiB for a PTE table).
+/// A page-table page's range lock while tasks on one CPU only have taken it (since the page
+/// was installed): private to that task, recorded nowhere. Each task of RadixVM's mapbench,
+/// or of CortenMM's low-contention benchmarks where each task works in its own slot of one
+/// VMA, has its own PTE tables and covering nodes.
 pub static PT_NODE_LOCK: pagelab_sync::LockClass =
-    pagelab_sync::LockClass::new("pt node lock", pagelab_sync::Scope::Vma);
+    pagelab_sync::LockClass::new("pt node lock", pagelab_sync::Scope::Private);
+/// A page-table page's range lock that tasks on more than one CPU have taken (they fault or
+/// unmap in one table's span): shared by the threads of the mm, so replay makes exactly these
+/// meet. Instances are per page-table page (one PTE table's span is 2 MiB).
+pub static PT_NODE_LOCK_SHARED: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("pt node lock (shared)", pagelab_sync::Scope::Mm);
 
 const WRITER: u32 = 1 << 31;
+/// In [`NodeLock`]'s user word: a second CPU has taken the lock.
+const USERS_SHARED: u32 = 1 << 31;
 
-/// The reader-writer word of one page-table page.
+/// The reader-writer word of one page-table page, and who has taken it.
 pub struct NodeLock {
     word: AtomicU32,
+    /// The CPU (plus one) that first took the lock since the page was installed, or
+    /// [`USERS_SHARED`] once another did too; 0: nobody yet. Written twice per page at most,
+    /// so reading it on every acquisition adds no line transfer. Only traces read it.
+    users: std::sync::atomic::AtomicU32,
 }
 
 impl Default for NodeLock {
@@ -77,11 +89,53 @@ impl NodeLock {
     pub fn new() -> Self {
         NodeLock {
             word: AtomicU32::new(0),
+            users: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
     fn id(&self) -> usize {
         self as *const Self as usize
+    }
+
+    /// The task on CPU `cpu` is about to take the lock: remember the first CPU, and mark the
+    /// lock shared when another one comes (the line has then moved between CPUs).
+    #[inline]
+    pub fn note_user(&self, cpu: u16) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let me = u32::from(cpu) + 1;
+        match self.users.load(Relaxed) {
+            USERS_SHARED => {}
+            0 => {
+                if let Err(f) = self.users.compare_exchange(0, me, Relaxed, Relaxed)
+                    && f != me
+                {
+                    self.users.store(USERS_SHARED, Relaxed);
+                }
+            }
+            f if f != me => self.users.store(USERS_SHARED, Relaxed),
+            _ => {}
+        }
+    }
+
+    /// Forget who took the lock: the page became a new page-table page.
+    pub fn reset_users(&self) {
+        self.users.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether tasks on more than one CPU have taken the lock since the page was installed.
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        self.users.load(std::sync::atomic::Ordering::Relaxed) == USERS_SHARED
+    }
+
+    /// The class an acquisition records under now (the release records the same one).
+    #[inline]
+    fn class(&self) -> &'static pagelab_sync::LockClass {
+        if self.is_shared() {
+            &PT_NODE_LOCK_SHARED
+        } else {
+            &PT_NODE_LOCK
+        }
     }
 
     /// Waits until no writer holds the word, then swaps it for `next(word)` (Acquire on
@@ -107,30 +161,27 @@ impl NodeLock {
         }
     }
 
-    /// Take the node for read: wait while a writer holds it.
-    pub fn read_lock(&self) {
+    /// Take the node for read: wait while a writer holds it. Returns the class the
+    /// acquisition was recorded under, for [`NodeLock::read_unlock`].
+    pub fn read_lock(&self) -> Traced {
         self.claim(|cur| cur + 1);
         // Our count is ordered before this reader's loads of the ancestors' words (see the
         // module documentation).
         fence(Ordering::SeqCst);
-        trace::acquire(
-            &PT_NODE_LOCK,
-            self.id(),
-            LockModel::QRwLock,
-            Access::Shared,
-            false,
-        );
+        let class = self.class();
+        trace::acquire(class, self.id(), LockModel::QRwLock, Access::Shared, false);
+        Traced(class)
     }
 
-    pub fn read_unlock(&self) {
-        trace::release(&PT_NODE_LOCK, self.id(), LockModel::QRwLock, Access::Shared);
+    pub fn read_unlock(&self, t: Traced) {
+        trace::release(t.0, self.id(), LockModel::QRwLock, Access::Shared);
         // Release: the reader's work happens before a writer's drain sees the count fall.
         self.word.fetch_sub(1, Ordering::Release);
     }
 
     /// Take the node for write: claim the writer bit (new readers are refused from then on),
     /// then wait for the readers already in to leave.
-    pub fn write_lock(&self) {
+    pub fn write_lock(&self) -> Traced {
         let mut b = self.claim(|cur| cur | WRITER);
         // The writer bit is ordered before the writer's loads of the ancestors' and the
         // descendants' words (and of the entries that lead to the descendants).
@@ -139,22 +190,19 @@ impl NodeLock {
         while self.word.load(Ordering::Acquire) != WRITER {
             b.snooze();
         }
+        let class = self.class();
         trace::acquire(
-            &PT_NODE_LOCK,
+            class,
             self.id(),
             LockModel::QRwLock,
             Access::Exclusive,
             false,
         );
+        Traced(class)
     }
 
-    pub fn write_unlock(&self) {
-        trace::release(
-            &PT_NODE_LOCK,
-            self.id(),
-            LockModel::QRwLock,
-            Access::Exclusive,
-        );
+    pub fn write_unlock(&self, t: Traced) {
+        trace::release(t.0, self.id(), LockModel::QRwLock, Access::Exclusive);
         // Readers are refused while the writer bit is set, so the word is exactly WRITER.
         self.word.store(0, Ordering::Release);
     }
@@ -190,23 +238,29 @@ impl NodeLock {
     }
 }
 
+/// The class an acquisition of a [`NodeLock`] was recorded under: its release records the
+/// same, even if a second CPU has marked the lock shared meanwhile.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "pass it to the unlock"]
+pub struct Traced(&'static pagelab_sync::LockClass);
+
 /// A fault's read hold on its PTE table's node.
 #[must_use = "the node is released when the guard drops"]
-pub struct LeafGuard<'a>(&'a NodeLock);
+pub struct LeafGuard<'a>(&'a NodeLock, Traced);
 
 impl Drop for LeafGuard<'_> {
     fn drop(&mut self) {
-        self.0.read_unlock();
+        self.0.read_unlock(self.1);
     }
 }
 
 /// A range operation's write hold on its covering node.
 #[must_use = "the node is released when the guard drops"]
-pub struct CoverGuard<'a>(&'a NodeLock);
+pub struct CoverGuard<'a>(&'a NodeLock, Traced);
 
 impl Drop for CoverGuard<'_> {
     fn drop(&mut self) {
-        self.0.write_unlock();
+        self.0.write_unlock(self.1);
     }
 }
 
@@ -219,12 +273,12 @@ fn locked_ancestor<'a>(ancestors: &[&'a NodeLock]) -> Option<&'a NodeLock> {
 /// tables above it, root first) write-locked at the time the hold was confirmed.
 pub fn lock_leaf<'a>(leaf: &'a NodeLock, ancestors: &[&NodeLock]) -> LeafGuard<'a> {
     loop {
-        leaf.read_lock();
+        let t = leaf.read_lock();
         match locked_ancestor(ancestors) {
-            None => return LeafGuard(leaf),
+            None => return LeafGuard(leaf, t),
             Some(a) => {
                 // Back off before waiting: the ancestor's holder may be draining our node.
-                leaf.read_unlock();
+                leaf.read_unlock(t);
                 a.wait_no_writer();
             }
         }
@@ -240,18 +294,18 @@ pub fn lock_cover<'a>(
     ancestors: &[&NodeLock],
     descendants: impl FnOnce(&mut dyn FnMut(&NodeLock)),
 ) -> CoverGuard<'a> {
-    loop {
-        node.write_lock();
+    let t = loop {
+        let t = node.write_lock();
         match locked_ancestor(ancestors) {
-            None => break,
+            None => break t,
             Some(a) => {
-                node.write_unlock();
+                node.write_unlock(t);
                 a.wait_no_writer();
             }
         }
-    }
+    };
     descendants(&mut |d: &NodeLock| d.wait_idle());
-    CoverGuard(node)
+    CoverGuard(node, t)
 }
 
 #[cfg(all(test, not(loom)))]
@@ -262,27 +316,58 @@ mod tests {
     #[test]
     fn the_trace_records_a_spinning_rwlock() {
         let n = NodeLock::new();
+        n.note_user(0);
+        n.note_user(1);
         trace::start(16);
-        n.read_lock();
-        n.read_unlock();
-        n.write_lock();
-        n.write_unlock();
+        let t = n.read_lock();
+        n.read_unlock(t);
+        let t = n.write_lock();
+        n.write_unlock(t);
         let ev = trace::stop();
         assert_eq!(ev.len(), 4, "{ev:?}");
         assert!(ev.iter().all(|e| e.model == LockModel::QRwLock), "{ev:?}");
     }
 
+    /// A node one CPU takes records nothing (its line stays with that CPU); once a second
+    /// CPU takes it, it records under the shared class, and an acquisition made before that
+    /// releases under the class it was acquired under. A new page forgets its users.
+    #[test]
+    fn the_scope_follows_the_cpus_that_take_it() {
+        let n = NodeLock::new();
+        n.note_user(3);
+        n.note_user(3);
+        trace::start(16);
+        let t = n.read_lock();
+        n.note_user(5);
+        n.read_unlock(t);
+        let private = trace::stop();
+        assert!(private.is_empty(), "{private:?}");
+        assert!(n.is_shared());
+        trace::start(16);
+        let t = n.write_lock();
+        n.write_unlock(t);
+        let shared = trace::stop();
+        assert_eq!(shared.len(), 2, "{shared:?}");
+        assert!(
+            shared
+                .iter()
+                .all(|e| std::ptr::eq(e.class, &PT_NODE_LOCK_SHARED))
+        );
+        n.reset_users();
+        n.note_user(5);
+        assert!(!n.is_shared());
+    }
+
     #[test]
     fn readers_share_writers_exclude() {
         let n = NodeLock::new();
-        n.read_lock();
-        n.read_lock();
+        let (a, b) = (n.read_lock(), n.read_lock());
         assert!(n.is_held() && !n.is_write_locked());
-        n.read_unlock();
-        n.read_unlock();
-        n.write_lock();
+        n.read_unlock(a);
+        n.read_unlock(b);
+        let t = n.write_lock();
         assert!(n.is_write_locked());
-        n.write_unlock();
+        n.write_unlock(t);
         assert!(!n.is_held());
     }
 

@@ -1,0 +1,316 @@
+//! Range-locked address spaces' VMA metadata (`mm.mmap_lock = "range"`): one VMA array per
+//! 1 GiB of address space (the span of one PMD table), each with its own lock, and virtual
+//! address allocation from per-CPU address blocks.
+//!
+//! # Why
+//!
+//! RadixVM (Clements, Kaashoek and Zeldovich, EuroSys'13) keeps the mapping metadata in the
+//! nodes of a radix tree shaped like the page table, so that mmap and munmap of
+//! non-overlapping ranges write no common cache line; CortenMM (SOSP'25) keeps it with the
+//! page-table pages themselves and hands out virtual addresses from per-CPU blocks, so that
+//! two CPUs' mmaps do not meet in the address allocator either. One mm-wide VMA array under
+//! one lock would make every mmap and munmap of every thread write the same two lines (the
+//! lock and the array pointer), which is what Linux's `mmap_lock` and maple tree cost and what
+//! these designs remove.
+//!
+//! # The engine's layout
+//!
+//! - A [`Shard`] per PMD-table span (1 GiB, [`SHARD_SIZE`]) holds, RCU-published, the VMAs
+//!   that intersect its span (a VMA crossing a 1 GiB boundary is in every shard it touches),
+//!   and a lock that serialises the shard's writers: mmap placing a VMA in the shard, and the
+//!   metadata step of munmap and MAP_FIXED, which hold the covering page-table page's range
+//!   lock (`range_lock`) and then lock the shards of their range in address order.
+//! - A fault looks its VMA up in the shard of its address, after read-locking its PTE table's
+//!   range lock: every operation that changes the VMA at that address covers it, so holds an
+//!   ancestor of (or is) that table's page, and has finished (`range_lock`); the shard array
+//!   it reads is the one such an operation published.
+//! - Shards are created on first use, 512 at a time (the shards of one PGD entry's 512 GiB),
+//!   and live as long as the mm: a lookup never races a shard's freeing.
+//! - Each CPU allocates addresses from its own block, a 1 GiB-aligned shard it took from the
+//!   mm-wide block cursor (one atomic add per 1 GiB of address space a CPU fills, as CortenMM
+//!   refills its per-CPU allocator), placing a mapping top-down in the shard's free gaps as
+//!   `unmapped_area_topdown` does in the whole space. Space a munmap frees is found again by
+//!   the next gap search of the shard. Mappings larger than a block take contiguous fresh
+//!   blocks from the cursor.
+//!
+//! # Scope in traces
+//!
+//! A shard's lock and array are written by the CPUs that map and unmap in it: one CPU when
+//! each uses its own block, several when they share a region. The lock records nothing while
+//! one CPU has taken it and records under [`VMA_SHARD_LOCK_SHARED`] (per mm) once a second CPU
+//! has, as the split PTE locks do (`pgtable`), so that the replay makes only the CPUs that
+//! really share a shard meet there.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use pagelab_sync::trace::{self, Access, LockModel};
+use pagelab_sync::{LockKind, RcuDomain, RcuGuard, RwSem, SpinGuard, SpinLock};
+
+use crate::cpu::CpuId;
+use crate::vm::pgtable::{PUD_SHIFT, TASK_SIZE};
+use crate::vm::vma::{Vma, VmaTree};
+use std::sync::Arc;
+
+/// A shard's span: one PMD table's (1 GiB).
+pub const SHARD_SHIFT: u32 = PUD_SHIFT;
+pub const SHARD_SIZE: u64 = 1 << SHARD_SHIFT;
+/// Shards per directory entry (one PGD entry's span).
+const DIR_SHARDS: usize = 512;
+const NR_SHARDS: usize = (TASK_SIZE >> SHARD_SHIFT) as usize;
+const NR_DIRS: usize = NR_SHARDS / DIR_SHARDS;
+
+/// A shard's lock while one CPU has taken it: private, records nothing.
+pub static VMA_SHARD_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("vma shard lock", pagelab_sync::Scope::Private);
+/// A shard's lock that tasks on more than one CPU have taken: shared by the threads of the mm.
+pub static VMA_SHARD_LOCK_SHARED: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("vma shard lock (shared)", pagelab_sync::Scope::Mm);
+/// A shard's reverse-map lock (`anon_vma->rwsem` for the shard's span): reclaim's walks to a
+/// page in the shard hold it for read, a munmap freeing page tables inside the shard holds it
+/// for write. Written by the shard's own CPU's munmaps only, unless reclaim runs.
+pub static SHARD_RMAP_LOCK: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::sleeping("shard rmap_lock", pagelab_sync::Scope::Private);
+/// The mm-wide cursor from which CPUs take fresh address blocks.
+pub static VA_BLOCK_CURSOR: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("va block cursor", pagelab_sync::Scope::Mm);
+
+/// The VMAs of one 1 GiB span and the lock of their writers, in a line of their own.
+#[repr(align(64))]
+pub struct Shard {
+    lock: SpinLock<()>,
+    /// The reverse-map lock of the shard's span ([`SHARD_RMAP_LOCK`]).
+    pub rmap: RwSem<()>,
+    tree: pagelab_sync::RcuCell<VmaTree>,
+    /// The CPU (plus one) that first took the lock; 0: none.
+    first: AtomicU32,
+    /// Another CPU has taken it too.
+    shared: AtomicBool,
+}
+
+/// A held shard lock; records its release when its acquisition was recorded.
+pub struct ShardGuard<'a> {
+    shard: &'a Shard,
+    traced: Option<LockModel>,
+    _g: SpinGuard<'a, ()>,
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(model) = self.traced {
+            trace::release(
+                &VMA_SHARD_LOCK_SHARED,
+                self.shard.id(),
+                model,
+                Access::Exclusive,
+            );
+        }
+    }
+}
+
+impl ShardGuard<'_> {
+    /// The shard's VMAs (the writer's view: nobody else publishes while the lock is held).
+    pub fn tree<'g>(&'g self, g: &'g RcuGuard<'_>) -> &'g VmaTree {
+        self.shard.tree.load(g)
+    }
+
+    /// Publish the shard's new VMA array.
+    pub fn publish(&self, tree: VmaTree) {
+        self.shard.tree.publish(tree);
+    }
+}
+
+impl Shard {
+    fn new(rcu: &Arc<RcuDomain>, kind: LockKind) -> Shard {
+        Shard {
+            lock: SpinLock::new(kind, ()).with_class(&VMA_SHARD_LOCK),
+            rmap: RwSem::new(()).with_class(&SHARD_RMAP_LOCK),
+            tree: pagelab_sync::RcuCell::new(rcu, VmaTree::new()),
+            first: AtomicU32::new(0),
+            shared: AtomicBool::new(false),
+        }
+    }
+
+    fn id(&self) -> usize {
+        self as *const Shard as usize
+    }
+
+    /// Note that the task on `cpu` takes the lock: the second CPU marks it shared.
+    fn note_user(&self, cpu: CpuId) {
+        if self.shared.load(Ordering::Relaxed) {
+            return;
+        }
+        let me = u32::from(cpu.0) + 1;
+        match self
+            .first
+            .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => {}
+            Err(f) if f != me => self.shared.store(true, Ordering::Relaxed),
+            Err(_) => {}
+        }
+    }
+
+    /// Whether tasks on more than one CPU have taken the lock.
+    pub fn is_shared(&self) -> bool {
+        self.shared.load(Ordering::Relaxed)
+    }
+
+    /// Take the lock for the task on `cpu`.
+    pub fn lock(&self, cpu: CpuId) -> ShardGuard<'_> {
+        self.note_user(cpu);
+        let g = self.lock.lock();
+        let traced = (trace::active() && self.is_shared()).then(|| {
+            let model = match self.lock.kind() {
+                LockKind::Ticket => LockModel::Ticket,
+                LockKind::Queued => LockModel::Queued,
+            };
+            trace::acquire(
+                &VMA_SHARD_LOCK_SHARED,
+                self.id(),
+                model,
+                Access::Exclusive,
+                false,
+            );
+            model
+        });
+        ShardGuard {
+            shard: self,
+            traced,
+            _g: g,
+        }
+    }
+
+    /// The shard's VMAs as published, for a reader.
+    pub fn tree<'g>(&'g self, g: &'g RcuGuard<'_>) -> &'g VmaTree {
+        self.tree.load(g)
+    }
+}
+
+/// Per-CPU block state, in a line of its own.
+#[repr(align(64))]
+struct CpuBlock {
+    /// Base of the CPU's current block; 0: none yet.
+    base: AtomicU64,
+}
+
+/// The shards of one address space and its per-CPU address blocks.
+pub struct Shards {
+    rcu: Arc<RcuDomain>,
+    kind: LockKind,
+    dirs: Box<[OnceLock<Box<[Shard]>>]>,
+    blocks: Box<[CpuBlock]>,
+    /// The next fresh block's base.
+    cursor: AtomicU64,
+    bottom: u64,
+    top: u64,
+}
+
+/// The shard index of `addr`.
+pub const fn shard_of(addr: u64) -> usize {
+    (addr >> SHARD_SHIFT) as usize
+}
+
+impl Shards {
+    /// Shards for addresses `bottom..top` (rounded inwards to blocks), for `nr_cpus` CPUs.
+    pub fn new(
+        rcu: &Arc<RcuDomain>,
+        kind: LockKind,
+        nr_cpus: usize,
+        bottom: u64,
+        top: u64,
+    ) -> Self {
+        let bottom = bottom.div_ceil(SHARD_SIZE) * SHARD_SIZE;
+        let top = (top / SHARD_SIZE * SHARD_SIZE).min(TASK_SIZE);
+        Shards {
+            rcu: rcu.clone(),
+            kind,
+            dirs: (0..NR_DIRS).map(|_| OnceLock::new()).collect(),
+            blocks: (0..nr_cpus.max(1))
+                .map(|_| CpuBlock {
+                    base: AtomicU64::new(0),
+                })
+                .collect(),
+            cursor: AtomicU64::new(bottom),
+            bottom,
+            top,
+        }
+    }
+
+    /// The shard with index `i`, created (with its 511 neighbours) on first use.
+    pub fn shard(&self, i: usize) -> &Shard {
+        let dir = self.dirs[i / DIR_SHARDS].get_or_init(|| {
+            (0..DIR_SHARDS)
+                .map(|_| Shard::new(&self.rcu, self.kind))
+                .collect()
+        });
+        &dir[i % DIR_SHARDS]
+    }
+
+    /// The shard with index `i` if it exists.
+    pub fn existing(&self, i: usize) -> Option<&Shard> {
+        self.dirs
+            .get(i / DIR_SHARDS)?
+            .get()
+            .map(|d| &d[i % DIR_SHARDS])
+    }
+
+    /// The VMA containing `addr`, as its shard publishes it.
+    pub fn find<'g>(&'g self, g: &'g RcuGuard<'_>, addr: u64) -> Option<&'g Arc<Vma>> {
+        if addr >= TASK_SIZE {
+            return None;
+        }
+        self.existing(shard_of(addr))?.tree(g).find(addr)
+    }
+
+    /// Indices of the existing shards intersecting `[start, end)`, in order.
+    pub fn existing_in(&self, start: u64, end: u64) -> impl Iterator<Item = usize> + '_ {
+        let (first, last) = (shard_of(start), shard_of(end.min(TASK_SIZE) - 1));
+        (first / DIR_SHARDS..=last / DIR_SHARDS)
+            .filter(|&d| self.dirs[d].get().is_some())
+            .flat_map(move |d| {
+                let lo = (d * DIR_SHARDS).max(first);
+                let hi = (d * DIR_SHARDS + DIR_SHARDS - 1).min(last);
+                lo..=hi
+            })
+    }
+
+    /// Every VMA, sorted, once each (`Mm::check`, tests).
+    pub fn all(&self, g: &RcuGuard<'_>) -> Vec<Arc<Vma>> {
+        let mut out: Vec<Arc<Vma>> = Vec::new();
+        for i in self.existing_in(0, TASK_SIZE) {
+            for v in self.shard(i).tree(g).iter() {
+                if !out.last().is_some_and(|l| Arc::ptr_eq(l, v)) {
+                    out.push(v.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The task on `cpu`'s current block, taking a fresh one when it has none or `full`.
+    /// `None` when the address space has no fresh block left.
+    pub fn block(&self, cpu: CpuId, full: bool) -> Option<u64> {
+        let slot = &self.blocks[cpu.idx() % self.blocks.len()].base;
+        let cur = slot.load(Ordering::Relaxed);
+        if cur != 0 && !full {
+            return Some(cur);
+        }
+        let base = self.fresh(1)?;
+        slot.store(base, Ordering::Relaxed);
+        Some(base)
+    }
+
+    /// `n` contiguous fresh blocks from the mm-wide cursor; their base.
+    pub fn fresh(&self, n: u64) -> Option<u64> {
+        let bytes = n.checked_mul(SHARD_SIZE)?;
+        trace::atomic(&VA_BLOCK_CURSOR, &self.cursor as *const AtomicU64 as usize);
+        let base = self.cursor.fetch_add(bytes, Ordering::Relaxed);
+        (base.checked_add(bytes)? <= self.top).then_some(base)
+    }
+
+    /// Lowest block address.
+    pub fn bottom(&self) -> u64 {
+        self.bottom
+    }
+}
