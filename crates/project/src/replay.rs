@@ -1701,10 +1701,13 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 Op::Flush => {
                     let handler = self.r.ipi_handler_ps;
-                    // Every other CPU that is not asleep takes the interrupt (a spinning waiter
-                    // too; it pays once it runs again).
+                    // Every other CPU that is running takes the interrupt. A spinning waiter
+                    // runs the handler in place of spinning (`flush_tlb_func` on the IPI,
+                    // then back to the spin loop), so its wait absorbs it; charging it once
+                    // the waiter runs again would put the handler inside the critical section
+                    // it was waiting for, and lengthen every hold by the IPIs its queue took.
                     for (i, o) in self.cpus.iter_mut().enumerate() {
-                        if i != c && o.st != St::Done && o.sleep_since.is_none() {
+                        if i != c && o.st == St::Ready && o.sleep_since.is_none() {
                             o.stolen = o.stolen.saturating_add(handler);
                         }
                     }
@@ -1988,6 +1991,59 @@ ipi_handler_ns = 500.0
         let r = Replay::new(&m, &t, spec).unwrap();
         let mut sim = Sim::new(&r, 1);
         f(&mut sim);
+    }
+
+    /// A TLB shootdown's IPI reaches every running CPU, but a CPU spinning for a lock runs
+    /// the handler in place of spinning: its wait absorbs it, and it does not carry the
+    /// handler into the critical section it was waiting for (which, at hundreds of CPUs
+    /// flushing, lengthened every hold by its queue's IPIs until the replay ran away).
+    #[test]
+    fn a_shootdown_is_absorbed_by_a_spinning_waiter_and_charged_to_a_running_cpu() {
+        let mut t = trace(RwsemAlgo::SpinWriters);
+        t.instances = vec![
+            Instance {
+                class: "zone->lock".into(),
+                scope: Scope::Machine,
+                model: LockModel::Queued,
+                sleeps: false,
+                rwsem: None,
+            },
+            Instance {
+                class: "tlb shootdown".into(),
+                scope: Scope::Mm,
+                model: LockModel::Queued,
+                sleeps: false,
+                rwsem: None,
+            },
+        ];
+        t.events = vec![
+            Event::Acquire {
+                inst: 0,
+                shared: false,
+                trylock: false,
+            },
+            Event::Compute { ns: 10.0 },
+            Event::Release {
+                inst: 0,
+                shared: false,
+            },
+            Event::TlbFlush { inst: 1 },
+            Event::Compute { ns: 100.0 },
+            Event::Ops { n: 1 },
+        ];
+        with_trace(t, 4, |sim| {
+            // CPU 1 holds the lock, CPU 2 spins for it, CPU 3 runs.
+            assert_eq!(sim.acquire(0, false, 1, 0), Some(0));
+            assert_eq!(sim.acquire(0, false, 2, 10 * NS), None);
+            assert_eq!(sim.cpus[2].st, St::WaitLock);
+            // CPU 0 runs its flush.
+            sim.cpus[0].pc = 3;
+            sim.step(0, 100 * NS);
+            let handler = 500 * NS;
+            assert_eq!(sim.cpus[2].stolen, 0, "the spinning waiter absorbs the IPI");
+            assert_eq!(sim.cpus[3].stolen, handler);
+            assert_eq!(sim.cpus[1].stolen, handler, "the holder runs, and takes it");
+        });
     }
 
     /// A queued rwlock (`rwlock_t`): N readers arriving while a writer holds it spin in the
