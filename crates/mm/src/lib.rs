@@ -36,3 +36,27 @@ pub use policy::Policy;
 pub use task::Task;
 pub use vm::fault::FaultError;
 pub use vm::mm::{MapKind, Mm, MmError};
+
+/// Helpers shared by the unit tests of several modules.
+#[cfg(test)]
+pub(crate) mod test_trace {
+    use pagelab_sync::trace::{Event, Kind, Sym};
+
+    /// How many symbolic list-entry writes of class `class` the recorded events hold: the
+    /// neighbours' links a list operation wrote (`Sym::Entry`), which replay resolves to the
+    /// CPU that linked them.
+    pub(crate) fn entry_writes(ev: &[Event], class: &str) -> usize {
+        ev.iter()
+            .filter(|e| {
+                e.class.name == class
+                    && matches!(
+                        e.kind,
+                        Kind::Line {
+                            write: true,
+                            sym: Sym::Entry
+                        }
+                    )
+            })
+            .count()
+    }
+}

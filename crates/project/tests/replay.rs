@@ -54,6 +54,17 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
+/// The mean of the samples of `t` replayed on `m` at `n` threads (`run(1)`).
+fn threads_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
+    mean(
+        &Replay::new(m, t, spec(n, true))
+            .unwrap()
+            .run(1)
+            .unwrap()
+            .samples,
+    )
+}
+
 #[test]
 fn an_uncontended_path_costs_the_sum_of_its_parts() {
     let m = machine(4, 50.0, 5.0, 8.0, 20.0);
@@ -210,13 +221,7 @@ fn a_ticket_lock_hands_over_slower_as_waiters_grow_and_a_queued_one_does_not() {
     let m = machine(64, 80.0, 5.0, 100.0, 100.0);
     let rate = |model: LockModel, n: usize| {
         let t = lock_trace(model, Scope::Machine, 500.0, 100.0, false);
-        mean(
-            &Replay::new(&m, &t, spec(n, true))
-                .unwrap()
-                .run(1)
-                .unwrap()
-                .samples,
-        )
+        threads_rate(&m, &t, n)
     };
     assert!((rate(LockModel::Ticket, 1) - rate(LockModel::Queued, 1)).abs() < 1.0);
     let (t8, q8) = (rate(LockModel::Ticket, 8), rate(LockModel::Queued, 8));
@@ -672,13 +677,7 @@ fn range_vm_node_locks_are_shared_only_by_the_cpus_that_take_them() {
     let rate = |scope: Scope, n: usize| {
         let mut t = lock_trace(LockModel::QRwLock, scope, 200.0, 200.0, false);
         t.meta.shared_vma = true;
-        mean(
-            &Replay::new(&m, &t, spec(n, true))
-                .unwrap()
-                .run(1)
-                .unwrap()
-                .samples,
-        )
+        threads_rate(&m, &t, n)
     };
     let one = rate(PT_NODE_LOCK.scope, 1);
     assert!((one - 1e9 / 400.0).abs() / one < 0.01, "{one}");

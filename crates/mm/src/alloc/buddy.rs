@@ -570,21 +570,9 @@ impl Zone {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pagelab_sync::trace::Kind;
 
     fn entry_writes(ev: &[trace::Event]) -> usize {
-        ev.iter()
-            .filter(|e| {
-                e.class.name == "free_area"
-                    && matches!(
-                        e.kind,
-                        Kind::Line {
-                            write: true,
-                            sym: Sym::Entry
-                        }
-                    )
-            })
-            .count()
+        crate::test_trace::entry_writes(ev, "free_area")
     }
 
     /// `list_del` of a free list's first block rewrites the next block's link: every pop of a

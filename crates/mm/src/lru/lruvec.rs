@@ -536,22 +536,9 @@ impl Deref for LruGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pagelab_sync::trace::Kind;
 
-    /// Symbolic `lru list` entry writes among recorded events.
     fn entry_writes(ev: &[trace::Event]) -> usize {
-        ev.iter()
-            .filter(|e| {
-                e.class.name == "lru list"
-                    && matches!(
-                        e.kind,
-                        Kind::Line {
-                            write: true,
-                            sym: Sym::Entry
-                        }
-                    )
-            })
-            .count()
+        crate::test_trace::entry_writes(ev, "lru list")
     }
 
     /// `list_del` writes both neighbours' links: a neighbour linked in the same `lru_lock`
