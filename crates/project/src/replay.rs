@@ -1701,13 +1701,18 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 Op::Flush => {
                     let handler = self.r.ipi_handler_ps;
-                    // Every other CPU that is running takes the interrupt. A spinning waiter
-                    // runs the handler in place of spinning (`flush_tlb_func` on the IPI,
-                    // then back to the spin loop), so its wait absorbs it; charging it once
-                    // the waiter runs again would put the handler inside the critical section
-                    // it was waiting for, and lengthen every hold by the IPIs its queue took.
+                    // Every other CPU that is not asleep takes the interrupt, and pays it
+                    // once it runs again (one clearing a page, too). A spinning waiter runs
+                    // the handler in place of spinning (`flush_tlb_func` on the IPI, then back
+                    // to the spin loop), so its wait absorbs it; charging it once the waiter
+                    // runs again would put the handler inside the critical section it was
+                    // waiting for, and lengthen every hold by the IPIs its queue took.
                     for (i, o) in self.cpus.iter_mut().enumerate() {
-                        if i != c && o.st == St::Ready && o.sleep_since.is_none() {
+                        if i != c
+                            && o.st != St::Done
+                            && o.st != St::WaitLock
+                            && o.sleep_since.is_none()
+                        {
                             o.stolen = o.stolen.saturating_add(handler);
                         }
                     }
@@ -2032,16 +2037,21 @@ ipi_handler_ns = 500.0
             Event::Ops { n: 1 },
         ];
         with_trace(t, 4, |sim| {
-            // CPU 1 holds the lock, CPU 2 spins for it, CPU 3 runs.
+            // CPU 1 holds the lock, CPU 2 spins for it, CPU 3 clears a page (waits for the
+            // memory bus).
             assert_eq!(sim.acquire(0, false, 1, 0), Some(0));
             assert_eq!(sim.acquire(0, false, 2, 10 * NS), None);
             assert_eq!(sim.cpus[2].st, St::WaitLock);
+            sim.cpus[3].st = St::WaitBus;
             // CPU 0 runs its flush.
             sim.cpus[0].pc = 3;
             sim.step(0, 100 * NS);
             let handler = 500 * NS;
             assert_eq!(sim.cpus[2].stolen, 0, "the spinning waiter absorbs the IPI");
-            assert_eq!(sim.cpus[3].stolen, handler);
+            assert_eq!(
+                sim.cpus[3].stolen, handler,
+                "a CPU clearing a page takes it"
+            );
             assert_eq!(sim.cpus[1].stolen, handler, "the holder runs, and takes it");
         });
     }

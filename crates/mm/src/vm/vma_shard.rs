@@ -51,6 +51,8 @@ use crate::cpu::CpuId;
 use crate::vm::pgtable::{PUD_SHIFT, TASK_SIZE};
 use crate::vm::vma::{Vma, VmaTree};
 use std::sync::Arc;
+// The RCU domain is shared through the sync crate's `Arc`, which is loom's under `--cfg loom`.
+use pagelab_sync::shim::Arc as RcuArc;
 
 /// A shard's span: one PMD table's (1 GiB).
 pub const SHARD_SHIFT: u32 = PUD_SHIFT;
@@ -121,7 +123,7 @@ impl ShardGuard<'_> {
 }
 
 impl Shard {
-    fn new(rcu: &Arc<RcuDomain>, kind: LockKind) -> Shard {
+    fn new(rcu: &RcuArc<RcuDomain>, kind: LockKind) -> Shard {
         Shard {
             lock: SpinLock::new(kind, ()).with_class(&VMA_SHARD_LOCK),
             rmap: RwSem::new(()).with_class(&SHARD_RMAP_LOCK),
@@ -196,7 +198,7 @@ struct CpuBlock {
 
 /// The shards of one address space and its per-CPU address blocks.
 pub struct Shards {
-    rcu: Arc<RcuDomain>,
+    rcu: RcuArc<RcuDomain>,
     kind: LockKind,
     dirs: Box<[OnceLock<Box<[Shard]>>]>,
     blocks: Box<[CpuBlock]>,
@@ -214,7 +216,7 @@ pub const fn shard_of(addr: u64) -> usize {
 impl Shards {
     /// Shards for addresses `bottom..top` (rounded inwards to blocks), for `nr_cpus` CPUs.
     pub fn new(
-        rcu: &Arc<RcuDomain>,
+        rcu: &RcuArc<RcuDomain>,
         kind: LockKind,
         nr_cpus: usize,
         bottom: u64,
