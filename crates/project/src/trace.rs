@@ -158,7 +158,8 @@ pub struct CaptureGuard {
     pub nivcsw: u64,
     /// The longest gap (or write) in the kept windows, ns.
     pub longest_gap_ns: f64,
-    /// The scheduler's account could not be read (no schedstat): only stalls were looked for.
+    /// The scheduler's account was not read (no schedstat on the host, or a round-based
+    /// capture, which keeps its fixed order): only stalls were looked for.
     pub unaccounted: bool,
     /// Stalls taken out of the kept windows ([`Trace::from_raw_with_fallbacks`]): compute gaps
     /// dropped and page writes costed at the window's own rate instead.
@@ -188,7 +189,7 @@ impl CaptureGuard {
             self.longest_gap_ns / 1e3,
             self.stalls_removed,
             if self.unaccounted {
-                " (no scheduler account on this host: stalls only)"
+                " (no scheduler account read: stalls only)"
             } else {
                 ""
             }

@@ -112,6 +112,9 @@ fn range_vm_node_locks_are_recorded_with_the_scope_they_have() {
 #[test]
 fn cortenmm_pf_records_only_the_timed_requests() {
     let t = capture(&spec(WorkloadKind::CortenmmPfLow, "linux-6.7")).unwrap();
+    // Rounds keep their fixed order and read no scheduler account: the guard says so.
+    let g = t.meta.guard.as_ref().expect("a capture records its guard");
+    assert!(g.windows > 0 && g.unaccounted, "{g:?}");
     assert_eq!(t.meta.window, Window::Cycle);
     assert!(t.meta.shared_vma, "pf's tasks fault one VMA");
     // 2048 requests a window: 64 rounds of 32.

@@ -31,7 +31,7 @@
 //! VMA is unmapped only the top-level page-table page remains.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering, fence};
 
 use pagelab_sync::{RcuCell, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard};
 
@@ -115,6 +115,12 @@ pub struct Mm {
     /// With range locks, the VMAs per 1 GiB shard and the per-CPU address blocks
     /// (`vma_shard`); `vmas` stays empty.
     shards: Option<Shards>,
+    /// With range locks, how many whole-table walkers ([`Mm::rmap_read_all`]) are under way.
+    /// A walker read-locks only the shards that exist when it starts; a table free inside one
+    /// shard that sees a walker takes the mm-wide lock instead of its shard's (in
+    /// `unmap_region`), so a shard created during the walk is covered too. Only
+    /// walkers write this line; a free reads it.
+    rmap_walkers: AtomicUsize,
 }
 
 /// A reclaim walker's hold on the reverse-map locks of one address ([`Mm::rmap_read`]).
@@ -125,8 +131,15 @@ pub(crate) struct RmapRead<'a> {
 
 /// A whole-table walker's hold on every reverse-map lock ([`Mm::rmap_read_all`]).
 pub(crate) struct RmapReadAll<'a> {
-    _mm: RwSemReadGuard<'a, ()>,
     _shards: Vec<RwSemReadGuard<'a, ()>>,
+    _mm: RwSemReadGuard<'a, ()>,
+    walkers: &'a AtomicUsize,
+}
+
+impl Drop for RmapReadAll<'_> {
+    fn drop(&mut self) {
+        self.walkers.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// An mmap_lock write hold. Dropping it is `mmap_write_unlock`: it advances `mm_lock_seq`
@@ -182,6 +195,7 @@ impl Mm {
             mm_lock_seq: MmLockSeq::new(),
             vmas: RcuCell::new(k.rcu(), VmaTree::new()),
             rmap_lock: RwSem::new(()).with_class(&RMAP_LOCK),
+            rmap_walkers: AtomicUsize::new(0),
             memcg: AtomicU32::new(crate::reclaim::memcg::ROOT_MEMCG),
             pgtable,
             rss: Rss::new(p.mm.rss, k.nr_cpus()),
@@ -240,13 +254,20 @@ impl Mm {
 
     /// [`Mm::rmap_read`] for a walk of the whole page table: every shard's lock, in order.
     pub(crate) fn rmap_read_all(&self) -> RmapReadAll<'_> {
+        // Announce the walk before looking at which shards exist: a table free that missed
+        // the announcement (its fence before ours) made its shard visible to the look-up
+        // below, and waits on that shard's lock; one that sees it takes the mm-wide lock.
+        self.rmap_walkers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let mm = self.rmap_lock.read();
         RmapReadAll {
-            _mm: self.rmap_lock.read(),
             _shards: self.shards.as_ref().map_or_else(Vec::new, |s| {
                 s.existing_in(0, TASK_SIZE)
                     .map(|i| s.shard(i).rmap.read())
                     .collect()
             }),
+            _mm: mm,
+            walkers: &self.rmap_walkers,
         }
     }
 
@@ -739,9 +760,24 @@ impl Mm {
         // the shards of the range's ends, see `replace_range_locked`) exclude only the walkers
         // of that shard, through its own reverse-map lock; a range over several shards takes
         // the mm-wide one, which every walker holds for read too.
+        // A whole-table walk under way may not hold this shard's lock (the shard may be newer
+        // than its start): then the mm-wide lock, which it holds for read, is taken instead.
         let shard_rmap = self.shards.as_ref().and_then(|s| {
             let (a, b) = (shard_of(floor), shard_of(ceiling.min(TASK_SIZE) - 1));
-            (a == b).then(|| s.shard(a).rmap.write())
+            if a != b {
+                return None;
+            }
+            let shard = s.shard(a);
+            fence(Ordering::SeqCst);
+            if self.rmap_walkers.load(Ordering::Relaxed) > 0 {
+                return None;
+            }
+            let g = shard.rmap.write();
+            // A walker that started meanwhile either saw this shard (and waits for `g`) or
+            // announced itself before our fence; then step aside for the mm-wide lock (taking
+            // it while holding `g` could deadlock with that walker).
+            fence(Ordering::SeqCst);
+            (self.rmap_walkers.load(Ordering::Relaxed) == 0).then_some(g)
         });
         let _rmap = shard_rmap.is_none().then(|| self.rmap_lock.write());
         if self.vma_lock_kind == VmaLockKind::Rcu {
@@ -1324,6 +1360,38 @@ mod shard_tests {
         p.mm.mmap_lock = MmapLock::Range;
         p.mm.vma_lock = VmaLock::None;
         Kernel::new(&MemConfig::new(64 << 20, cpus), &p).unwrap()
+    }
+
+    /// A whole-table walk (MGLRU's `walk_mm`) holds the reverse-map locks of the shards that
+    /// existed when it began. A munmap that frees a table in a shard created after that must
+    /// not go ahead under its shard's lock alone (the walker may be inside that table): it
+    /// waits for the walk. The walk never ends here before the munmap would have finished, so
+    /// a free that went ahead is seen.
+    #[test]
+    fn a_table_free_in_a_shard_newer_than_a_whole_table_walk_waits_for_it() {
+        use std::sync::atomic::AtomicBool;
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let page = PAGE_SIZE as u64;
+        let walk = mm.rmap_read_all();
+        let done = Arc::new(AtomicBool::new(false));
+        let t = k.new_task(mm.clone(), CpuId(1));
+        let d = done.clone();
+        let h = std::thread::spawn(move || {
+            let a = t.mmap(8 * page, true, MapKind::Anon).unwrap();
+            t.store(a, 1).unwrap();
+            t.munmap(a, 8 * page).unwrap();
+            d.store(true, Ordering::SeqCst);
+            t.idle();
+            t
+        });
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let early = done.load(Ordering::SeqCst);
+        drop(walk);
+        let t = h.join().unwrap();
+        assert!(!early, "the table free went ahead of the walk");
+        assert!(done.load(Ordering::SeqCst));
+        drop(t);
     }
 
     /// RadixVM's mapbench on two CPUs: each task maps, touches and unmaps its own region in a

@@ -29,9 +29,11 @@
 //! - Each CPU allocates addresses from its own block, a 1 GiB-aligned shard it took from the
 //!   mm-wide block cursor (one atomic add per 1 GiB of address space a CPU fills, as CortenMM
 //!   refills its per-CPU allocator), placing a mapping top-down in the shard's free gaps as
-//!   `unmapped_area_topdown` does in the whole space. Space a munmap frees is found again by
-//!   the next gap search of the shard. Mappings larger than a block take contiguous fresh
-//!   blocks from the cursor.
+//!   `unmapped_area_topdown` does in the whole space. Space a munmap frees in a CPU's current
+//!   block is found again by that CPU's next gap search. Mappings larger than a block take
+//!   contiguous fresh blocks from the cursor. Blocks are never given back or searched again
+//!   once their CPU moved on (a known limit: a long run of mappings larger than a block, or of
+//!   blocks left part-full, uses up the address space; `mmap` then fails with no space).
 //!
 //! # Scope in traces
 //!
@@ -307,12 +309,35 @@ impl Shards {
     pub fn fresh(&self, n: u64) -> Option<u64> {
         let bytes = n.checked_mul(SHARD_SIZE)?;
         trace::atomic(&VA_BLOCK_CURSOR, &self.cursor as *const AtomicU64 as usize);
-        let base = self.cursor.fetch_add(bytes, Ordering::Relaxed);
-        (base.checked_add(bytes)? <= self.top).then_some(base)
+        // A request that does not fit leaves the cursor where it was, so that one oversized
+        // mmap does not use up the space smaller ones could still take.
+        self.cursor
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |base| {
+                base.checked_add(bytes).filter(|&end| end <= self.top)
+            })
+            .ok()
     }
 
     /// Lowest block address.
     pub fn bottom(&self) -> u64 {
         self.bottom
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fresh blocks come from the cursor in order; a request past the top fails and leaves
+    /// the cursor where it was, so smaller requests still get what is left.
+    #[test]
+    fn an_oversized_request_leaves_the_cursor_for_smaller_ones() {
+        let rcu = RcuDomain::new(4);
+        let s = Shards::new(&rcu, LockKind::Queued, 2, SHARD_SIZE, 5 * SHARD_SIZE);
+        assert_eq!(s.fresh(1), Some(SHARD_SIZE));
+        assert_eq!(s.fresh(4), None);
+        assert_eq!(s.fresh(3), Some(2 * SHARD_SIZE));
+        assert_eq!(s.fresh(1), None);
+        assert_eq!(s.fresh(u64::MAX), None);
     }
 }

@@ -333,6 +333,13 @@ impl<'a> Segments<'a> {
         // Rounds keep their fixed order (no retakes): the guard only looks for stalls in the
         // segments laid end to end, and the trace reports what it found.
         let check = WindowCheck::of(&done.events, None);
+        if fallback || recorded(w) {
+            // No scheduler account is read here: the trace says so, rather than report its
+            // zeros as measured.
+            let mut plan = self.ctl.plan.lock().unwrap();
+            plan.guard.windows += 1;
+            plan.guard.unaccounted = true;
+        }
         if fallback {
             self.ctl
                 .fallbacks
