@@ -17,6 +17,7 @@
 pub mod alloc;
 pub mod arena;
 pub mod cpu;
+mod hold_stamps;
 pub mod kernel;
 pub mod kthread;
 pub mod list;

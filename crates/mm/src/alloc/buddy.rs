@@ -119,40 +119,6 @@ impl FreeArea {
     }
 }
 
-/// A number per frame, kept by a recording thread for its own bookkeeping (which hold linked
-/// or pushed a frame). Chunks of 4096 frames are allocated on first use: the bookkeeping runs
-/// inside the critical sections being recorded, and whatever it costs there is replayed as
-/// their compute, so it must neither hash nor zero a table the size of memory in one go.
-#[derive(Default)]
-pub(crate) struct FrameStamps {
-    chunks: Vec<Option<Box<[u32]>>>,
-}
-
-impl FrameStamps {
-    const SHIFT: u32 = 12;
-
-    #[inline]
-    pub(crate) fn get(&self, pfn: u32) -> u32 {
-        match self.chunks.get((pfn >> Self::SHIFT) as usize) {
-            Some(Some(c)) => c[(pfn & ((1 << Self::SHIFT) - 1)) as usize],
-            _ => 0,
-        }
-    }
-
-    #[inline]
-    pub(crate) fn set(&mut self, pfn: u32, v: u32) {
-        let i = (pfn >> Self::SHIFT) as usize;
-        if i >= self.chunks.len() {
-            if v == 0 {
-                return;
-            }
-            self.chunks.resize_with(i + 1, || None);
-        }
-        let c = self.chunks[i].get_or_insert_with(|| vec![0; 1 << Self::SHIFT].into_boxed_slice());
-        c[(pfn & ((1 << Self::SHIFT) - 1)) as usize] = v;
-    }
-}
-
 /// Which blocks the recording task pushed on a free list in its current `zone->lock` hold
 /// (kept only while a trace records, on the recording thread): such a block's `struct page` is
 /// the task's own line when it is unlinked again in the same hold, whereas any other block on
@@ -162,45 +128,35 @@ mod free_runs {
 
     use pagelab_sync::trace;
 
-    use super::FrameStamps;
+    use crate::hold_stamps::HoldStamps;
     use crate::page::Pfn;
 
-    /// Holds are numbered from 1; 0 is "not pushed by this thread in a recorded hold".
-    #[derive(Default)]
-    struct Runs {
-        hold: u32,
-        pushed: FrameStamps,
-    }
-
     thread_local! {
-        static RUNS: RefCell<Runs> = RefCell::new(Runs::default());
+        static RUNS: RefCell<HoldStamps> = RefCell::new(HoldStamps::default());
     }
 
     /// A new `zone->lock` hold by this thread.
     #[inline]
     pub(super) fn hold() {
         if trace::active() {
-            RUNS.with_borrow_mut(|r| r.hold = r.hold.wrapping_add(1).max(1));
+            RUNS.with_borrow_mut(HoldStamps::new_hold);
         }
     }
 
     #[inline]
     pub(super) fn pushed(pfn: Pfn) {
-        RUNS.with_borrow_mut(|r| {
-            let h = r.hold;
-            r.pushed.set(pfn.0, h);
-        });
+        RUNS.with_borrow_mut(|r| r.stamp(pfn.0));
     }
 
     #[inline]
     pub(super) fn popped(pfn: Pfn) {
-        RUNS.with_borrow_mut(|r| r.pushed.set(pfn.0, 0));
+        RUNS.with_borrow_mut(|r| r.clear(pfn.0));
     }
 
     /// Whether this thread pushed `pfn` in its current hold.
     #[inline]
     pub(super) fn this_hold(pfn: Pfn) -> bool {
-        RUNS.with_borrow(|r| r.hold != 0 && r.pushed.get(pfn.0) == r.hold)
+        RUNS.with_borrow(|r| r.in_this_hold(pfn.0))
     }
 }
 

@@ -336,52 +336,37 @@ mod link_runs {
 
     use pagelab_sync::trace;
 
-    use crate::alloc::buddy::FrameStamps;
+    use crate::hold_stamps::HoldStamps;
     use crate::page::Pfn;
 
-    /// Runs are numbered from 1; 0 is "not linked by this thread while recording".
-    #[derive(Default)]
-    struct Runs {
-        /// This thread's `lru_lock` holds taken while recording.
-        hold: u32,
-        /// Frame -> the hold that linked it.
-        linked: FrameStamps,
-    }
-
     thread_local! {
-        static RUNS: RefCell<Runs> = RefCell::new(Runs::default());
+        static RUNS: RefCell<HoldStamps> = RefCell::new(HoldStamps::default());
     }
 
     /// A new `lru_lock` hold by this thread.
     #[inline]
     pub(super) fn hold() {
         if trace::active() {
-            RUNS.with_borrow_mut(|r| r.hold = r.hold.wrapping_add(1).max(1));
+            RUNS.with_borrow_mut(HoldStamps::new_hold);
         }
     }
 
     #[inline]
     pub(super) fn linked(pfn: Pfn) {
         if trace::active() {
-            RUNS.with_borrow_mut(|r| {
-                let h = r.hold;
-                r.linked.set(pfn.0, h);
-            });
+            RUNS.with_borrow_mut(|r| r.stamp(pfn.0));
         }
     }
 
     #[inline]
     pub(super) fn unlinked(pfn: Pfn) {
-        RUNS.with_borrow_mut(|r| r.linked.set(pfn.0, 0));
+        RUNS.with_borrow_mut(|r| r.clear(pfn.0));
     }
 
     /// Whether this thread linked `a` and `b` in one hold.
     #[inline]
     pub(super) fn same_run(a: u32, b: u32) -> bool {
-        RUNS.with_borrow(|r| {
-            let x = r.linked.get(a);
-            x != 0 && x == r.linked.get(b)
-        })
+        RUNS.with_borrow(|r| r.same_hold(a, b))
     }
 }
 
