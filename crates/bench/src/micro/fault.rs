@@ -298,16 +298,18 @@ mod tests {
 
     /// A pass's CPU time is the faulting thread's: the engine faults in the caller, so its CPU
     /// clock holds the faults (each zeroes 4 KiB, tens of ns at the least), and it does not run
-    /// ahead of the wall clock by more than the two clocks' rates differ on a virtual machine
-    /// (the thread clock ran 0.8% ahead in one pass here).
+    /// ahead of the wall clock by more than the two clocks' rates and granularities differ on
+    /// a virtual machine (the thread clock ran 0.8% ahead in one pass here, and 11% ahead of a
+    /// 0.4 ms pass under a loaded CI run): far less than the whole process's CPU time would be
+    /// with a second busy thread.
     #[test]
     fn a_pass_is_timed_on_the_faulting_threads_cpu_clock() {
         let k = engine::boot(&Policy::default(), 64 << 20, 1).unwrap();
         let (_run, mut vms) = engine::tasks(&k, 1, Mode::Processes, false).unwrap();
         let vm = vms.pop().unwrap();
-        let p = touch(&vm, 8 << 20).unwrap();
+        let p = touch(&vm, 32 << 20).unwrap();
         assert!(p.cpu >= 20.0, "{p:?}");
-        assert!(p.cpu <= p.wall * 1.05 + 1.0, "{p:?}");
+        assert!(p.cpu <= p.wall * 1.25 + 50.0, "{p:?}");
     }
 
     #[test]
