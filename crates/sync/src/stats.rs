@@ -13,17 +13,26 @@
 //!   the class). The lock keeps the index, as a [`Slot`], beside its class pointer, as lockdep
 //!   keeps `class_cache` in the lock's `lockdep_map`: counting reads the lock's own memory,
 //!   beside the word the lock operation has just written, and not the class.
-//! * Each thread owns a cache-aligned block of counters, `[class][side]`, that only it writes,
-//!   with a `Relaxed` load and store: no read-modify-write, no shared line. Acquisitions are
-//!   a dense array of their own (four classes to a cache line); the contended count and the
-//!   wait, written only after a wait, live apart.
-//! * Blocks are registered in a [`Domain`], and reading a class folds the domain's blocks. A
-//!   domain belongs to one engine instance, so that tests running many engines in one process
-//!   do not pool their counts. A thread records into the domain it last [entered](Domain::enter);
-//!   a thread that entered none records into the process-wide [`default_domain`]. When a thread
-//!   exits its block is folded into the domain, so nothing counted is lost.
-//! * Resetting does not write the owners' blocks (which would race with their plain stores and
-//!   could be undone by them): it records the current fold as a baseline that reads subtract.
+//! * Each thread owns its counters, `[class][side]`, in its own static TLS block (a
+//!   `const`-initialised thread-local with no destructor, as `cpu_lock_stats` is a per-CPU
+//!   variable), cache-aligned, written only by that thread with a `Relaxed` load and store: no
+//!   read-modify-write, no shared line. Acquisitions are a dense array of their own (four
+//!   classes to a cache line); the contended count and the wait, written only after a wait,
+//!   live apart.
+//! * A [`Domain`] lists the counters of the threads recording into it, and reading a class
+//!   folds them, as `lock_stats()` folds every CPU's. A domain belongs to one engine instance,
+//!   so that tests running many engines in one process do not pool their counts. A thread
+//!   records into the domain it last [entered](Domain::enter); when it leaves that domain for
+//!   another, or exits, its counts move into the domain's table, so nothing counted is lost.
+//! * A thread that entered no domain counts into the process-wide [`default_domain`]. Its
+//!   counts join that domain's when the thread first waits for a lock, asks for its domain
+//!   ([`current_domain`], a lock's `stats`), switches counting on, or enters a domain (what it
+//!   counted before goes to the default domain then). Joining takes a call, and the counting
+//!   path has none; a thread that exits having done none of those takes its counts with it.
+//!   Every thread of the engine enters its kernel's domain at each kernel entry.
+//! * Resetting does not write the owners' counters (which would race with their plain stores
+//!   and could be undone by them): it records the current fold as a baseline that reads
+//!   subtract.
 //!
 //! Readers and writers of an rwsem are counted apart ([`Side`]); spinlocks count as
 //! [`Side::Exclusive`]. Locks nobody classified share their kind's "unclassified" class.
@@ -46,15 +55,21 @@
 //! # Cost model
 //!
 //! * Counting is switched by one process-wide flag ([`set_enabled`] / [`enabled`]), a `Relaxed`
-//!   load of a read-mostly `AtomicBool`. With it off, a lock operation pays that load and a
-//!   predictable branch, nothing else.
-//! * With it on, an uncontended acquisition pays a thread-local load (the block's address), a
-//!   null test and one increment of a line only this thread writes, at the slot the lock keeps
-//!   (a `u8` into 256 counters: no bounds check, no scaling). Cachegrind's instruction counts
-//!   of `pagelab micro fault` with counting on and off put it at 8 to 10 instructions per
-//!   counted acquisition (12 to 16 when the index was read from the class, tested for
-//!   registration, scaled and masked at every acquisition); simulated L1 misses do not change.
-//!   `examples/lockstat_cost.rs` times it.
+//!   load of a read-mostly `AtomicBool` alone on its cache lines. With it off, a lock operation
+//!   pays that load and a predictable branch, nothing else.
+//! * With it on, an uncontended acquisition pays one increment at a fixed offset from the
+//!   thread pointer, at the slot the lock keeps (a `u8` into 256 counters: no bounds check, no
+//!   scaling): no pointer to load, no null test, no call. Cachegrind's instruction counts of
+//!   `examples/lockstat_instr.rs` in crates/mm (the 6.7 profile's anonymous fault, 4.1 counted
+//!   acquisitions per fault) put counting at 28 instructions per fault in the functions that
+//!   count (`Lru::add` 13, `SpinLock::try_lock` 7, `RwSem::try_read` 5, `SpinLock::lock` 3),
+//!   where a per-thread block reached through a thread-local pointer, null-tested, with a cold
+//!   call to join the default domain, cost 41 (16, 9.4, 8, 7.6); simulated L1 misses do not
+//!   change. What remains beyond the flag test and the increment is register traffic around
+//!   the thread-local access: the crates are compiled as position-independent code, whose
+//!   thread-local model (general dynamic) is a call to `__tls_get_addr` as far as the
+//!   compiler knows, so it saves the caller-saved registers around it, and the linker relaxes
+//!   the call to a load of `%fs:0` only afterwards. `examples/lockstat_cost.rs` times it.
 //! * `Instant::now()` is read only on the contended slow path, before waiting and after
 //!   acquiring.
 //!
@@ -64,7 +79,7 @@
 use std::cell::{Cell, RefCell};
 use std::ops::{Add, AddAssign, Sub};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
@@ -74,13 +89,23 @@ use crate::trace::LockClass;
 /// Lock classes a domain can count apart. Classes beyond this share the last index (their
 /// counts are pooled, never lost); the engine declares a few dozen.
 pub const MAX_CLASSES: usize = 128;
-const _: () = assert!(MAX_CLASSES.is_power_of_two(), "Block::count masks indices");
+const _: () = assert!(
+    MAX_CLASSES.is_power_of_two(),
+    "Slot indexes 2 * MAX_CLASSES counters with a u8"
+);
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The switch, alone on its cache line (and the next, for the adjacent-line prefetcher): every
+/// lock operation reads it, so no other static may share its line and be written beside it
+/// (the linker placed it among other crates' statics, one of them a thread count that a thread
+/// spawn writes).
+static ENABLED: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 
 /// Turns lock statistics on or off for every lock in the process (off at start).
 pub fn set_enabled(on: bool) {
     ENABLED.store(on, Relaxed);
+    if on {
+        join_default();
+    }
 }
 
 /// Whether lock statistics are being counted.
@@ -177,13 +202,21 @@ fn register(class: &'static LockClass) -> usize {
     i
 }
 
-// ---- per-thread blocks ----
+// ---- per-thread counters ----
 
 /// The counters of one class side that only contended acquisitions write.
-#[derive(Default)]
 struct Contention {
     contended: AtomicU64,
     wait_ns: AtomicU64,
+}
+
+impl Contention {
+    const fn new() -> Contention {
+        Contention {
+            contended: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+        }
+    }
 }
 
 /// Adds `v` to a counter that only the current thread writes: no read-modify-write needed.
@@ -192,84 +225,111 @@ fn owner_add(counter: &AtomicU64, v: u64) {
     counter.store(counter.load(Relaxed).wrapping_add(v), Relaxed);
 }
 
-/// A thread's counters in one domain (the kernel's per-CPU `cpu_lock_stats`), aligned so that
-/// no other allocation shares its first or last cache line.
+/// A thread's counters: the kernel's per-CPU `cpu_lock_stats` (a `DEFINE_PER_CPU` array that
+/// each CPU bumps at a fixed offset from its per-CPU base and `lock_stats()` reads for every
+/// CPU), kept the same way, as a `const`-initialised thread-local with no destructor
+/// ([`COUNTERS`]) in the thread's own static TLS block.
 ///
-/// Blocks live for the whole process (`&'static`), so that the counting fast path reaches its
-/// thread's block through a plain thread-local reference: no reference count, no borrow flag.
-/// A block whose thread exited or whose domain is gone is zeroed and reused ([`POOL`]), so
-/// memory stays bounded by the number of (thread, domain) pairs alive at once.
+/// So counting an acquisition is one increment at a fixed offset from the thread pointer: no
+/// pointer to load, no null test, and no call on the path (a per-thread block reached through
+/// a thread-local pointer, with a cold call to join the default domain when it was null, cost
+/// 41 instructions per fault where this costs 28: see the module's cost model).
 ///
-/// The block is split the way the kernel's lock_stat splits its work: an uncontended
-/// acquisition only bumps a count (lock_stat counts acquisitions as hold-time entries at
-/// release, a plain per-CPU increment), and only a contended one records a wait (`lock_acquired`
-/// is called from `LOCK_CONTENDED`'s slow path). So acquisitions sit in a dense array of their
-/// own, 16 bytes per class (classes are registered as the engine gives its locks their
-/// classes, mostly at boot): the few classes a fault takes share a few cache lines of 2 KiB,
-/// instead of one line per class 48 bytes apart. The contention counters, written only after
-/// a wait, are kept apart so they never dilute that array.
-struct Block(CachePadded<BlockInner>);
-
-/// `repr(C)`: the acquisitions come first, so they start on the block's cache-line boundary.
-#[repr(C)]
-struct BlockInner {
+/// The split follows the kernel's: an uncontended acquisition only bumps a count (lock_stat
+/// counts acquisitions as hold-time entries, a plain per-CPU increment), and only a contended
+/// one records a wait (`lock_acquired` is called from `LOCK_CONTENDED`'s slow path). So
+/// acquisitions sit in a dense array of their own, 16 bytes per class (four classes to a
+/// cache line), and the contention counters, written only after a wait, are kept apart.
+/// `repr(C)` keeps the acquisitions first, on the block's cache-line boundary.
+#[repr(C, align(128))]
+struct Counters {
     /// Acquisitions, contended ones included, at `2 * class + side` ([`Slot::at`]).
     acquisitions: [AtomicU64; 2 * MAX_CLASSES],
     /// `[class][side]` contended acquisitions and their wait.
     contention: [[Contention; 2]; MAX_CLASSES],
 }
 
-/// Blocks no thread and no domain refers to any more, zeroed.
-static POOL: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
-
-impl Block {
-    fn get() -> &'static Block {
-        if let Some(b) = lock(&POOL).pop() {
-            return b;
+impl Counters {
+    const fn new() -> Counters {
+        Counters {
+            acquisitions: [const { AtomicU64::new(0) }; 2 * MAX_CLASSES],
+            contention: [const { [const { Contention::new() }; 2] }; MAX_CLASSES],
         }
-        Box::leak(Box::new(Block(CachePadded::new(BlockInner {
-            acquisitions: std::array::from_fn(|_| Default::default()),
-            contention: std::array::from_fn(|_| Default::default()),
-        }))))
-    }
-
-    /// Zeroes the block and returns it to the pool. Only when nothing counts into it or folds
-    /// it any more: its thread has let go of it and no domain lists it.
-    fn recycle(&'static self) {
-        for a in &self.0.acquisitions {
-            a.store(0, Relaxed);
-        }
-        for c in self.0.contention.iter().flatten() {
-            c.contended.store(0, Relaxed);
-            c.wait_ns.store(0, Relaxed);
-        }
-        lock(&POOL).push(self);
     }
 
     /// Counts an uncontended acquisition: one increment of a line only this thread writes.
     #[inline]
     fn count(&self, slot: Slot, side: Side) {
         // A u8 index into 256 counters: no bounds check on the hot path.
-        owner_add(&self.0.acquisitions[slot.at(side)], 1);
+        owner_add(&self.acquisitions[slot.at(side)], 1);
     }
 
     /// Counts a contended acquisition and its wait.
     #[inline]
     fn count_contended(&self, slot: Slot, side: Side, wait_ns: u64) {
-        owner_add(&self.0.acquisitions[slot.at(side)], 1);
-        let c = &self.0.contention[slot.index()][side as usize];
+        owner_add(&self.acquisitions[slot.at(side)], 1);
+        let c = &self.contention[slot.index()][side as usize];
         owner_add(&c.contended, 1);
         owner_add(&c.wait_ns, wait_ns);
     }
 
     /// One class side's counters.
     fn load(&self, i: usize, side: usize) -> LockStatsSnapshot {
-        let c = &self.0.contention[i][side];
+        let c = &self.contention[i][side];
         LockStatsSnapshot {
-            acquisitions: self.0.acquisitions[2 * i + side].load(Relaxed),
+            acquisitions: self.acquisitions[2 * i + side].load(Relaxed),
             contended: c.contended.load(Relaxed),
             wait_ns: c.wait_ns.load(Relaxed),
         }
+    }
+
+    /// Adds every counter into `table` and zeroes it. Only its own thread calls this, under
+    /// the lock of the domain whose table it is, so no reader sees a count twice or not at all.
+    fn move_into(&self, table: &mut Table) {
+        for (i, row) in table.iter_mut().enumerate() {
+            for (side, t) in row.iter_mut().enumerate() {
+                *t += self.load(i, side);
+            }
+        }
+        for a in &self.acquisitions {
+            a.store(0, Relaxed);
+        }
+        for c in self.contention.iter().flatten() {
+            c.contended.store(0, Relaxed);
+            c.wait_ns.store(0, Relaxed);
+        }
+    }
+}
+
+/// A thread's [`Counters`], as the domain it records into lists them for reading.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct ThreadCounters(*const Counters);
+
+// SAFETY: the pointer is only dereferenced through `ThreadCounters::get`, whose contract is
+// that of the domain list holding it (see there); the counters are atomics, read and written
+// from any thread.
+unsafe impl Send for ThreadCounters {}
+
+impl ThreadCounters {
+    /// The calling thread's counters.
+    fn current() -> ThreadCounters {
+        COUNTERS.with(|c| ThreadCounters(c))
+    }
+
+    /// The counters, read from any thread.
+    ///
+    /// Contract: `self` is listed in a domain's `threads` and the caller holds that domain's
+    /// lock. A thread lists its counters only while it records into the domain ([`enter_local`]),
+    /// and removes them under the same lock when it leaves the domain or exits
+    /// ([`Domain::retire`], from `Local`'s destructor, which runs before the thread's static TLS
+    /// block is freed).
+    fn get(&self) -> &Counters {
+        // SAFETY: by the contract above the owning thread is alive (it has not run `Local`'s
+        // destructor, which unlists the pointer under the lock we hold), so its static TLS
+        // block, where `COUNTERS` lives, is still allocated; `COUNTERS` has no destructor, so
+        // it is valid for the thread's whole life; and `Counters` holds only atomics, so a
+        // shared reference alongside the owner's relaxed stores is sound.
+        unsafe { &*self.0 }
     }
 }
 
@@ -280,27 +340,20 @@ fn zero_table() -> Table {
     vec![[LockStatsSnapshot::default(); 2]; MAX_CLASSES]
 }
 
-/// The thread's place in the domains it has entered.
+/// The thread's place in the domains.
 struct Local {
-    /// The domain recorded into (its block is [`FAST`]); held, so that it outlives the
-    /// thread's stay in it.
+    /// The domain recorded into, whose `threads` list this thread's counters; held, so that it
+    /// outlives the thread's stay in it.
     current: RefCell<Option<Arc<Domain>>>,
-    /// Every domain this thread has a block in, so that re-entering one reuses the block.
-    owned: RefCell<Vec<(Weak<Domain>, &'static Block)>>,
 }
 
 impl Drop for Local {
-    /// The thread exits: fold its blocks into their domains, so its counts outlive it.
+    /// The thread exits: fold its counts into its domain, so they outlive it.
     fn drop(&mut self) {
-        // Locks taken by later thread-local destructors find no block and go uncounted.
-        FAST.with(|f| f.set(None));
+        // Locks taken by later thread-local destructors count into counters nobody reads.
         CURRENT_ID.with(|c| c.set(0));
-        self.current.get_mut().take();
-        for (d, b) in self.owned.get_mut().drain(..) {
-            if let Some(d) = d.upgrade() {
-                d.retire(b);
-            }
-            b.recycle();
+        if let Some(d) = self.current.get_mut().take() {
+            d.retire(ThreadCounters::current());
         }
     }
 }
@@ -309,37 +362,25 @@ thread_local! {
     static LOCAL: Local = const {
         Local {
             current: RefCell::new(None),
-            owned: RefCell::new(Vec::new()),
         }
     };
-    /// The current domain's block: all the counting fast path reads (no destructor, so no
-    /// lazy registration either).
-    static FAST: Cell<Option<&'static Block>> = const { Cell::new(None) };
+    /// The thread's counters: all the counting fast path touches (`const`, no destructor: no
+    /// lazy initialisation or destructor registration to test on access).
+    static COUNTERS: Counters = const { Counters::new() };
     /// The current domain's address, for [`Domain::enter`]'s check (0: none). The thread holds
     /// that domain in [`Local::current`], so the address cannot be reused while it is here.
     static CURRENT_ID: Cell<usize> = const { Cell::new(0) };
 }
 
-/// Counts into the thread's block, joining the default domain on its first count.
-#[inline]
-fn with_block(f: impl FnOnce(&'static Block)) {
-    match FAST.with(Cell::get) {
-        Some(b) => f(b),
-        None => {
-            if let Some(b) = first_block() {
-                f(b)
-            }
-        }
-    }
-}
-
-/// The thread's first count outside any entered domain: it joins the default one. (At thread
-/// exit, after its blocks were folded, this finds no block and the acquisition goes uncounted.)
+/// Makes sure the thread's counts are read somewhere: a thread that entered no domain joins the
+/// default one. Called off the counting path (a contended acquisition, [`current_domain`],
+/// [`set_enabled`]), never on it.
 #[cold]
 #[inline(never)]
-fn first_block() -> Option<&'static Block> {
-    let _ = LOCAL.try_with(|l| enter_local(l, default_domain()));
-    FAST.with(Cell::get)
+fn join_default() {
+    if CURRENT_ID.with(Cell::get) == 0 {
+        let _ = LOCAL.try_with(|l| enter_local(l, default_domain()));
+    }
 }
 
 fn enter_local(l: &Local, d: &Arc<Domain>) {
@@ -349,30 +390,15 @@ fn enter_local(l: &Local, d: &Arc<Domain>) {
     if matches!(&*cur, Some(c) if Arc::ptr_eq(c, d)) {
         return;
     }
-    let mut owned = l.owned.borrow_mut();
-    // Blocks of domains that are gone: nobody folds them any more, and the current one is
-    // alive (held above), so the fast path does not point at them.
-    owned.retain(|(w, b)| {
-        let alive = w.strong_count() > 0;
-        if !alive {
-            b.recycle();
-        }
-        alive
-    });
-    let block = match owned
-        .iter()
-        .find(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(d)))
-    {
-        Some((_, b)) => *b,
-        None => {
-            let b = Block::get();
-            lock(&d.inner).blocks.push(b);
-            owned.push((Arc::downgrade(d), b));
-            b
-        }
-    };
+    let me = ThreadCounters::current();
+    match cur.take() {
+        // What was counted there stays there.
+        Some(old) => old.retire(me),
+        // Counted before the thread entered any domain: the default domain's.
+        None => default_domain().absorb(me),
+    }
+    lock(&d.inner).threads.push(me);
     *cur = Some(d.clone());
-    FAST.with(|f| f.set(Some(block)));
     CURRENT_ID.with(|c| c.set(Arc::as_ptr(d) as usize));
 }
 
@@ -382,16 +408,16 @@ fn enter_local(l: &Local, d: &Arc<Domain>) {
 pub fn record(class: &'static LockClass, side: Side) {
     if enabled() {
         let slot = Slot::of(class);
-        with_block(|b| b.count(slot, side));
+        COUNTERS.with(|c| c.count(slot, side));
     }
 }
 
 /// Records an uncontended acquisition on `side` of the class whose slot is `slot` (if
-/// statistics are on): the flag, the thread's block, one increment.
+/// statistics are on): the flag, one increment in the thread's own counters.
 #[inline]
 pub fn record_at(slot: Slot, side: Side) {
     if enabled() {
-        with_block(|b| b.count(slot, side));
+        COUNTERS.with(|c| c.count(slot, side));
     }
 }
 
@@ -407,7 +433,8 @@ pub fn record_contended(class: &'static LockClass, side: Side, timer: WaitTimer)
 #[inline]
 pub fn record_contended_at(slot: Slot, side: Side, timer: WaitTimer) {
     if let Some(ns) = timer.elapsed_ns() {
-        with_block(|b| b.count_contended(slot, side, ns));
+        COUNTERS.with(|c| c.count_contended(slot, side, ns));
+        join_default();
     }
 }
 
@@ -434,8 +461,8 @@ pub struct Domain {
 }
 
 struct DomainInner {
-    /// Blocks of threads that entered the domain and have not exited.
-    blocks: Vec<&'static Block>,
+    /// Counters of the threads recording here (see [`ThreadCounters::get`]).
+    threads: Vec<ThreadCounters>,
     /// Counts of threads that exited.
     retired: Table,
     /// The fold at the last reset, which reads subtract.
@@ -444,9 +471,9 @@ struct DomainInner {
 
 impl DomainInner {
     fn fold(&self, i: usize, side: usize) -> LockStatsSnapshot {
-        self.blocks
+        self.threads
             .iter()
-            .map(|b| b.load(i, side))
+            .map(|t| t.get().load(i, side))
             .fold(self.retired[i][side], Add::add)
     }
 }
@@ -456,7 +483,7 @@ impl Domain {
     pub fn new() -> Arc<Domain> {
         Arc::new(Domain {
             inner: Mutex::new(DomainInner {
-                blocks: Vec::new(),
+                threads: Vec::new(),
                 retired: zero_table(),
                 base: zero_table(),
             }),
@@ -519,22 +546,28 @@ impl Domain {
         }
     }
 
-    /// A thread that exits folds its block into the domain.
-    fn retire(&self, b: &'static Block) {
+    /// The calling thread leaves the domain (for another, or at exit): its counts move into
+    /// the domain's table, under the lock that readers take, and its counters start from zero.
+    fn retire(&self, me: ThreadCounters) {
         let mut d = lock(&self.inner);
-        if let Some(at) = d.blocks.iter().position(|x| std::ptr::eq(*x, b)) {
-            d.blocks.swap_remove(at);
-            for i in 0..MAX_CLASSES {
-                for s in 0..2 {
-                    d.retired[i][s] += b.load(i, s);
-                }
-            }
+        if let Some(at) = d.threads.iter().position(|t| *t == me) {
+            d.threads.swap_remove(at);
+            me.get().move_into(&mut d.retired);
         }
     }
 
-    /// Threads with a live block here (for tests and diagnostics).
+    /// Counts the calling thread made before it entered any domain (so listed in none) move
+    /// into this domain's table.
+    fn absorb(&self, me: ThreadCounters) {
+        let mut d = lock(&self.inner);
+        debug_assert!(!d.threads.contains(&me), "absorbing a listed thread");
+        // The caller's own counters, which no domain lists: nobody else reads them.
+        COUNTERS.with(|c| c.move_into(&mut d.retired));
+    }
+
+    /// Threads recording here (for tests and diagnostics).
     pub fn nr_threads(&self) -> usize {
-        lock(&self.inner).blocks.len()
+        lock(&self.inner).threads.len()
     }
 }
 
@@ -555,6 +588,7 @@ pub fn default_domain() -> &'static Arc<Domain> {
 
 /// The domain the calling thread records into.
 pub fn current_domain() -> Arc<Domain> {
+    join_default();
     LOCAL
         .try_with(|l| l.current.try_borrow().ok().and_then(|c| c.clone()))
         .ok()
@@ -881,7 +915,7 @@ mod tests {
         assert_eq!((t.acquisitions, q.acquisitions), (2, 1));
     }
 
-    /// Threads count into their own blocks; a read folds them, including threads that exited.
+    /// Threads count into their own counters; a read folds them, including threads that exited.
     fn check_threads_fold() {
         static SHARED: LockClass = LockClass::sleeping("test fold", Scope::Mm);
         const THREADS: usize = 4;
@@ -903,7 +937,7 @@ mod tests {
                 });
             }
             in_domain.wait();
-            // All threads are alive: their blocks are folded as they are.
+            // All threads are alive: their counters are folded as they are.
             assert_eq!(d.nr_threads(), THREADS);
             let s = d.class(&SHARED);
             assert_eq!(s.shared.acquisitions, THREADS as u64 * OPS);
@@ -957,6 +991,70 @@ mod tests {
         );
     }
 
+    /// A thread's counts from before it entered any domain are the default domain's; they move
+    /// there when it enters one, and what it counts afterwards goes to the domain it entered,
+    /// also after it exits.
+    fn check_counts_before_entering() {
+        static CLASS: LockClass = LockClass::new("test before entering", Scope::Node);
+        let d = Domain::new();
+        let lock = SpinLock::new_queued(()).with_class(&CLASS);
+        let before = default_domain().class(&CLASS).exclusive.acquisitions;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                drop(lock.lock());
+                drop(lock.try_lock());
+                d.enter();
+                for _ in 0..3 {
+                    drop(lock.lock());
+                }
+            });
+        });
+        while d.nr_threads() > 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            default_domain().class(&CLASS).exclusive.acquisitions - before,
+            2,
+            "the counts from before entering"
+        );
+        assert_eq!(d.class(&CLASS).exclusive.acquisitions, 3);
+    }
+
+    /// A thread that leaves a domain for another leaves its counts there, and they are not
+    /// counted again when it comes back, nor lost when it exits.
+    fn check_leaving_keeps_counts() {
+        static CLASS: LockClass = LockClass::new("test leaving", Scope::Node);
+        let (a, b) = (Domain::new(), Domain::new());
+        let lock = SpinLock::new_queued(()).with_class(&CLASS);
+        let counted = Barrier::new(2);
+        let read = Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for round in 1..=3u64 {
+                    a.enter();
+                    for _ in 0..round {
+                        drop(lock.lock());
+                    }
+                    b.enter();
+                    drop(lock.lock());
+                }
+                a.enter();
+                counted.wait();
+                read.wait();
+            });
+            counted.wait();
+            assert_eq!(a.class(&CLASS).exclusive.acquisitions, 6);
+            assert_eq!(b.class(&CLASS).exclusive.acquisitions, 3);
+            assert_eq!((a.nr_threads(), b.nr_threads()), (1, 0));
+            read.wait();
+        });
+        while a.nr_threads() > 0 {
+            std::thread::yield_now();
+        }
+        assert_eq!(a.class(&CLASS).exclusive.acquisitions, 6);
+        assert_eq!(b.class(&CLASS).exclusive.acquisitions, 3);
+    }
+
     #[test]
     fn counting_per_class_per_thread() {
         for kind in LockKind::ALL {
@@ -967,28 +1065,39 @@ mod tests {
         check_bare_locks();
         check_threads_fold();
         check_domains_apart();
+        check_counts_before_entering();
+        check_leaving_keeps_counts();
         set_enabled(false);
         assert!(!enabled());
     }
 
     /// Classes sit side by side in the acquisitions array, 16 bytes a class, with no
     /// contention counters between them: four classes share a cache line of the thread's
-    /// block, not one line each.
+    /// counters, not one line each.
     #[test]
     fn acquisition_counters_are_dense() {
-        let b = Block::get();
-        let at =
-            |i: usize, side: usize| &b.0.acquisitions[2 * i + side] as *const AtomicU64 as usize;
-        assert_eq!(at(0, 1) - at(0, 0), 8);
-        assert_eq!(at(1, 0) - at(0, 0), 16);
-        assert_eq!(at(4, 0) - at(0, 0), 64, "four classes to a cache line");
-        assert_eq!(at(0, 0) % 64, 0, "the array starts a cache line");
-        let contention = &b.0.contention as *const _ as usize;
-        assert!(
-            contention >= at(MAX_CLASSES - 1, 1) + 8,
-            "contention counters after them"
-        );
-        b.recycle();
+        COUNTERS.with(|c| {
+            let at =
+                |i: usize, side: usize| &c.acquisitions[2 * i + side] as *const AtomicU64 as usize;
+            assert_eq!(at(0, 1) - at(0, 0), 8);
+            assert_eq!(at(1, 0) - at(0, 0), 16);
+            assert_eq!(at(4, 0) - at(0, 0), 64, "four classes to a cache line");
+            assert_eq!(at(0, 0) % 128, 0, "the array starts a pair of cache lines");
+            let contention = &c.contention as *const _ as usize;
+            assert!(
+                contention >= at(MAX_CLASSES - 1, 1) + 8,
+                "contention counters after them"
+            );
+        });
+    }
+
+    /// Every lock operation reads the switch: it has its lines to itself, so a static the
+    /// linker puts beside it cannot be written on the same line.
+    #[test]
+    fn the_switch_has_its_own_cache_lines() {
+        let at = &ENABLED as *const CachePadded<AtomicBool> as usize;
+        assert_eq!(at % 128, 0);
+        assert!(std::mem::size_of_val(&ENABLED) >= 128);
     }
 
     /// A lock looks its class's slot up when it is given the class, before any acquisition, so
