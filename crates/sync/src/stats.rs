@@ -96,8 +96,8 @@ const _: () = assert!(
 
 /// The switch, alone on its cache line (and the next, for the adjacent-line prefetcher): every
 /// lock operation reads it, so no other static may share its line and be written beside it
-/// (the linker placed it among other crates' statics, one of them a thread count that a thread
-/// spawn writes).
+/// (the linker had placed it on one line with other crates' statics, among them parking_lot's
+/// count of threads, which a thread writes when it first parks and when it exits).
 static ENABLED: CachePadded<AtomicBool> = CachePadded::new(AtomicBool::new(false));
 
 /// Turns lock statistics on or off for every lock in the process (off at start).
@@ -134,8 +134,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Where a class's acquisitions sit in a thread's block: twice the class's dense index, so
-/// that the [`Side`] is or-ed in and the `u8` indexes the block's `2 * MAX_CLASSES` = 256
+/// Where a class's acquisitions sit in a thread's counters: twice the class's dense index, so
+/// that the [`Side`] is or-ed in and the `u8` indexes the thread's `2 * MAX_CLASSES` = 256
 /// acquisition counters with no bounds check.
 ///
 /// A lock looks its class's slot up once, when it is given its class ([`Slot::of`]), and keeps
@@ -957,7 +957,7 @@ mod tests {
     }
 
     /// Two domains count the same class apart; a thread that entered none counts into the
-    /// default domain; re-entering a domain reuses the thread's block there.
+    /// default domain; re-entering a domain lists the thread there once.
     fn check_domains_apart() {
         static CLASS: LockClass = LockClass::new("test domains", Scope::Node);
         let (a, b) = (Domain::new(), Domain::new());

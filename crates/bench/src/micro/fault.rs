@@ -51,7 +51,7 @@ pub struct LockStatCost {
     /// The same over wall-clock time, as the table's ns/fault are.
     pub wall_on_off_ratio: f64,
     /// Lock acquisitions counted per fault in the counted passes: what the ratio is paid for
-    /// (each is one increment of the thread's own counter block).
+    /// (each is one increment of the thread's own counters).
     pub acquisitions_per_fault: f64,
 }
 
