@@ -69,7 +69,11 @@
 //!   the thread-local access: the crates are compiled as position-independent code, whose
 //!   thread-local model (general dynamic) is a call to `__tls_get_addr` as far as the
 //!   compiler knows, so it saves the caller-saved registers around it, and the linker relaxes
-//!   the call to a load of `%fs:0` only afterwards. `examples/lockstat_cost.rs` times it.
+//!   the call to a load of `%fs:0` only afterwards. Built with `-C relocation-model=pie` the
+//!   compiler uses the local-exec model instead, each count is one `incq %fs:(reg,slot,8)`
+//!   after a `mov` of the offset, and counting costs 10 instructions per fault; the workspace
+//!   does not set that flag (it changes every crate's code). `examples/lockstat_cost.rs`
+//!   times it.
 //! * `Instant::now()` is read only on the contended slow path, before waiting and after
 //!   acquiring.
 //!
