@@ -1,9 +1,12 @@
 //! Diagnosing netpipe's spread: the two profiles of `netpipe-hopcpu-2016` side by side, in
 //! turn, each on a fresh engine, printing per kept sample the rate, the pair's waits per 1000
-//! messages (ring full, ring empty, yields of each side), the ring's mean fill, and each
-//! thread's run time and runqueue wait from its schedstat; per run, how the host disturbed the
-//! samples ([`pagelab_workloads::netpipe::HostSampling`]: retakes, link probes) and the
-//! arena's huge pages.
+//! messages (ring full, ring empty, yields of each side), the ring's mean fill, the rate by the
+//! thread's own run time (`est`; 0 for the first window, which has no baseline), each thread's
+//! run time, runqueue wait and times scheduled from its schedstat, the window's wall time and
+//! each vCPU's steal time from `/proc/stat` (10 ms ticks); per run, how the host disturbed the samples
+//! ([`pagelab_workloads::netpipe::HostSampling`]: retakes, link probes) and the arena's huge
+//! pages; per size and profile, the spread of the samples within a round against that of the
+//! rounds' means, and the first kept sample against the others.
 //!
 //! ```sh
 //! cargo run --release -p pagelab-workloads --example netpipe_diag -- ROUNDS INTERVAL_MS SAMPLES WARMUP SIZE[,SIZE..]
@@ -134,8 +137,8 @@ fn main() {
                                         format!("{:.0}/{:.0}/{}", (r - r0) as f64 / 1e6, (wt - w0) as f64 / 1e6, n - n0)
                                     })
                                     .collect();
-                                // Messages per second of the pair thread's run time (the
-                                // warm-up window's rate too, which the sampler does not report).
+                                // Messages per second of the pair thread's run time, as a
+                                // check of the sampler's rate (0 with no earlier reading).
                                 let est = sch
                                     .first()
                                     .zip(sch_last.first())
