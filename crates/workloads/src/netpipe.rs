@@ -516,13 +516,27 @@ const PUBLISH_EVERY: u64 = 512;
 /// the pairs did by the CPU time they had.
 const CPU_WINDOW_WALL_LIMIT: u32 = 50;
 
+/// A lock-step warm-up window lasts this fraction of a measured window's CPU time.
+///
+/// Why shorter: a warm-up only has to bring a freshly booted engine to the state it keeps for
+/// the rest of the run: the arena's first touch, the first slabs of each kmalloc cache
+/// (`new_slab`), the per-CPU lists' first refills (`rmqueue_bulk`) and the socket's first
+/// fill. A few sockets' worth of messages do all of it: measured on this host in windows of
+/// 25 ms of CPU from boot (the `netpipe_diag` example, warm-up 0), the very first window of a
+/// fresh engine ran at the rate of the later ones (within their spread, -8% to +7%, no sign
+/// either way) at send-256, 3312 and 16384 on both profiles. A warm-up as long as a measured
+/// window spent a quarter of the experiment's CPU on nothing; the time is better spent on
+/// longer measured windows, whose samples average more of the host's slow spells.
+const WARMUP_SHARE: u32 = 4;
+
 /// The sampling side of a lock-step run ([`NetpipeParams::lockstep`]). `read` gives, per pair,
 /// the messages received so far and the pair thread's CPU time (ns) at that count, as one
 /// snapshot. A window lasts until every pair has had `spec.interval` of CPU time since the last
 /// (polled at most every 10 ms, and at most [`CPU_WINDOW_WALL_LIMIT`] intervals of wall
 /// time); its sample is the sum over pairs of messages per CPU second over the window.
-/// `spec.warmup` windows are discarded, then `measure_start` runs and `spec.samples` windows
-/// are kept. Ends early when `halted` (a pair failed) or `stop` (marked interrupted).
+/// `spec.warmup` windows of a [`WARMUP_SHARE`]th of that CPU time are discarded, then
+/// `measure_start` runs and `spec.samples` windows are kept. Ends early when `halted` (a pair
+/// failed) or `stop` (marked interrupted).
 ///
 /// Why CPU time and windows of CPU time: a pair thread the host preempts stands still for as
 /// long as it waits, which the wall clock charges to the allocator and the thread's CPU clock
@@ -542,33 +556,35 @@ fn sample_cpu(
     } = hooks;
     let mut out = Continuous::default();
     let total = spec.warmup + spec.samples;
-    let want = spec.interval.as_nanos() as u64;
+    let measured = spec.interval.as_nanos() as u64;
+    let warm = measured / u64::from(WARMUP_SHARE);
     let poll = (spec.interval / 20).clamp(Duration::from_micros(100), Duration::from_millis(10));
     // Wait until every pair has had `want` ns of CPU since `prev`; None when the run must end.
-    let mut window = |prev: &[(u64, u64)], out: &mut Continuous| -> Option<Vec<(u64, u64)>> {
-        let started = Instant::now();
-        loop {
-            std::thread::sleep(poll);
-            if halted() {
-                return None;
+    let mut window =
+        |prev: &[(u64, u64)], want: u64, out: &mut Continuous| -> Option<Vec<(u64, u64)>> {
+            let started = Instant::now();
+            loop {
+                std::thread::sleep(poll);
+                if halted() {
+                    return None;
+                }
+                if stop.load(Relaxed) {
+                    out.interrupted = true;
+                    return None;
+                }
+                let cur = read();
+                let done = cur
+                    .iter()
+                    .zip(prev)
+                    .all(|(c, p)| c.1.saturating_sub(p.1) >= want);
+                if done || started.elapsed() > spec.interval * CPU_WINDOW_WALL_LIMIT {
+                    return Some(cur);
+                }
             }
-            if stop.load(Relaxed) {
-                out.interrupted = true;
-                return None;
-            }
-            let cur = read();
-            let done = cur
-                .iter()
-                .zip(prev)
-                .all(|(c, p)| c.1.saturating_sub(p.1) >= want);
-            if done || started.elapsed() > spec.interval * CPU_WINDOW_WALL_LIMIT {
-                return Some(cur);
-            }
-        }
-    };
+        };
     let mut prev = read();
     for i in 0..spec.warmup {
-        match window(&prev, &mut out) {
+        match window(&prev, warm, &mut out) {
             Some(cur) => prev = cur,
             None => return out,
         }
@@ -578,7 +594,7 @@ fn sample_cpu(
     let base = read();
     prev = base.clone();
     while out.samples.len() < spec.samples {
-        let Some(cur) = window(&prev, &mut out) else {
+        let Some(cur) = window(&prev, measured, &mut out) else {
             break;
         };
         let v: f64 = cur
@@ -2100,11 +2116,52 @@ mod tests {
         for v in &c.samples {
             assert!((v - 1e6).abs() < 1e-3, "{v}");
         }
-        // Reads: the first, ten for the warm-up, the base, ten per kept sample, the last.
-        assert_eq!(reads.get(), 1 + 10 + 1 + 30 + 1);
+        // Reads: the first, three for the warm-up (a quarter window: 0.25 ms of CPU), the
+        // base, ten per kept sample, the last.
+        assert_eq!(reads.get(), 1 + 3 + 1 + 30 + 1);
         assert_eq!(c.per_task, [3100]);
         assert_eq!(progress.len(), 4);
         assert!(!c.interrupted);
+    }
+
+    #[test]
+    fn a_lockstep_warmup_lasts_a_quarter_window_of_cpu_and_is_not_sampled() {
+        // Every read adds 0.1 ms of CPU; the first three reads (a cold engine, say) run at a
+        // tenth of the later rate. A measured window needs 1 ms; the warm-up 0.25 ms, which
+        // the first three reads cover, so that no kept sample sees the slow start.
+        let reads = std::cell::Cell::new(0u64);
+        let stop = AtomicBool::new(false);
+        let mut warm_done_at = None;
+        let c = sample_cpu(
+            &|| {
+                let r = reads.get() + 1;
+                reads.set(r);
+                // Messages: 10 per read up to read 4 (the first and the warm-up's three),
+                // then 100 per read.
+                let msgs = 10 * r.min(4) + 100 * r.saturating_sub(4);
+                vec![(msgs, 100_000 * r)]
+            },
+            &mut || false,
+            SampleSpec {
+                samples: 2,
+                warmup: 1,
+                interval: Duration::from_millis(1),
+            },
+            &stop,
+            Hooks {
+                measure_start: &mut || warm_done_at = Some(reads.get()),
+                sample: &mut |_, _, _| {},
+            },
+        );
+        assert_eq!(
+            warm_done_at,
+            Some(4),
+            "the warm-up ends after 0.3 ms of CPU"
+        );
+        assert_eq!(c.samples.len(), 2);
+        for v in &c.samples {
+            assert!((v - 1e6).abs() < 1e-3, "a kept sample saw the warm-up: {v}");
+        }
     }
 
     #[test]
