@@ -335,8 +335,9 @@ struct Ctl {
     opened: Mutex<Option<(Instant, u64, Option<SchedAccount>)>>,
     /// Windows accepted so far, and what the guard saw (the continuous loops and pft).
     plan: Mutex<Plan>,
-    /// CPU time of each untraced window, ns.
-    untraced: Mutex<Vec<f64>>,
+    /// CPU time of each untraced window, ns, and its page writes' time when they were timed
+    /// ([`raw::time_writes`]).
+    untraced: Mutex<Vec<(f64, Option<f64>)>>,
     best: Mutex<Best>,
     overhead: Mutex<Option<f64>>,
     capacity: usize,
@@ -413,7 +414,9 @@ impl Ctl {
         plan.current = Some(slot);
         drop(plan);
         match slot {
-            Slot::Untraced => {}
+            Slot::Untraced => {
+                raw::time_writes(Some(CaptureGuard::STALL_NS));
+            }
             Slot::Recorded => {
                 let mut o = self.overhead.lock().unwrap();
                 if o.is_none() {
@@ -438,9 +441,9 @@ impl Ctl {
         let Some(slot) = self.plan.lock().unwrap().current.take() else {
             return;
         };
-        let events = match slot {
-            Slot::Untraced => Vec::new(),
-            _ => raw::stop(),
+        let (events, writes) = match slot {
+            Slot::Untraced => (Vec::new(), Some(raw::time_writes(None).ns())),
+            _ => (raw::stop(), None),
         };
         if let Slot::Fallback(_) = slot {
             raw::force_trylock_failure(None);
@@ -452,6 +455,9 @@ impl Ctl {
         let cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
         let sched = s0.zip(SchedAccount::now()).map(|(a, b)| b.since(a));
         let check = WindowCheck::of(&events, sched);
+        if let Some(w) = writes {
+            self.untraced.lock().unwrap().push((cpu, Some(w)));
+        }
         self.accept(slot, events, wall, cpu, check);
         if self
             .plan
@@ -471,8 +477,8 @@ impl Ctl {
     fn accept(&self, slot: Slot, events: Vec<raw::Event>, wall: f64, cpu: f64, check: WindowCheck) {
         let mut plan = self.plan.lock().unwrap();
         if slot == Slot::Untraced {
-            // Thread CPU time: preemption does not add to it.
-            self.untraced.lock().unwrap().push(cpu);
+            // Thread CPU time: preemption does not add to it (pushed by the caller, with the
+            // window's write time).
             plan.untraced += 1;
             return;
         }
@@ -797,13 +803,15 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
             "the recording window never closed",
         ));
     };
-    let untraced_ns = ctl
+    // The least disturbed untraced window, and its own writes' time: the compute the trace
+    // must add up to is that window's CPU time less its writes, both from one run.
+    let (untraced_ns, untraced_write_ns) = ctl
         .untraced
         .lock()
         .unwrap()
         .iter()
         .copied()
-        .fold(f64::INFINITY, f64::min);
+        .fold((f64::INFINITY, None), |a, b| if b.0 < a.0 { b } else { a });
     if events.is_empty() || !untraced_ns.is_finite() {
         return Err(CaptureError::Incomplete(
             "the workload ended before its untraced windows were timed",
@@ -825,6 +833,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         overhead_ns_per_event: ctl.overhead.lock().unwrap().unwrap_or(0.0),
         traced_ns,
         untraced_ns,
+        untraced_write_ns,
+        event_cost_ns: None,
         compute_scale: 1.0,
         guard: Some(guard),
     };
