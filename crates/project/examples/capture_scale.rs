@@ -6,8 +6,10 @@
 //! host time as kept in the trace, the compute before and after scaling, the recording cost
 //! subtracted (per-event overhead times events), the compute scale, and the mean compute
 //! inside a `lru_lock` and a `zone->lock` hold (outermost acquire to its release) before and
-//! after scaling. "Before" divides the kept compute by the scale, which is exact unless the
-//! writes were scaled too (`w` after the scale).
+//! after scaling. "Before" divides the kept compute by the scale, which is exact for a trace
+//! whose gaps were scaled (built before 2026-11-25, no in-place event cost); for a newer one
+//! it is the same ratio, but the holds lost the in-place cost per event, not in proportion.
+//! The cost per event subtracted is printed, with the tight loop's in parentheses.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -38,9 +40,9 @@ fn hold_compute(t: &Trace, class: &str) -> f64 {
 
 fn main() {
     println!(
-        "| trace | untraced | traced | writes | untraced writes | compute before | events x overhead | scale | compute after | lru_lock hold before / after | zone->lock hold before / after |"
+        "| trace | untraced | traced | writes | untraced writes | compute before | events x overhead | scale | compute after | ns per event | lru_lock hold before / after | zone->lock hold before / after |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for a in std::env::args().skip(1) {
         let t = match Trace::load(Path::new(&a)) {
             Ok(t) => t,
@@ -65,7 +67,7 @@ fn main() {
             .map_or("-".to_string(), |w| format!("{:.1}", w / ops));
         let (lru, zone) = (hold_compute(&t, "lru_lock"), hold_compute(&t, "zone->lock"));
         println!(
-            "| {a} | {:.1} | {:.1} | {:.1} | {untraced_writes} | {:.1} | {:.1} | {:.3} | {:.1} | {:.1} / {:.1} | {:.1} / {:.1} |",
+            "| {a} | {:.1} | {:.1} | {:.1} | {untraced_writes} | {:.1} | {:.1} | {:.3} | {:.1} | {} | {:.1} / {:.1} | {:.1} / {:.1} |",
             m.untraced_ns / ops,
             m.traced_ns / ops,
             writes / ops,
@@ -73,6 +75,11 @@ fn main() {
             m.overhead_ns_per_event * m.raw_events as f64 / ops,
             f,
             compute / ops,
+            m.event_cost_ns
+                .map_or(format!("{:.1}", m.overhead_ns_per_event), |c| format!(
+                    "{:.1} ({:.1})",
+                    c, m.overhead_ns_per_event
+                )),
             lru / f,
             lru,
             zone / f,

@@ -415,6 +415,7 @@ impl Ctl {
         drop(plan);
         match slot {
             Slot::Untraced => {
+                raw::now_cost_ns();
                 raw::time_writes(Some(CaptureGuard::STALL_NS));
             }
             Slot::Recorded => {
@@ -442,7 +443,7 @@ impl Ctl {
             return;
         };
         let (events, writes) = match slot {
-            Slot::Untraced => (Vec::new(), Some(raw::time_writes(None).ns())),
+            Slot::Untraced => (Vec::new(), Some(raw::time_writes(None))),
             _ => (raw::stop(), None),
         };
         if let Slot::Fallback(_) = slot {
@@ -452,10 +453,15 @@ impl Ctl {
             return;
         };
         let wall = t0.elapsed().as_nanos() as f64;
-        let cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
+        let mut cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
         let sched = s0.zip(SchedAccount::now()).map(|(a, b)| b.since(a));
         let check = WindowCheck::of(&events, sched);
         if let Some(w) = writes {
+            // Timing a write costs two time-stamp reads, one inside the span and one outside,
+            // which the engine does not pay: take them out of both.
+            let r = raw::now_cost_ns() * w.spans as f64;
+            cpu = (cpu - 2.0 * r).max(0.0);
+            let w = (w.ns() - r).max(0.0);
             self.untraced.lock().unwrap().push((cpu, Some(w)));
         }
         self.accept(slot, events, wall, cpu, check);
