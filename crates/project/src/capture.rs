@@ -415,7 +415,7 @@ impl Ctl {
         drop(plan);
         match slot {
             Slot::Untraced => {
-                raw::now_cost_ns();
+                raw::write_timing_cost();
                 raw::time_writes(Some(CaptureGuard::STALL_NS));
             }
             Slot::Recorded => {
@@ -457,11 +457,13 @@ impl Ctl {
         let sched = s0.zip(SchedAccount::now()).map(|(a, b)| b.since(a));
         let check = WindowCheck::of(&events, sched);
         if let Some(w) = writes {
-            // Timing a write costs two time-stamp reads, one inside the span and one outside,
-            // which the engine does not pay: take them out of both.
-            let r = raw::now_cost_ns() * w.spans as f64;
-            cpu = (cpu - 2.0 * r).max(0.0);
-            let w = (w.ns() - r).max(0.0);
+            // Timing a write costs two time-stamp reads and the bookkeeping, which the engine
+            // does not pay: take them out of the CPU time, and what of them fell inside the
+            // spans out of the writes.
+            let (all, inside) = raw::write_timing_cost();
+            let n = w.spans as f64;
+            cpu = (cpu - all * n).max(0.0);
+            let w = (w.ns() - inside * n).max(0.0);
             self.untraced.lock().unwrap().push((cpu, Some(w)));
         }
         self.accept(slot, events, wall, cpu, check);
