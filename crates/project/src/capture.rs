@@ -46,8 +46,10 @@
 //! ([`Trace::from_raw_with_fallbacks`]). The untraced and traced
 //! timings of the same work give the capture overhead;
 //! [`pagelab_sync::trace::measure_overhead`] is what each recorded event adds to the gap
-//! before the next, which the trace subtracts before scaling its compute to the untraced
-//! time.
+//! before the next in a tight loop. The untraced windows also time their page writes
+//! ([`raw::time_writes`], nothing recorded), so that the kept one gives both its CPU time and
+//! its own writes' share of it: the trace's gaps must add up to the difference, and what
+//! recording cost beyond the tight loop is taken out of them per event.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
