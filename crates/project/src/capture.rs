@@ -46,8 +46,10 @@
 //! ([`Trace::from_raw_with_fallbacks`]). The untraced and traced
 //! timings of the same work give the capture overhead;
 //! [`pagelab_sync::trace::measure_overhead`] is what each recorded event adds to the gap
-//! before the next, which the trace subtracts before scaling its compute to the untraced
-//! time.
+//! before the next in a tight loop. The untraced windows also time their page writes
+//! ([`raw::time_writes`], nothing recorded), so that the kept one gives both its CPU time and
+//! its own writes' share of it: the trace's gaps must add up to the difference, and what
+//! recording cost beyond the tight loop is taken out of them per event.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -335,8 +337,9 @@ struct Ctl {
     opened: Mutex<Option<(Instant, u64, Option<SchedAccount>)>>,
     /// Windows accepted so far, and what the guard saw (the continuous loops and pft).
     plan: Mutex<Plan>,
-    /// CPU time of each untraced window, ns.
-    untraced: Mutex<Vec<f64>>,
+    /// CPU time of each untraced window, ns, and its page writes' time when they were timed
+    /// ([`raw::time_writes`]).
+    untraced: Mutex<Vec<(f64, Option<f64>)>>,
     best: Mutex<Best>,
     overhead: Mutex<Option<f64>>,
     capacity: usize,
@@ -413,7 +416,10 @@ impl Ctl {
         plan.current = Some(slot);
         drop(plan);
         match slot {
-            Slot::Untraced => {}
+            Slot::Untraced => {
+                raw::write_timing_cost();
+                raw::time_writes(Some(CaptureGuard::STALL_NS));
+            }
             Slot::Recorded => {
                 let mut o = self.overhead.lock().unwrap();
                 if o.is_none() {
@@ -438,9 +444,9 @@ impl Ctl {
         let Some(slot) = self.plan.lock().unwrap().current.take() else {
             return;
         };
-        let events = match slot {
-            Slot::Untraced => Vec::new(),
-            _ => raw::stop(),
+        let (events, writes) = match slot {
+            Slot::Untraced => (Vec::new(), Some(raw::time_writes(None))),
+            _ => (raw::stop(), None),
         };
         if let Slot::Fallback(_) = slot {
             raw::force_trylock_failure(None);
@@ -449,9 +455,19 @@ impl Ctl {
             return;
         };
         let wall = t0.elapsed().as_nanos() as f64;
-        let cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
+        let mut cpu = pft::thread_cpu_ns().saturating_sub(c0) as f64;
         let sched = s0.zip(SchedAccount::now()).map(|(a, b)| b.since(a));
         let check = WindowCheck::of(&events, sched);
+        if let Some(w) = writes {
+            // Timing a write costs two time-stamp reads and the bookkeeping, which the engine
+            // does not pay: take them out of the CPU time, and what of them fell inside the
+            // spans out of the writes.
+            let (all, inside) = raw::write_timing_cost();
+            let n = w.spans as f64;
+            cpu = (cpu - all * n).max(0.0);
+            let w = (w.ns() - inside * n).max(0.0);
+            self.untraced.lock().unwrap().push((cpu, Some(w)));
+        }
         self.accept(slot, events, wall, cpu, check);
         if self
             .plan
@@ -471,8 +487,8 @@ impl Ctl {
     fn accept(&self, slot: Slot, events: Vec<raw::Event>, wall: f64, cpu: f64, check: WindowCheck) {
         let mut plan = self.plan.lock().unwrap();
         if slot == Slot::Untraced {
-            // Thread CPU time: preemption does not add to it.
-            self.untraced.lock().unwrap().push(cpu);
+            // Thread CPU time: preemption does not add to it (pushed by the caller, with the
+            // window's write time).
             plan.untraced += 1;
             return;
         }
@@ -797,13 +813,15 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
             "the recording window never closed",
         ));
     };
-    let untraced_ns = ctl
+    // The least disturbed untraced window, and its own writes' time: the compute the trace
+    // must add up to is that window's CPU time less its writes, both from one run.
+    let (untraced_ns, untraced_write_ns) = ctl
         .untraced
         .lock()
         .unwrap()
         .iter()
         .copied()
-        .fold(f64::INFINITY, f64::min);
+        .fold((f64::INFINITY, None), |a, b| if b.0 < a.0 { b } else { a });
     if events.is_empty() || !untraced_ns.is_finite() {
         return Err(CaptureError::Incomplete(
             "the workload ended before its untraced windows were timed",
@@ -825,6 +843,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         overhead_ns_per_event: ctl.overhead.lock().unwrap().unwrap_or(0.0),
         traced_ns,
         untraced_ns,
+        untraced_write_ns,
+        event_cost_ns: None,
         compute_scale: 1.0,
         guard: Some(guard),
     };

@@ -180,6 +180,8 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         overhead_ns_per_event: overhead,
         traced_ns,
         untraced_ns,
+        untraced_write_ns: None,
+        event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
     };

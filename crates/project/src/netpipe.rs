@@ -426,6 +426,8 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         overhead_ns_per_event: overhead,
         traced_ns,
         untraced_ns,
+        untraced_write_ns: None,
+        event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
     };

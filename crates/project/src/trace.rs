@@ -125,8 +125,26 @@ pub struct TraceMeta {
     /// capture overhead is their ratio.
     pub traced_ns: f64,
     pub untraced_ns: f64,
-    /// What the compute gaps were multiplied by so that the trace adds up to the untraced
-    /// run (recording's cache and timer costs that the per-event overhead leaves over).
+    /// The page writes' time inside the untraced window `untraced_ns` was read from (host
+    /// time stamps around each write, nothing recorded): the clearing rate of the run the
+    /// trace must add up to, which the traced window's own writes, slowed by the recording
+    /// buffer's cache and memory traffic, do not give. Absent in traces made before
+    /// 2026-11-25 and in those of a capture that does not time it (then the traced writes
+    /// stand in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untraced_write_ns: Option<f64>,
+    /// What recording one event really cost in the traced window, ns: the tight-loop
+    /// `overhead_ns_per_event` plus the share of the recording's cache and memory traffic
+    /// that the untraced run of the same work says each event added
+    /// ([`Trace::from_raw_with_fallbacks`]); every gap lost it. Absent in traces built before
+    /// 2026-11-25 (their compute was scaled instead) and when the untraced run left nothing
+    /// to take (then `overhead_ns_per_event` was subtracted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_cost_ns: Option<f64>,
+    /// The trace's compute over what the gaps less `overhead_ns_per_event` added up to:
+    /// before 2026-11-25 every gap was multiplied by it; since, it is what the in-place
+    /// per-event cost (`event_cost_ns`) took out, as a ratio, unless the untraced writes
+    /// outlasted the untraced run (then compute and writes are multiplied by it alike).
     pub compute_scale: f64,
     /// What the capture's preemption guard saw of the recorded windows
     /// ([`crate::capture`]); absent in traces made before it, or built by hand.
@@ -342,6 +360,51 @@ impl Builder {
         id
     }
 
+    /// The main recording's and its fallback windows' events, converted.
+    fn build(
+        &mut self,
+        events: &[raw::Event],
+        fallback_windows: &[Vec<raw::Event>],
+    ) -> (Vec<Event>, Vec<Fallback>) {
+        let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
+        self.convert(events, None, &mut out);
+        let mut fallbacks: Vec<Fallback> = Vec::new();
+        for w in fallback_windows {
+            for (class, seg) in fallback_segments(w) {
+                let mut evs = Vec::with_capacity(seg.len() * 2);
+                self.convert(&seg[1..], Some(seg[0].t), &mut evs);
+                match fallbacks.iter_mut().find(|f| f.class == class) {
+                    Some(f) => f.segments.push(evs),
+                    None => fallbacks.push(Fallback {
+                        class: class.to_string(),
+                        segments: vec![evs],
+                    }),
+                }
+            }
+        }
+        (out, fallbacks)
+    }
+
+    /// The gaps `convert` turns into compute, each less the overhead; with `guarded`, not
+    /// those a capture's stall removal drops ([`remove_stalls`]).
+    fn gaps(&self, events: &[raw::Event], guarded: bool) -> Vec<f64> {
+        let mut prev: Option<u64> = None;
+        let mut out = Vec::with_capacity(events.len());
+        for e in events {
+            if let Some(p) = prev {
+                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead;
+                if !(guarded && gap >= CaptureGuard::STALL_NS) {
+                    out.push(gap.max(0.0));
+                }
+            }
+            prev = Some(match e.kind {
+                raw::Kind::Write { end, .. } => end,
+                _ => e.t,
+            });
+        }
+        out
+    }
+
     /// Appends `events` to `out`, the gap before each (from `prev`, the time stamp the
     /// stretch starts at) as compute less the recording overhead. Returns the operations
     /// counted. A trylock failure marker becomes no event (its gaps stay compute).
@@ -402,6 +465,29 @@ impl Builder {
         }
         ops
     }
+}
+
+/// The extra cost per recorded event, beyond the tight-loop overhead already taken out of
+/// `gaps`, that makes the gaps add up to `target` ns: the `x` for which the sum of
+/// `max(0, gap - x)` is `target` (a gap shorter than an event's cost holds no compute). That
+/// sum falls steadily with `x`, so it is found by bisection. An error in `target` (the
+/// untraced run's noise) then moves each gap by that error over the number of events, where
+/// scaling every gap by `target` over their sum moved a gap in proportion to its length.
+fn extra_event_cost(gaps: &[f64], target: f64) -> f64 {
+    let left = |x: f64| gaps.iter().map(|g| (g - x).max(0.0)).sum::<f64>();
+    if left(0.0) <= target {
+        return 0.0;
+    }
+    let (mut lo, mut hi) = (0.0, gaps.iter().copied().fold(0.0, f64::max));
+    for _ in 0..100 {
+        let mid = 0.5 * (lo + hi);
+        if left(mid) > target {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 /// Takes the stalls (module docs of [`CaptureGuard`]) out of `events`; returns how many.
@@ -496,24 +582,15 @@ impl Trace {
         fallback_windows: &[Vec<raw::Event>],
     ) -> Trace {
         let mut b = Builder::new(&meta);
-        let mut out: Vec<Event> = Vec::with_capacity(events.len() * 2);
-        let ops = b.convert(events, None, &mut out);
-        let mut fallbacks: Vec<Fallback> = Vec::new();
-        for w in fallback_windows {
-            for (class, seg) in fallback_segments(w) {
-                let mut evs = Vec::with_capacity(seg.len() * 2);
-                b.convert(&seg[1..], Some(seg[0].t), &mut evs);
-                match fallbacks.iter_mut().find(|f| f.class == class) {
-                    Some(f) => f.segments.push(evs),
-                    None => fallbacks.push(Fallback {
-                        class: class.to_string(),
-                        segments: vec![evs],
-                    }),
-                }
-            }
-        }
+        let (mut out, mut fallbacks) = b.build(events, fallback_windows);
         meta.raw_events = events.len() as u64;
-        meta.ops = ops;
+        meta.ops = out
+            .iter()
+            .map(|e| match *e {
+                Event::Ops { n } => u64::from(n),
+                _ => 0,
+            })
+            .sum();
         // A capture's trace (one with a guard) loses its stalls: a gap or a page write of
         // `STALL_NS` or more is the host's (preemption, steal), which the untraced window's
         // thread CPU time does not hold either. Left in, it is replayed as work inside
@@ -524,44 +601,74 @@ impl Trace {
         if let Some(g) = meta.guard.as_mut() {
             g.stalls_removed = remove_stalls(&mut out, &mut fallbacks);
         }
-        // What recording costs beyond the measured per-event overhead (cache misses on the
-        // buffer, mostly) is spread over the gaps: the untraced run of the same work is the
-        // total the trace must add up to.
-        let (mut compute, mut writes) = (0.0, 0.0);
-        for e in &out {
-            match *e {
-                Event::Compute { ns } => compute += ns,
-                Event::Write { host_ns, .. } => writes += host_ns,
-                _ => {}
-            }
-        }
-        meta.compute_scale = 1.0;
-        // The untraced window is timed in thread CPU time, which preemption cannot inflate;
-        // the traced one in wall time. Normally only the compute absorbs the difference. When
-        // the traced writes alone outlast the whole untraced window, the traced window was
-        // preempted during its writes as well (clearing a page takes the same CPU time traced
-        // or not), so every measured time in it is scaled alike, writes included: leaving the
-        // compute unscaled would hand the replay the host's preemption as compute.
-        let (f, writes_too) = if meta.untraced_ns > writes && compute > 0.0 {
-            ((meta.untraced_ns - writes) / compute, false)
-        } else if meta.untraced_ns > 0.0 && compute + writes > 0.0 {
-            (meta.untraced_ns / (compute + writes), true)
-        } else {
-            (1.0, false)
+        // What recording costs beyond the tight-loop overhead (the buffer's stores, a
+        // kilobyte a fault, evicting the engine's lines and taking memory bandwidth) is a cost
+        // per recorded event too, so it is taken out per event: the untraced run of the same
+        // work, less its own page writes, is what the main recording's gaps must add up to,
+        // and each event's recording costs the same extra to get there.
+        let sums = |out: &[Event]| {
+            out.iter().fold((0.0, 0.0), |(c, w), e| match *e {
+                Event::Compute { ns } => (c + ns, w),
+                Event::Write { host_ns, .. } => (c, w + host_ns),
+                _ => (c, w),
+            })
         };
-        // Recording only ever adds work, so a traced window's compute, less what its events
-        // cost, cannot be shorter than the untraced run's: a factor above one says the
-        // untraced windows were the slow ones (the host ran the task slowly then), and the
-        // traced compute is kept as measured.
-        let f = if writes_too { f } else { f.min(1.0) };
-        if f != 1.0 {
+        let (compute, writes) = sums(&out);
+        meta.compute_scale = 1.0;
+        meta.event_cost_ns = None;
+        // The untraced window's writes, from the same run as its CPU time; older captures
+        // only have the traced window's, which the recording slowed.
+        let untraced_writes = meta.untraced_write_ns.unwrap_or(writes);
+        let target = meta.untraced_ns - untraced_writes;
+        if target > 0.0 && compute > target {
+            let guarded = meta.guard.is_some();
+            let gaps = b.gaps(events, guarded);
+            let extra = extra_event_cost(&gaps, target);
+            let mut b2 = Builder::new(&meta);
+            b2.overhead += extra;
+            let (o, fb) = b2.build(events, fallback_windows);
+            (out, fallbacks) = (o, fb);
+            b = b2;
+            if let Some(g) = meta.guard.as_mut() {
+                g.stalls_removed = remove_stalls(&mut out, &mut fallbacks);
+            }
+            meta.event_cost_ns = Some(b.overhead);
+            meta.compute_scale = sums(&out).0 / compute;
+        } else if target <= 0.0 && meta.untraced_ns > 0.0 && compute + writes > 0.0 {
+            // The untraced CPU time does not even cover the writes: the traced window was
+            // preempted during its writes as well (clearing a page takes the same CPU time
+            // traced or not), so every measured time in it is scaled alike, writes
+            // included: leaving the compute whole would hand the replay the host's
+            // preemption as compute.
+            let f = meta.untraced_ns / (compute + writes);
             meta.compute_scale = f;
             let segments = fallbacks.iter_mut().flat_map(|f| f.segments.iter_mut());
             for e in out.iter_mut().chain(segments.flatten()) {
                 match e {
                     Event::Compute { ns } => *ns *= f,
-                    Event::Write { host_ns, .. } if writes_too => *host_ns *= f,
+                    Event::Write { host_ns, .. } => *host_ns *= f,
                     _ => {}
+                }
+            }
+        }
+        // Otherwise the untraced run is at least as long as the traced compute: recording
+        // only ever adds work, so the untraced windows were the slow ones (the host ran the
+        // task slowly then), and the compute is kept as measured.
+        //
+        // The writes take the untraced run's clearing rate when it was timed: the traced
+        // window's writes are slowed by the recording (the buffer's traffic) and by whatever
+        // the host did meanwhile, and the trace adds up to the untraced run either way.
+        if let Some(w) = meta.untraced_write_ns
+            && target > 0.0
+        {
+            let traced = sums(&out).1;
+            if traced > 0.0 && w > 0.0 {
+                let f = w / traced;
+                let segments = fallbacks.iter_mut().flat_map(|f| f.segments.iter_mut());
+                for e in out.iter_mut().chain(segments.flatten()) {
+                    if let Event::Write { host_ns, .. } = e {
+                        *host_ns *= f;
+                    }
                 }
             }
         }
@@ -682,13 +789,23 @@ impl Trace {
         );
         let _ = writeln!(
             s,
-            "host time {:.1} ns per op (untraced {:.1}, traced {:.1}); capture overhead {:+.1}%; {:.1} ns per recorded event subtracted, compute then scaled by {:.3}",
+            "host time {:.1} ns per op (untraced {:.1}, of which writes {}; traced {:.1}); capture overhead {:+.1}%; {}",
             self.host_ns() / ops,
             m.untraced_ns / ops,
+            m.untraced_write_ns
+                .map_or("not timed".to_string(), |w| format!("{:.1}", w / ops)),
             m.traced_ns / ops,
             100.0 * m.capture_overhead(),
-            m.overhead_ns_per_event,
-            m.compute_scale
+            match m.event_cost_ns {
+                Some(c) => format!(
+                    "{c:.1} ns per recorded event subtracted ({:.1} in a tight loop, the rest the recording's cost in place), compute {:.3} of the gaps less the tight-loop cost",
+                    m.overhead_ns_per_event, m.compute_scale
+                ),
+                None => format!(
+                    "{:.1} ns per recorded event subtracted, compute then scaled by {:.3}",
+                    m.overhead_ns_per_event, m.compute_scale
+                ),
+            }
         );
         if let Some(g) = &m.guard {
             let _ = writeln!(s, "preemption guard: {}", g.describe());
@@ -1232,6 +1349,8 @@ mod tests {
             overhead_ns_per_event: 0.0,
             traced_ns: 1.0,
             untraced_ns: 1.0,
+            untraced_write_ns: None,
+            event_cost_ns: None,
             compute_scale: 1.0,
             guard: None,
         }
@@ -1377,6 +1496,149 @@ mod tests {
         let t = Trace::from_raw(meta, &events);
         assert!((t.host_ns() - 1200.0).abs() < 1.0, "{}", t.host_ns());
         assert_eq!(t.meta.compute_scale, 1.0);
+    }
+
+    /// A synthetic capture of `OPS` faults whose true compute is known: each recorded event
+    /// costs `RECORDING` ns (the tight loop measured 10 of them; the rest is the buffer's
+    /// cache footprint), the page write took `traced_writes` ns in the traced window and
+    /// `untraced_writes` in the untraced one, whose CPU time is the true compute plus its
+    /// writes. Per fault: a trap, 16 atomics 3 ns apart (the dense bookkeeping outside any
+    /// lock), the write, then a hold of `HOLD` ns of compute around three line writes.
+    fn synthetic(traced_writes: f64, untraced_writes: f64) -> (TraceMeta, Vec<raw::Event>) {
+        static LOCK: LockClass = LockClass::new("hold", Scope::Node);
+        static LINE: LockClass = LockClass::new("line", Scope::Node);
+        const OPS: usize = 200;
+        const RECORDING: f64 = 14.0;
+        let tpn = raw::ticks_per_ns();
+        let at = |ns: f64| (ns * tpn).round() as u64;
+        // (time now, the events, the true compute so far)
+        let mut st: (f64, Vec<raw::Event>, f64) = (0.0, Vec::new(), 0.0);
+        let push = |st: &mut (f64, Vec<raw::Event>, f64),
+                    gap: f64,
+                    kind: raw::Kind,
+                    class: &'static LockClass,
+                    inst: usize| {
+            st.2 += gap;
+            st.0 += gap + RECORDING;
+            st.1.push(raw::Event {
+                t: at(st.0),
+                kind,
+                class,
+                instance: inst,
+                model: LockModel::Queued,
+            });
+        };
+        let ex = Access::Exclusive;
+        for _ in 0..OPS {
+            push(&mut st, 60.0, raw::Kind::Trap, &LINE, 0);
+            for i in 0..16 {
+                push(&mut st, 3.0, raw::Kind::Atomic, &LINE, 0x100 + i);
+            }
+            // The write's span starts after the gap and ends `traced_writes` later.
+            let end = at(st.0 + 40.0 + RECORDING + traced_writes);
+            push(
+                &mut st,
+                40.0,
+                raw::Kind::Write { bytes: 4096, end },
+                &LINE,
+                0,
+            );
+            st.0 += traced_writes;
+            let acquire = raw::Kind::Acquire {
+                access: ex,
+                trylock: false,
+            };
+            push(&mut st, 20.0, acquire, &LOCK, 0x10);
+            for i in 0..3 {
+                let line = raw::Kind::Line {
+                    write: true,
+                    sym: Sym::Here,
+                };
+                push(&mut st, 40.0, line, &LINE, 0x200 + i);
+            }
+            push(
+                &mut st,
+                40.0,
+                raw::Kind::Release { access: ex },
+                &LOCK,
+                0x10,
+            );
+            push(&mut st, 10.0, raw::Kind::Ops(1), &LINE, 0);
+        }
+        let (_, events, mut compute) = st;
+        // The first event's gap is before the window: not compute.
+        compute -= 60.0;
+        let mut m = meta();
+        m.overhead_ns_per_event = 10.0;
+        m.untraced_ns = compute + OPS as f64 * untraced_writes;
+        m.untraced_write_ns = Some(OPS as f64 * untraced_writes);
+        (m, events)
+    }
+
+    /// The true compute inside the synthetic capture's holds: 3 lines 40 ns apart, then 40 ns
+    /// to the release.
+    const HOLD: f64 = 160.0;
+
+    /// Mean compute between each acquire and its release.
+    fn hold_compute(t: &Trace) -> f64 {
+        let (mut sum, mut n, mut open) = (0.0, 0, false);
+        for e in &t.events {
+            match *e {
+                Event::Acquire { .. } => open = true,
+                Event::Release { .. } => {
+                    open = false;
+                    n += 1;
+                }
+                Event::Compute { ns } if open => sum += ns,
+                _ => {}
+            }
+        }
+        sum / f64::from(n)
+    }
+
+    /// The recording slowed the traced window's page writes by half (180 against 120 ns):
+    /// the trace's compute is still the true compute, in the holds as outside them, because
+    /// the writes are costed from the untraced window and what recording adds is taken out
+    /// per event. Scaling every gap by (untraced - traced writes) / compute gave the holds
+    /// a third less.
+    #[test]
+    fn a_capture_whose_writes_the_recording_slowed_gives_the_true_compute() {
+        let (m, events) = synthetic(180.0, 120.0);
+        let untraced = m.untraced_ns;
+        let t = Trace::from_raw(m, &events);
+        let hold = hold_compute(&t);
+        assert!((hold - HOLD).abs() / HOLD < 0.02, "hold compute {hold}");
+        assert!((t.host_ns() - untraced).abs() / untraced < 0.01);
+        let writes: f64 = t
+            .events
+            .iter()
+            .map(|e| match *e {
+                Event::Write { host_ns, .. } => host_ns,
+                _ => 0.0,
+            })
+            .sum();
+        assert!((writes / 200.0 - 120.0).abs() < 1.0, "{writes}");
+        // 4 ns beyond the tight loop's 10, per event.
+        let cost = t.meta.event_cost_ns.expect("calibrated in place");
+        assert!((cost - 14.0).abs() < 0.2, "{cost}");
+    }
+
+    /// Two captures of the same work that differ only in how their writes measured: the
+    /// traced writes by 60% (150 and 240 ns, the recording's and the host's noise), the
+    /// untraced ones by 5% (120 and 126). Their holds' compute agrees within 2%; with the
+    /// compute scaled to (untraced - traced writes) it differed by a fifth.
+    #[test]
+    fn captures_differing_only_in_write_noise_agree_on_the_holds() {
+        let a = {
+            let (m, e) = synthetic(150.0, 120.0);
+            hold_compute(&Trace::from_raw(m, &e))
+        };
+        let b = {
+            let (m, e) = synthetic(240.0, 126.0);
+            hold_compute(&Trace::from_raw(m, &e))
+        };
+        assert!((a - b).abs() / a < 0.02, "hold compute {a} against {b}");
+        assert!((a - HOLD).abs() / HOLD < 0.02, "{a}");
     }
 
     #[test]

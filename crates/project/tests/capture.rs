@@ -78,6 +78,34 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
         t.meta.untraced_ns,
         t.meta.compute_scale
     );
+    // The untraced window's writes were timed in that window, and the trace's writes take
+    // their time: the traced window's clearing, slowed by the recording, is not used.
+    let w = t
+        .meta
+        .untraced_write_ns
+        .expect("the untraced writes are timed");
+    assert!(
+        w > 0.0 && w < t.meta.untraced_ns,
+        "{w} of {}",
+        t.meta.untraced_ns
+    );
+    let writes: f64 = t
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::Write { host_ns, .. } => *host_ns,
+            _ => 0.0,
+        })
+        .sum();
+    if t.meta.untraced_ns > w {
+        assert!(
+            (writes - w).abs() / w < 0.01,
+            "writes {writes} untraced {w}"
+        );
+    }
+    if let Some(c) = t.meta.event_cost_ns {
+        assert!(c >= t.meta.overhead_ns_per_event, "{c}");
+    }
     // Every acquire has its release.
     let acq = t
         .events

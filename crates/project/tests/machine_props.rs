@@ -217,6 +217,8 @@ fn trace(window: Window) -> Trace {
             overhead_ns_per_event: 0.0,
             traced_ns: 1.0,
             untraced_ns: 1.0,
+            untraced_write_ns: None,
+            event_cost_ns: None,
             compute_scale: 1.0,
             guard: None,
         },

@@ -347,7 +347,7 @@ impl<'a> Segments<'a> {
                 .unwrap()
                 .push((done.events, check));
         } else if !recorded(w) {
-            self.ctl.untraced.lock().unwrap().push(done.cpu);
+            self.ctl.untraced.lock().unwrap().push((done.cpu, None));
         } else {
             let lost = (done.wall - done.cpu).max(0.0);
             self.ctl

@@ -100,6 +100,8 @@ pub fn meta(window: Window, ops: u64) -> TraceMeta {
         overhead_ns_per_event: 0.0,
         traced_ns: 1.0,
         untraced_ns: 1.0,
+        untraced_write_ns: None,
+        event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
     }
