@@ -48,7 +48,7 @@ use crate::vm::rss::{Rss, RssType};
 use crate::vm::tlb::{MmuGather, TlbState};
 use crate::vm::vma::{Vma, VmaBacking, VmaTree};
 use crate::vm::vma_lock::{MmLockSeq, VmaLockKind};
-use crate::vm::vma_shard::{SHARD_SIZE, ShardGuard, Shards, shard_of};
+use crate::vm::vma_shard::{SHARD_SIZE, ShardGuard, ShardRmapGuard, Shards, shard_of};
 use crate::vmstat::VmEvent;
 
 /// `mm->mmap_lock`, a sleeping rwsem whose reader count is one shared line.
@@ -126,12 +126,12 @@ pub struct Mm {
 /// A reclaim walker's hold on the reverse-map locks of one address ([`Mm::rmap_read`]).
 pub(crate) struct RmapRead<'a> {
     _mm: RwSemReadGuard<'a, ()>,
-    _shard: Option<RwSemReadGuard<'a, ()>>,
+    _shard: Option<ShardRmapGuard<'a>>,
 }
 
 /// A whole-table walker's hold on every reverse-map lock ([`Mm::rmap_read_all`]).
 pub(crate) struct RmapReadAll<'a> {
-    _shards: Vec<RwSemReadGuard<'a, ()>>,
+    _shards: Vec<ShardRmapGuard<'a>>,
     _mm: RwSemReadGuard<'a, ()>,
     walkers: &'a AtomicUsize,
 }
@@ -241,19 +241,19 @@ impl Mm {
     /// Hold off the freeing of the page tables that lead to `addr` (reclaim's rmap walk to a
     /// page mapped there): the mm-wide reverse-map lock for read and, with range locks, the
     /// lock of `addr`'s shard, which a munmap freeing tables inside that shard takes instead.
-    pub(crate) fn rmap_read(&self, addr: u64) -> RmapRead<'_> {
+    pub(crate) fn rmap_read(&self, cpu: CpuId, addr: u64) -> RmapRead<'_> {
         RmapRead {
             _mm: self.rmap_lock.read(),
             _shard: self
                 .shards
                 .as_ref()
                 .filter(|_| addr < TASK_SIZE)
-                .map(|s| s.shard(shard_of(addr)).rmap.read()),
+                .map(|s| s.shard(shard_of(addr)).rmap_read(cpu)),
         }
     }
 
     /// [`Mm::rmap_read`] for a walk of the whole page table: every shard's lock, in order.
-    pub(crate) fn rmap_read_all(&self) -> RmapReadAll<'_> {
+    pub(crate) fn rmap_read_all(&self, cpu: CpuId) -> RmapReadAll<'_> {
         // Announce the walk before looking at which shards exist: a table free that missed
         // the announcement (its fence before ours) made its shard visible to the look-up
         // below, and waits on that shard's lock; one that sees it takes the mm-wide lock.
@@ -263,7 +263,7 @@ impl Mm {
         RmapReadAll {
             _shards: self.shards.as_ref().map_or_else(Vec::new, |s| {
                 s.existing_in(0, TASK_SIZE)
-                    .map(|i| s.shard(i).rmap.read())
+                    .map(|i| s.shard(i).rmap_read(cpu))
                     .collect()
             }),
             _mm: mm,
@@ -772,7 +772,7 @@ impl Mm {
             if self.rmap_walkers.load(Ordering::Relaxed) > 0 {
                 return None;
             }
-            let g = shard.rmap.write();
+            let g = shard.rmap_write(cpu);
             // A walker that started meanwhile either saw this shard (and waits for `g`) or
             // announced itself before our fence; then step aside for the mm-wide lock (taking
             // it while holding `g` could deadlock with that walker).
@@ -1373,7 +1373,7 @@ mod shard_tests {
         let k = range_kernel(2);
         let mm = k.new_mm(CpuId(0)).unwrap();
         let page = PAGE_SIZE as u64;
-        let walk = mm.rmap_read_all();
+        let walk = mm.rmap_read_all(CpuId(0));
         let done = Arc::new(AtomicBool::new(false));
         let t = k.new_task(mm.clone(), CpuId(1));
         let d = done.clone();

@@ -41,13 +41,17 @@
 //! each uses its own block, several when they share a region. The lock records nothing while
 //! one CPU has taken it and records under [`VMA_SHARD_LOCK_SHARED`] (per mm) once a second CPU
 //! has, as the split PTE locks do (`pgtable`), so that the replay makes only the CPUs that
-//! really share a shard meet there.
+//! really share a shard meet there. The shard's reverse-map lock does the same under
+//! [`SHARD_RMAP_LOCK_SHARED`]: threads unmapping slices of one region (mapbench-shared) free
+//! its page table from whichever CPU comes last, and a reclaimer walks from its own CPU.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use pagelab_sync::trace::{self, Access, LockModel};
-use pagelab_sync::{LockKind, RcuDomain, RcuGuard, RwSem, SpinGuard, SpinLock};
+use pagelab_sync::{
+    LockKind, RcuDomain, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock,
+};
 
 use crate::cpu::CpuId;
 use crate::vm::pgtable::{PUD_SHIFT, TASK_SIZE};
@@ -72,24 +76,96 @@ pub static VMA_SHARD_LOCK_SHARED: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("vma shard lock (shared)", pagelab_sync::Scope::Mm);
 /// A shard's reverse-map lock (`anon_vma->rwsem` for the shard's span): reclaim's walks to a
 /// page in the shard hold it for read, a munmap freeing page tables inside the shard holds it
-/// for write. Written by the shard's own CPU's munmaps only, unless reclaim runs.
+/// for write. While one CPU only has taken it (the shard's own CPU's munmaps, each task in its
+/// own block) it is private and records nothing.
 pub static SHARD_RMAP_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::sleeping("shard rmap_lock", pagelab_sync::Scope::Private);
+/// A shard's reverse-map lock that tasks on more than one CPU have taken: the munmaps of
+/// threads that share a region (mapbench-shared, CortenMM's high-contention tests), or a
+/// reclaimer on another CPU. Recorded per mm, as the shared node locks are, so that the
+/// replay makes exactly those CPUs meet on it.
+pub static SHARD_RMAP_LOCK_SHARED: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::sleeping("shard rmap_lock (shared)", pagelab_sync::Scope::Mm);
 /// The mm-wide cursor from which CPUs take fresh address blocks.
 pub static VA_BLOCK_CURSOR: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("va block cursor", pagelab_sync::Scope::Mm);
+
+/// Which CPUs have taken a lock, for the scope its acquisitions are recorded under: the CPU
+/// (plus one) that took it first, or [`USERS_SHARED`] once another did too; 0: nobody yet.
+/// Written twice per lock at most, so reading it on every acquisition adds no line transfer.
+struct Users(AtomicU32);
+
+/// In [`Users`]: a second CPU has taken the lock.
+const USERS_SHARED: u32 = u32::MAX;
+
+impl Users {
+    const fn new() -> Self {
+        Users(AtomicU32::new(0))
+    }
+
+    /// The task on `cpu` takes the lock: the second CPU marks it shared.
+    fn note(&self, cpu: CpuId) {
+        let me = u32::from(cpu.0) + 1;
+        match self.0.load(Ordering::Relaxed) {
+            USERS_SHARED => {}
+            0 => {
+                if let Err(f) = self
+                    .0
+                    .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                    && f != me
+                {
+                    self.0.store(USERS_SHARED, Ordering::Relaxed);
+                }
+            }
+            f if f != me => self.0.store(USERS_SHARED, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+
+    fn is_shared(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == USERS_SHARED
+    }
+}
 
 /// The VMAs of one 1 GiB span and the lock of their writers, in a line of their own.
 #[repr(align(64))]
 pub struct Shard {
     lock: SpinLock<()>,
-    /// The reverse-map lock of the shard's span ([`SHARD_RMAP_LOCK`]).
-    pub rmap: RwSem<()>,
+    /// The reverse-map lock of the shard's span ([`SHARD_RMAP_LOCK`]); taken through
+    /// [`Shard::rmap_read`] and [`Shard::rmap_write`], which record its scope.
+    rmap: RwSem<()>,
     tree: pagelab_sync::RcuCell<VmaTree>,
-    /// The CPU (plus one) that first took the lock; 0: none.
-    first: AtomicU32,
-    /// Another CPU has taken it too.
-    shared: AtomicBool,
+    /// Who has taken `lock`.
+    users: Users,
+    /// Who has taken `rmap`.
+    rmap_users: Users,
+}
+
+/// A held shard reverse-map lock (either side); records its release when its acquisition was
+/// recorded under [`SHARD_RMAP_LOCK_SHARED`].
+pub struct ShardRmapGuard<'a> {
+    shard: &'a Shard,
+    access: Option<Access>,
+    _g: RmapHold<'a>,
+}
+
+#[allow(dead_code)] // held for its drop only
+enum RmapHold<'a> {
+    Read(RwSemReadGuard<'a, ()>),
+    Write(RwSemWriteGuard<'a, ()>),
+}
+
+impl Drop for ShardRmapGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(access) = self.access {
+            trace::release(
+                &SHARD_RMAP_LOCK_SHARED,
+                self.shard.rmap_id(),
+                LockModel::RwSem,
+                access,
+            );
+        }
+    }
 }
 
 /// A held shard lock; records its release when its acquisition was recorded.
@@ -130,8 +206,8 @@ impl Shard {
             lock: SpinLock::new(kind, ()).with_class(&VMA_SHARD_LOCK),
             rmap: RwSem::new(()).with_class(&SHARD_RMAP_LOCK),
             tree: pagelab_sync::RcuCell::new(rcu, VmaTree::new()),
-            first: AtomicU32::new(0),
-            shared: AtomicBool::new(false),
+            users: Users::new(),
+            rmap_users: Users::new(),
         }
     }
 
@@ -139,30 +215,57 @@ impl Shard {
         self as *const Shard as usize
     }
 
-    /// Note that the task on `cpu` takes the lock: the second CPU marks it shared.
-    fn note_user(&self, cpu: CpuId) {
-        if self.shared.load(Ordering::Relaxed) {
-            return;
-        }
-        let me = u32::from(cpu.0) + 1;
-        match self
-            .first
-            .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => {}
-            Err(f) if f != me => self.shared.store(true, Ordering::Relaxed),
-            Err(_) => {}
-        }
+    fn rmap_id(&self) -> usize {
+        &self.rmap as *const RwSem<()> as usize
     }
 
     /// Whether tasks on more than one CPU have taken the lock.
     pub fn is_shared(&self) -> bool {
-        self.shared.load(Ordering::Relaxed)
+        self.users.is_shared()
+    }
+
+    /// Whether tasks on more than one CPU have taken the reverse-map lock.
+    pub fn rmap_is_shared(&self) -> bool {
+        self.rmap_users.is_shared()
+    }
+
+    /// Take the reverse-map lock for read, for the task on `cpu` (reclaim's walk to a page in
+    /// the shard's span).
+    pub fn rmap_read(&self, cpu: CpuId) -> ShardRmapGuard<'_> {
+        self.rmap_users.note(cpu);
+        let g = RmapHold::Read(self.rmap.read());
+        self.rmap_traced(g, Access::Shared)
+    }
+
+    /// Take the reverse-map lock for write, for the task on `cpu` (a munmap freeing page
+    /// tables inside the shard's span).
+    pub fn rmap_write(&self, cpu: CpuId) -> ShardRmapGuard<'_> {
+        self.rmap_users.note(cpu);
+        let g = RmapHold::Write(self.rmap.write());
+        self.rmap_traced(g, Access::Exclusive)
+    }
+
+    fn rmap_traced<'a>(&'a self, g: RmapHold<'a>, access: Access) -> ShardRmapGuard<'a> {
+        let access = (trace::active() && self.rmap_is_shared()).then(|| {
+            trace::acquire(
+                &SHARD_RMAP_LOCK_SHARED,
+                self.rmap_id(),
+                LockModel::RwSem,
+                access,
+                false,
+            );
+            access
+        });
+        ShardRmapGuard {
+            shard: self,
+            access,
+            _g: g,
+        }
     }
 
     /// Take the lock for the task on `cpu`.
     pub fn lock(&self, cpu: CpuId) -> ShardGuard<'_> {
-        self.note_user(cpu);
+        self.users.note(cpu);
         let g = self.lock.lock();
         let traced = (trace::active() && self.is_shared()).then(|| {
             let model = match self.lock.kind() {
