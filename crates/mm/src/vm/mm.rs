@@ -30,6 +30,7 @@
 //! it; the RSS counters (once tasks have synced) equal the present PTEs by type; after every
 //! VMA is unmapped only the top-level page-table page remains.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering, fence};
 
@@ -622,12 +623,14 @@ impl Mm {
         let (path, _cover) = loop {
             let path = pt.cover_path(cpu, addr, end)?;
             let &(node, level, base) = path.last().expect("the PGD at least");
-            let ancestors: Vec<&NodeLock> = path[..path.len() - 1]
-                .iter()
-                .map(|&(t, _, _)| pt.node_lock(t))
-                .collect();
+            // The ancestors' locks, on the stack (a path is four tables at most).
+            let mut ancestors: [&NodeLock; 4] = [pt.node_lock(node); 4];
+            for (a, &(t, _, _)) in ancestors.iter_mut().zip(&path[..path.len() - 1]) {
+                *a = pt.node_lock(t);
+            }
             pt.node_lock(node).note_user(cpu.0);
-            let cover = lock_cover(pt.node_lock(node), &ancestors, |drain| {
+            let ancestors = &ancestors[..path.len() - 1];
+            let cover = lock_cover(pt.node_lock(node), ancestors, |drain| {
                 pt.for_each_table_below(node, level, base, addr, end, &mut |t| {
                     drain(pt.node_lock(t))
                 })
@@ -694,30 +697,45 @@ impl Mm {
         let (mut floor, mut ceiling) = (base.max(addr & !(SHARD_SIZE - 1)), span_end);
         ceiling = ceiling.min(((end - 1) | (SHARD_SIZE - 1)).saturating_add(1));
         let touches = |v: &Arc<Vma>, i: usize| shard_of(v.start) <= i && i <= shard_of(v.end - 1);
+        // One shard (the common case: a range inside one block) holds every victim, remnant
+        // and new VMA: they are used as they are, with no per-shard copies.
+        let single = guards.len() == 1;
         for (i, s) in &guards {
             let i = *i;
             let tree = s.tree(g);
-            let mine: Vec<Arc<Vma>> = victims.iter().filter(|v| touches(v, i)).cloned().collect();
-            let rem: Vec<Arc<Vma>> = remnants.iter().filter(|v| touches(v, i)).cloned().collect();
-            let adds: Vec<Arc<Vma>> = new.iter().filter(|v| touches(v, i)).cloned().collect();
-            let after = tree.replaced(&mine, rem);
+            let pick = |list: &[Arc<Vma>]| -> Vec<Arc<Vma>> {
+                list.iter().filter(|v| touches(v, i)).cloned().collect()
+            };
+            let (mine, mut add) = if single {
+                (Cow::Borrowed(&victims[..]), std::mem::take(&mut remnants))
+            } else {
+                (Cow::Owned(pick(&victims)), pick(&remnants))
+            };
+            // The floor and ceiling as the shard will be without the victims: the victims
+            // overlap the range, so the tree's own neighbours of the range are the others',
+            // unless a remnant now ends at the range's start (or begins at its end).
             if i == shard_of(addr) {
-                floor = floor.max(after.prev_end(addr));
+                let left = add.iter().any(|r| r.end == addr);
+                floor = floor.max(if left { addr } else { tree.prev_end(addr) });
             }
             if i == last {
-                ceiling = ceiling.min(after.next_start(end, TASK_SIZE));
+                let right = add.iter().any(|r| r.start == end);
+                ceiling = ceiling.min(if right {
+                    end
+                } else {
+                    tree.next_start(end, TASK_SIZE)
+                });
             }
-            if mine.is_empty() && adds.is_empty() {
+            // MAP_FIXED publishes the new VMA in the same step (one new array, as for a
+            // munmap), so that no mmap can place another one in the hole meanwhile; faults in
+            // it wait for our lock. The floor and ceiling ignore it: its tables may go too, as
+            // nobody can have reached them.
+            let adds = new.as_ref().filter(|v| touches(v, i));
+            if mine.is_empty() && adds.is_none() {
                 continue;
             }
-            // MAP_FIXED publishes the new VMA in the same step, so that no mmap can place
-            // another one in the hole meanwhile; faults in it wait for our lock. The floor
-            // and ceiling ignore it: its tables may go too, as nobody can have reached them.
-            s.publish(if adds.is_empty() {
-                after
-            } else {
-                after.replaced(&[], adds)
-            });
+            add.extend(adds.cloned());
+            s.publish(tree.replaced(&mine, add));
         }
         drop(guards);
         if victims.is_empty() {
