@@ -387,9 +387,10 @@ impl Mm {
         })
     }
 
-    /// [`Mm::mmap`] with range locks: place the mapping in the CPU's block (taking a fresh
-    /// block when it has no room), or, if it is larger than a block, in fresh contiguous
-    /// blocks; publish it in every shard it intersects.
+    /// [`Mm::mmap`] with range locks: place the mapping in the CPU's block (taking another
+    /// block when it has no room), or, if it is larger than a block, in contiguous free
+    /// blocks (from the pool of freed ones first, `vma_shard`); publish it in every shard it
+    /// intersects.
     fn mmap_sharded(
         &self,
         g: &RcuGuard<'_>,
@@ -403,7 +404,7 @@ impl Mm {
             let mut full = false;
             // A block taken fresh has room unless a MAP_FIXED mapping landed in it first.
             for _ in 0..64 {
-                let base = shards.block(cpu, full).ok_or(MmError::NoSpace(len))?;
+                let base = shards.block(g, cpu, full).ok_or(MmError::NoSpace(len))?;
                 let guard = shards.shard(shard_of(base)).lock(cpu);
                 let tree = guard.tree(g);
                 if let Some(start) = Self::place(tree, len, base, base + SHARD_SIZE) {
@@ -416,21 +417,35 @@ impl Mm {
         }
         let n = (len + pad).div_ceil(SHARD_SIZE);
         for _ in 0..64 {
-            let base = shards.fresh(n).ok_or(MmError::NoSpace(len))?;
+            let base = shards.take(n).ok_or(MmError::NoSpace(len))?;
             let start = (base + pad - 1) & !(pad.max(1) - 1);
             let end = start + len;
-            let guards: Vec<ShardGuard<'_>> = (shard_of(start)..=shard_of(end - 1))
+            let first = shard_of(base);
+            let guards: Vec<ShardGuard<'_>> = (first..first + n as usize)
                 .map(|i| shards.shard(i).lock(cpu))
                 .collect();
+            // The blocks are nobody's: each goes back to the pool when a munmap empties it
+            // (one a MAP_FIXED mapping landed in first stays retired until then).
+            for s in &guards {
+                s.retire();
+            }
             if guards
                 .iter()
                 .any(|s| !s.tree(g).overlapping(start, end).is_empty())
             {
+                for (i, s) in (first..).zip(&guards) {
+                    shards.release_if_empty(s, i, s.tree(g));
+                }
                 continue;
             }
             let vma = new_vma(start);
-            for s in &guards {
-                s.publish(s.tree(g).replaced(&[], vec![vma.clone()]));
+            for (i, s) in (first..).zip(&guards) {
+                if i <= shard_of(end - 1) {
+                    s.publish(s.tree(g).replaced(&[], vec![vma.clone()]));
+                } else {
+                    // Taken for the alignment pad only: free again.
+                    shards.release_if_empty(s, i, s.tree(g));
+                }
             }
             return Ok(start);
         }
@@ -735,7 +750,13 @@ impl Mm {
                 continue;
             }
             add.extend(adds.cloned());
-            s.publish(tree.replaced(&mine, add));
+            let after = tree.replaced(&mine, add);
+            let empty = after.is_empty();
+            s.publish(after);
+            if empty {
+                // A retired block this unmap emptied goes back to the pool (`vma_shard`).
+                shards.release_if_empty(s, i, s.tree(g));
+            }
         }
         drop(guards);
         if victims.is_empty() {
@@ -917,6 +938,9 @@ impl Mm {
     pub fn check(&self, rss_synced: bool) -> Result<(u64, u64), String> {
         let reader = pagelab_sync::RcuDomain::register(self.k.rcu()).map_err(|e| e.to_string())?;
         let g = reader.lock();
+        if let Some(s) = &self.shards {
+            s.check(&g)?;
+        }
         let list = self.vma_list(&g);
         let mut prev_end = 0;
         for v in &list {
@@ -1495,6 +1519,100 @@ mod shard_tests {
         assert_eq!(t.load(a + len - page).unwrap(), 2);
         t.munmap(a, len).unwrap();
         mm.check(false).unwrap();
+    }
+
+    /// Freed address blocks are reused (CortenMM and RadixVM reuse freed ranges): two CPUs
+    /// each map a mapping larger than a block (two blocks) and two of 600 MiB (the second
+    /// does not fit in the block the first took, so the CPU moves on), touch them and unmap
+    /// them all, over and over. Every block left empty goes back to the pool and is taken
+    /// again, so the loop keeps to a few blocks. Before, each round used up three fresh
+    /// blocks per CPU, and a long enough loop ran out of address space.
+    #[test]
+    fn freed_address_blocks_are_reused() {
+        use crate::vm::vma_shard::{SHARD_SHIFT, SHARD_SIZE};
+        const ROUNDS: usize = 60;
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let page = PAGE_SIZE as u64;
+        let runs: Vec<_> = (0..2)
+            .map(|c| {
+                let t = k.new_task(mm.clone(), CpuId(c));
+                std::thread::spawn(move || {
+                    let mut blocks = BTreeSet::new();
+                    for _ in 0..ROUNDS {
+                        let big = SHARD_SIZE + page;
+                        let mid = 600 << 20;
+                        let maps = [
+                            (t.mmap(big, true, MapKind::Anon).unwrap(), big),
+                            (t.mmap(mid, true, MapKind::Anon).unwrap(), mid),
+                            (t.mmap(mid, true, MapKind::Anon).unwrap(), mid),
+                        ];
+                        for &(a, len) in &maps {
+                            t.store(a, 1).unwrap();
+                            t.store(a + len - page, 2).unwrap();
+                            blocks.insert(a >> SHARD_SHIFT);
+                            blocks.insert((a + len - 1) >> SHARD_SHIFT);
+                        }
+                        for (a, len) in maps {
+                            t.munmap(a, len).unwrap();
+                        }
+                    }
+                    t.idle();
+                    (blocks, t)
+                })
+            })
+            .collect();
+        let mut all = BTreeSet::new();
+        let mut tasks = Vec::new();
+        for r in runs {
+            let (b, t) = r.join().unwrap();
+            all.extend(b);
+            tasks.push(t);
+        }
+        mm.check(false).unwrap();
+        assert!(
+            all.len() <= 16,
+            "{} blocks used by {ROUNDS} rounds on 2 CPUs",
+            all.len()
+        );
+    }
+
+    /// A block's CPU moves on while another CPU unmaps what it mapped there: the retirement
+    /// and the munmap that empties the block agree (under the shard's lock) on who returns
+    /// it, so it goes back to the pool exactly once and the pool holds exactly the free
+    /// blocks (`Mm::check`), however they interleave.
+    #[test]
+    fn a_block_retired_while_another_cpu_empties_it_is_pooled_once() {
+        use std::sync::mpsc;
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let mid: u64 = 600 << 20;
+        let (tx, rx) = mpsc::channel::<u64>();
+        let mapper = k.new_task(mm.clone(), CpuId(0));
+        let unmapper = k.new_task(mm.clone(), CpuId(1));
+        let m = std::thread::spawn(move || {
+            for _ in 0..200 {
+                // Every second mapping does not fit the block the one before took.
+                let a = mapper.mmap(mid, true, MapKind::Anon).unwrap();
+                mapper.store(a, 1).unwrap();
+                tx.send(a).unwrap();
+            }
+            mapper.idle();
+            mapper
+        });
+        let u = std::thread::spawn(move || {
+            for a in rx {
+                unmapper.munmap(a, mid).unwrap();
+            }
+            unmapper.idle();
+            unmapper
+        });
+        let (_m, _u) = (m.join().unwrap(), u.join().unwrap());
+        mm.check(false).unwrap();
+        assert!(
+            mm.vma_list(&pagelab_sync::RcuDomain::register(k.rcu()).unwrap().lock())
+                .is_empty()
+        );
     }
 
     #[test]
