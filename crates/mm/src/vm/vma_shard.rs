@@ -138,6 +138,12 @@ impl Users {
     fn is_shared(&self) -> bool {
         self.0.load(Ordering::Relaxed) == USERS_SHARED
     }
+
+    /// Forget who took the lock (the block went back to the pool empty: whoever takes it next
+    /// starts afresh, as a page-table page does when it is installed again).
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// What a shard's span is to the address allocator ([`Shard::state`]).
@@ -504,6 +510,10 @@ impl Shards {
     /// Return the locked, empty shard `i` to the pool.
     fn give_back(&self, g: &ShardGuard<'_>, i: usize) {
         g.shard.set_state(BlockState::Free);
+        // The CPUs that used the block before are done with it: one CPU that takes it next
+        // and maps and unmaps there alone does not share its locks with them.
+        g.shard.users.reset();
+        g.shard.rmap_users.reset();
         let mut pool = self.pool.lock();
         pool.insert(i);
         self.pool_len.store(pool.len(), Ordering::Relaxed);
@@ -649,5 +659,30 @@ mod tests {
         assert_eq!(s.take(1), Some(4 * SHARD_SIZE));
         assert_eq!(s.take(1), None);
         assert_eq!(s.pooled(), 0);
+    }
+
+    /// A block that went back to the pool forgets the CPUs that used it: the next CPU to
+    /// take it, alone there, does not find its shard's locks shared.
+    #[test]
+    fn a_pooled_block_forgets_its_users() {
+        let rcu = RcuDomain::new(4);
+        let r = RcuDomain::register(&rcu).unwrap();
+        let g = r.lock();
+        let s = Shards::new(&rcu, LockKind::Queued, 2, SHARD_SIZE, 2 * SHARD_SIZE);
+        let i = shard_of(s.take(1).unwrap());
+        let shard = s.shard(i);
+        for cpu in [CpuId(0), CpuId(1)] {
+            drop(shard.lock(cpu));
+            drop(shard.rmap_write(cpu));
+        }
+        assert!(shard.is_shared() && shard.rmap_is_shared());
+        let guard = shard.lock(CpuId(1));
+        guard.retire();
+        assert!(s.release_if_empty(&guard, i, guard.tree(&g)));
+        drop(guard);
+        assert_eq!(s.take(1), Some(i as u64 * SHARD_SIZE));
+        drop(shard.lock(CpuId(0)));
+        drop(shard.rmap_write(CpuId(0)));
+        assert!(!shard.is_shared() && !shard.rmap_is_shared());
     }
 }
