@@ -207,3 +207,30 @@ fn the_beyond_linux_set_is_projectable_to_128_and_512_cpus() {
     );
     assert_eq!(experiments::set_of("pft-pvl-2023"), None);
 }
+
+/// mapbench-shared on range-vm: the tasks unmap their slices of one region, so the munmap that
+/// empties the region's page table (whichever task comes last) frees it under the shard's
+/// reverse-map lock from different CPUs. The lock is then recorded per mm, as the node locks
+/// the tasks share are, so that the replay makes them meet there; mapbench, each task in its
+/// own block (a companion beside task 0), records it nowhere. Before, it was recorded as
+/// private whoever took it, and mapbench-shared was captured with one task, which shares
+/// nothing.
+#[test]
+fn range_vm_shard_rmap_lock_is_recorded_shared_once_two_cpus_take_it() {
+    let rmap = |s: &CaptureSpec| {
+        let t = capture(s).unwrap();
+        t.instances
+            .iter()
+            .filter(|i| i.class.starts_with("shard rmap_lock"))
+            .map(|i| (i.class.clone(), i.scope))
+            .collect::<Vec<_>>()
+    };
+    let mut local = spec(WorkloadKind::Mapbench, "range-vm");
+    local.companions = 1;
+    assert_eq!(rmap(&local), vec![]);
+    let shared = rmap(&spec(WorkloadKind::MapbenchShared, "range-vm"));
+    assert!(
+        shared.contains(&("shard rmap_lock (shared)".to_string(), Scope::Mm)),
+        "{shared:?}"
+    );
+}

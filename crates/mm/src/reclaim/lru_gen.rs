@@ -89,7 +89,7 @@ pub fn try_to_inc_max_seq(
         // also exclude `free_pgtables`, which a munmap that downgraded mmap_lock to read
         // (`mm.munmap_downgrade`) runs alongside other readers: it holds the rmap lock for
         // write there, as for reclaim's rmap walks.
-        let _rmap = mm.rmap_read_all();
+        let _rmap = mm.rmap_read_all(cpu);
         st.walked += 1;
         st.ptes += mm.pgtable.walk_young(cpu, |_, pfn| {
             // The zero page belongs to no generation.

@@ -389,7 +389,7 @@ fn swap_out_locked(k: &Kernel, cpu: CpuId, pfn: Pfn) -> Verdict {
         return Verdict::Keep;
     };
     let addr = page.index.load(Relaxed) << 12;
-    let _rmap = mm.rmap_read(addr);
+    let _rmap = mm.rmap_read(cpu, addr);
     let pt = &mm.pgtable;
     let Some(slot) = pt.walk(addr) else {
         return Verdict::Keep;

@@ -30,6 +30,7 @@
 //! it; the RSS counters (once tasks have synced) equal the present PTEs by type; after every
 //! VMA is unmapped only the top-level page-table page remains.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering, fence};
 
@@ -48,7 +49,7 @@ use crate::vm::rss::{Rss, RssType};
 use crate::vm::tlb::{MmuGather, TlbState};
 use crate::vm::vma::{Vma, VmaBacking, VmaTree};
 use crate::vm::vma_lock::{MmLockSeq, VmaLockKind};
-use crate::vm::vma_shard::{SHARD_SIZE, ShardGuard, Shards, shard_of};
+use crate::vm::vma_shard::{SHARD_SIZE, ShardGuard, ShardRmapGuard, Shards, shard_of};
 use crate::vmstat::VmEvent;
 
 /// `mm->mmap_lock`, a sleeping rwsem whose reader count is one shared line.
@@ -126,12 +127,12 @@ pub struct Mm {
 /// A reclaim walker's hold on the reverse-map locks of one address ([`Mm::rmap_read`]).
 pub(crate) struct RmapRead<'a> {
     _mm: RwSemReadGuard<'a, ()>,
-    _shard: Option<RwSemReadGuard<'a, ()>>,
+    _shard: Option<ShardRmapGuard<'a>>,
 }
 
 /// A whole-table walker's hold on every reverse-map lock ([`Mm::rmap_read_all`]).
 pub(crate) struct RmapReadAll<'a> {
-    _shards: Vec<RwSemReadGuard<'a, ()>>,
+    _shards: Vec<ShardRmapGuard<'a>>,
     _mm: RwSemReadGuard<'a, ()>,
     walkers: &'a AtomicUsize,
 }
@@ -241,19 +242,19 @@ impl Mm {
     /// Hold off the freeing of the page tables that lead to `addr` (reclaim's rmap walk to a
     /// page mapped there): the mm-wide reverse-map lock for read and, with range locks, the
     /// lock of `addr`'s shard, which a munmap freeing tables inside that shard takes instead.
-    pub(crate) fn rmap_read(&self, addr: u64) -> RmapRead<'_> {
+    pub(crate) fn rmap_read(&self, cpu: CpuId, addr: u64) -> RmapRead<'_> {
         RmapRead {
             _mm: self.rmap_lock.read(),
             _shard: self
                 .shards
                 .as_ref()
                 .filter(|_| addr < TASK_SIZE)
-                .map(|s| s.shard(shard_of(addr)).rmap.read()),
+                .map(|s| s.shard(shard_of(addr)).rmap_read(cpu)),
         }
     }
 
     /// [`Mm::rmap_read`] for a walk of the whole page table: every shard's lock, in order.
-    pub(crate) fn rmap_read_all(&self) -> RmapReadAll<'_> {
+    pub(crate) fn rmap_read_all(&self, cpu: CpuId) -> RmapReadAll<'_> {
         // Announce the walk before looking at which shards exist: a table free that missed
         // the announcement (its fence before ours) made its shard visible to the look-up
         // below, and waits on that shard's lock; one that sees it takes the mm-wide lock.
@@ -263,7 +264,7 @@ impl Mm {
         RmapReadAll {
             _shards: self.shards.as_ref().map_or_else(Vec::new, |s| {
                 s.existing_in(0, TASK_SIZE)
-                    .map(|i| s.shard(i).rmap.read())
+                    .map(|i| s.shard(i).rmap_read(cpu))
                     .collect()
             }),
             _mm: mm,
@@ -386,9 +387,10 @@ impl Mm {
         })
     }
 
-    /// [`Mm::mmap`] with range locks: place the mapping in the CPU's block (taking a fresh
-    /// block when it has no room), or, if it is larger than a block, in fresh contiguous
-    /// blocks; publish it in every shard it intersects.
+    /// [`Mm::mmap`] with range locks: place the mapping in the CPU's block (taking another
+    /// block when it has no room), or, if it is larger than a block, in contiguous free
+    /// blocks (from the pool of freed ones first, `vma_shard`); publish it in every shard it
+    /// intersects.
     fn mmap_sharded(
         &self,
         g: &RcuGuard<'_>,
@@ -402,7 +404,7 @@ impl Mm {
             let mut full = false;
             // A block taken fresh has room unless a MAP_FIXED mapping landed in it first.
             for _ in 0..64 {
-                let base = shards.block(cpu, full).ok_or(MmError::NoSpace(len))?;
+                let base = shards.block(g, cpu, full).ok_or(MmError::NoSpace(len))?;
                 let guard = shards.shard(shard_of(base)).lock(cpu);
                 let tree = guard.tree(g);
                 if let Some(start) = Self::place(tree, len, base, base + SHARD_SIZE) {
@@ -415,21 +417,35 @@ impl Mm {
         }
         let n = (len + pad).div_ceil(SHARD_SIZE);
         for _ in 0..64 {
-            let base = shards.fresh(n).ok_or(MmError::NoSpace(len))?;
+            let base = shards.take(n).ok_or(MmError::NoSpace(len))?;
             let start = (base + pad - 1) & !(pad.max(1) - 1);
             let end = start + len;
-            let guards: Vec<ShardGuard<'_>> = (shard_of(start)..=shard_of(end - 1))
+            let first = shard_of(base);
+            let guards: Vec<ShardGuard<'_>> = (first..first + n as usize)
                 .map(|i| shards.shard(i).lock(cpu))
                 .collect();
+            // The blocks are nobody's: each goes back to the pool when a munmap empties it
+            // (one a MAP_FIXED mapping landed in first stays retired until then).
+            for s in &guards {
+                s.retire();
+            }
             if guards
                 .iter()
                 .any(|s| !s.tree(g).overlapping(start, end).is_empty())
             {
+                for (i, s) in (first..).zip(&guards) {
+                    shards.release_if_empty(s, i, s.tree(g));
+                }
                 continue;
             }
             let vma = new_vma(start);
-            for s in &guards {
-                s.publish(s.tree(g).replaced(&[], vec![vma.clone()]));
+            for (i, s) in (first..).zip(&guards) {
+                if i <= shard_of(end - 1) {
+                    s.publish(s.tree(g).replaced(&[], vec![vma.clone()]));
+                } else {
+                    // Taken for the alignment pad only: free again.
+                    shards.release_if_empty(s, i, s.tree(g));
+                }
             }
             return Ok(start);
         }
@@ -622,12 +638,14 @@ impl Mm {
         let (path, _cover) = loop {
             let path = pt.cover_path(cpu, addr, end)?;
             let &(node, level, base) = path.last().expect("the PGD at least");
-            let ancestors: Vec<&NodeLock> = path[..path.len() - 1]
-                .iter()
-                .map(|&(t, _, _)| pt.node_lock(t))
-                .collect();
+            // The ancestors' locks, on the stack (a path is four tables at most).
+            let mut ancestors: [&NodeLock; 4] = [pt.node_lock(node); 4];
+            for (a, &(t, _, _)) in ancestors.iter_mut().zip(&path[..path.len() - 1]) {
+                *a = pt.node_lock(t);
+            }
             pt.node_lock(node).note_user(cpu.0);
-            let cover = lock_cover(pt.node_lock(node), &ancestors, |drain| {
+            let ancestors = &ancestors[..path.len() - 1];
+            let cover = lock_cover(pt.node_lock(node), ancestors, |drain| {
                 pt.for_each_table_below(node, level, base, addr, end, &mut |t| {
                     drain(pt.node_lock(t))
                 })
@@ -694,30 +712,51 @@ impl Mm {
         let (mut floor, mut ceiling) = (base.max(addr & !(SHARD_SIZE - 1)), span_end);
         ceiling = ceiling.min(((end - 1) | (SHARD_SIZE - 1)).saturating_add(1));
         let touches = |v: &Arc<Vma>, i: usize| shard_of(v.start) <= i && i <= shard_of(v.end - 1);
+        // One shard (the common case: a range inside one block) holds every victim, remnant
+        // and new VMA: they are used as they are, with no per-shard copies.
+        let single = guards.len() == 1;
         for (i, s) in &guards {
             let i = *i;
             let tree = s.tree(g);
-            let mine: Vec<Arc<Vma>> = victims.iter().filter(|v| touches(v, i)).cloned().collect();
-            let rem: Vec<Arc<Vma>> = remnants.iter().filter(|v| touches(v, i)).cloned().collect();
-            let adds: Vec<Arc<Vma>> = new.iter().filter(|v| touches(v, i)).cloned().collect();
-            let after = tree.replaced(&mine, rem);
+            let pick = |list: &[Arc<Vma>]| -> Vec<Arc<Vma>> {
+                list.iter().filter(|v| touches(v, i)).cloned().collect()
+            };
+            let (mine, mut add) = if single {
+                (Cow::Borrowed(&victims[..]), std::mem::take(&mut remnants))
+            } else {
+                (Cow::Owned(pick(&victims)), pick(&remnants))
+            };
+            // The floor and ceiling as the shard will be without the victims: the victims
+            // overlap the range, so the tree's own neighbours of the range are the others',
+            // unless a remnant now ends at the range's start (or begins at its end).
             if i == shard_of(addr) {
-                floor = floor.max(after.prev_end(addr));
+                let left = add.iter().any(|r| r.end == addr);
+                floor = floor.max(if left { addr } else { tree.prev_end(addr) });
             }
             if i == last {
-                ceiling = ceiling.min(after.next_start(end, TASK_SIZE));
+                let right = add.iter().any(|r| r.start == end);
+                ceiling = ceiling.min(if right {
+                    end
+                } else {
+                    tree.next_start(end, TASK_SIZE)
+                });
             }
-            if mine.is_empty() && adds.is_empty() {
+            // MAP_FIXED publishes the new VMA in the same step (one new array, as for a
+            // munmap), so that no mmap can place another one in the hole meanwhile; faults in
+            // it wait for our lock. The floor and ceiling ignore it: its tables may go too, as
+            // nobody can have reached them.
+            let adds = new.as_ref().filter(|v| touches(v, i));
+            if mine.is_empty() && adds.is_none() {
                 continue;
             }
-            // MAP_FIXED publishes the new VMA in the same step, so that no mmap can place
-            // another one in the hole meanwhile; faults in it wait for our lock. The floor
-            // and ceiling ignore it: its tables may go too, as nobody can have reached them.
-            s.publish(if adds.is_empty() {
-                after
-            } else {
-                after.replaced(&[], adds)
-            });
+            add.extend(adds.cloned());
+            let after = tree.replaced(&mine, add);
+            let empty = after.is_empty();
+            s.publish(after);
+            if empty {
+                // A retired block this unmap emptied goes back to the pool (`vma_shard`).
+                shards.release_if_empty(s, i, s.tree(g));
+            }
         }
         drop(guards);
         if victims.is_empty() {
@@ -772,7 +811,7 @@ impl Mm {
             if self.rmap_walkers.load(Ordering::Relaxed) > 0 {
                 return None;
             }
-            let g = shard.rmap.write();
+            let g = shard.rmap_write(cpu);
             // A walker that started meanwhile either saw this shard (and waits for `g`) or
             // announced itself before our fence; then step aside for the mm-wide lock (taking
             // it while holding `g` could deadlock with that walker).
@@ -899,6 +938,9 @@ impl Mm {
     pub fn check(&self, rss_synced: bool) -> Result<(u64, u64), String> {
         let reader = pagelab_sync::RcuDomain::register(self.k.rcu()).map_err(|e| e.to_string())?;
         let g = reader.lock();
+        if let Some(s) = &self.shards {
+            s.check(&g)?;
+        }
         let list = self.vma_list(&g);
         let mut prev_end = 0;
         for v in &list {
@@ -1373,7 +1415,7 @@ mod shard_tests {
         let k = range_kernel(2);
         let mm = k.new_mm(CpuId(0)).unwrap();
         let page = PAGE_SIZE as u64;
-        let walk = mm.rmap_read_all();
+        let walk = mm.rmap_read_all(CpuId(0));
         let done = Arc::new(AtomicBool::new(false));
         let t = k.new_task(mm.clone(), CpuId(1));
         let d = done.clone();
@@ -1477,6 +1519,100 @@ mod shard_tests {
         assert_eq!(t.load(a + len - page).unwrap(), 2);
         t.munmap(a, len).unwrap();
         mm.check(false).unwrap();
+    }
+
+    /// Freed address blocks are reused (CortenMM and RadixVM reuse freed ranges): two CPUs
+    /// each map a mapping larger than a block (two blocks) and two of 600 MiB (the second
+    /// does not fit in the block the first took, so the CPU moves on), touch them and unmap
+    /// them all, over and over. Every block left empty goes back to the pool and is taken
+    /// again, so the loop keeps to a few blocks. Before, each round used up three fresh
+    /// blocks per CPU, and a long enough loop ran out of address space.
+    #[test]
+    fn freed_address_blocks_are_reused() {
+        use crate::vm::vma_shard::{SHARD_SHIFT, SHARD_SIZE};
+        const ROUNDS: usize = 60;
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let page = PAGE_SIZE as u64;
+        let runs: Vec<_> = (0..2)
+            .map(|c| {
+                let t = k.new_task(mm.clone(), CpuId(c));
+                std::thread::spawn(move || {
+                    let mut blocks = BTreeSet::new();
+                    for _ in 0..ROUNDS {
+                        let big = SHARD_SIZE + page;
+                        let mid = 600 << 20;
+                        let maps = [
+                            (t.mmap(big, true, MapKind::Anon).unwrap(), big),
+                            (t.mmap(mid, true, MapKind::Anon).unwrap(), mid),
+                            (t.mmap(mid, true, MapKind::Anon).unwrap(), mid),
+                        ];
+                        for &(a, len) in &maps {
+                            t.store(a, 1).unwrap();
+                            t.store(a + len - page, 2).unwrap();
+                            blocks.insert(a >> SHARD_SHIFT);
+                            blocks.insert((a + len - 1) >> SHARD_SHIFT);
+                        }
+                        for (a, len) in maps {
+                            t.munmap(a, len).unwrap();
+                        }
+                    }
+                    t.idle();
+                    (blocks, t)
+                })
+            })
+            .collect();
+        let mut all = BTreeSet::new();
+        let mut tasks = Vec::new();
+        for r in runs {
+            let (b, t) = r.join().unwrap();
+            all.extend(b);
+            tasks.push(t);
+        }
+        mm.check(false).unwrap();
+        assert!(
+            all.len() <= 16,
+            "{} blocks used by {ROUNDS} rounds on 2 CPUs",
+            all.len()
+        );
+    }
+
+    /// A block's CPU moves on while another CPU unmaps what it mapped there: the retirement
+    /// and the munmap that empties the block agree (under the shard's lock) on who returns
+    /// it, so it goes back to the pool exactly once and the pool holds exactly the free
+    /// blocks (`Mm::check`), however they interleave.
+    #[test]
+    fn a_block_retired_while_another_cpu_empties_it_is_pooled_once() {
+        use std::sync::mpsc;
+        let k = range_kernel(2);
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let mid: u64 = 600 << 20;
+        let (tx, rx) = mpsc::channel::<u64>();
+        let mapper = k.new_task(mm.clone(), CpuId(0));
+        let unmapper = k.new_task(mm.clone(), CpuId(1));
+        let m = std::thread::spawn(move || {
+            for _ in 0..200 {
+                // Every second mapping does not fit the block the one before took.
+                let a = mapper.mmap(mid, true, MapKind::Anon).unwrap();
+                mapper.store(a, 1).unwrap();
+                tx.send(a).unwrap();
+            }
+            mapper.idle();
+            mapper
+        });
+        let u = std::thread::spawn(move || {
+            for a in rx {
+                unmapper.munmap(a, mid).unwrap();
+            }
+            unmapper.idle();
+            unmapper
+        });
+        let (_m, _u) = (m.join().unwrap(), u.join().unwrap());
+        mm.check(false).unwrap();
+        assert!(
+            mm.vma_list(&pagelab_sync::RcuDomain::register(k.rcu()).unwrap().lock())
+                .is_empty()
+        );
     }
 
     #[test]

@@ -132,6 +132,30 @@ pub const TASK_SIZE: u64 = 1 << 47;
 const LEVEL_PTE: u32 = 0;
 const LEVEL_PMD: u32 = 1;
 const LEVEL_PGD: u32 = 3;
+/// Levels of the table, PGD to PTE.
+const LEVELS: usize = LEVEL_PGD as usize + 1;
+
+/// [`PageTable::cover_path`]'s tables, root first: each with its level and the address its
+/// span starts at.
+#[derive(Clone, Copy, Debug)]
+pub struct CoverPath {
+    nodes: [(Pfn, u32, u64); LEVELS],
+    len: usize,
+}
+
+impl PartialEq for CoverPath {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl std::ops::Deref for CoverPath {
+    type Target = [(Pfn, u32, u64)];
+
+    fn deref(&self) -> &Self::Target {
+        &self.nodes[..self.len]
+    }
+}
 
 /// Bytes mapped by one entry of a level-`level` table.
 #[inline]
@@ -731,19 +755,18 @@ impl PageTable {
     /// The tables from the PGD down to the deepest one whose span contains `[start, end)`
     /// (the range lock's covering node, [`crate::vm::range_lock`]), each with its level and
     /// the address its span starts at; missing tables on the way are installed. The last one
-    /// is the covering node, the others its ancestors, root first.
-    pub fn cover_path(
-        &self,
-        cpu: CpuId,
-        start: u64,
-        end: u64,
-    ) -> Result<Vec<(Pfn, u32, u64)>, AllocError> {
+    /// is the covering node, the others its ancestors, root first. Kept on the stack: every
+    /// munmap and MAP_FIXED walks it twice (CortenMM's walk allocates nothing either).
+    pub fn cover_path(&self, cpu: CpuId, start: u64, end: u64) -> Result<CoverPath, AllocError> {
         assert!(
             start < end && end <= TASK_SIZE,
             "range {start:#x}..{end:#x} outside user space"
         );
         let (mut table, mut level, mut base) = (self.pgd, LEVEL_PGD, 0u64);
-        let mut path = vec![(table, level, base)];
+        let mut path = CoverPath {
+            nodes: [(table, level, base); LEVELS],
+            len: 1,
+        };
         while level > LEVEL_PTE {
             let i = index(start, level);
             if i != index(end - 1, level) {
@@ -758,7 +781,8 @@ impl PageTable {
             };
             base += (i as u64) << entry_shift(level);
             level -= 1;
-            path.push((table, level, base));
+            path.nodes[path.len] = (table, level, base);
+            path.len += 1;
         }
         Ok(path)
     }

@@ -27,27 +27,40 @@
 //! - Shards are created on first use, 512 at a time (the shards of one PGD entry's 512 GiB),
 //!   and live as long as the mm: a lookup never races a shard's freeing.
 //! - Each CPU allocates addresses from its own block, a 1 GiB-aligned shard it took from the
-//!   mm-wide block cursor (one atomic add per 1 GiB of address space a CPU fills, as CortenMM
-//!   refills its per-CPU allocator), placing a mapping top-down in the shard's free gaps as
+//!   mm-wide pool of free blocks or, when the pool has none, from the block cursor (one pool
+//!   lock or one atomic add per 1 GiB of address space a CPU fills, as CortenMM refills its
+//!   per-CPU allocator), placing a mapping top-down in the shard's free gaps as
 //!   `unmapped_area_topdown` does in the whole space. Space a munmap frees in a CPU's current
 //!   block is found again by that CPU's next gap search. Mappings larger than a block take
-//!   contiguous fresh blocks from the cursor. Blocks are never given back or searched again
-//!   once their CPU moved on (a known limit: a long run of mappings larger than a block, or of
-//!   blocks left part-full, uses up the address space; `mmap` then fails with no space).
-//!
+//!   contiguous blocks, free ones from the pool first (lowest run that fits), else from the
+//!   cursor.
+//! - Freed blocks are reused, as RadixVM and CortenMM reuse freed ranges: a block a CPU moves
+//!   on from (it had no room) is *retired*; a retired block, and each block of a mapping larger
+//!   than a block, goes back to the pool when a munmap leaves its shard empty (or at once, if
+//!   it is empty when retired). Each shard's [`BlockState`] changes under the shard's own lock,
+//!   so a munmap and a retirement agree on who returns the block; the pool has its own lock
+//!   ([`VA_BLOCK_POOL`]), taken only to take or return a whole block, never by an mmap or
+//!   munmap inside a CPU's current block: CPUs mapping in their own blocks still share no line.
+//!   A CPU's current block is never pooled, so a CPU that unmaps everything in it keeps it.
+
 //! # Scope in traces
 //!
 //! A shard's lock and array are written by the CPUs that map and unmap in it: one CPU when
 //! each uses its own block, several when they share a region. The lock records nothing while
 //! one CPU has taken it and records under [`VMA_SHARD_LOCK_SHARED`] (per mm) once a second CPU
 //! has, as the split PTE locks do (`pgtable`), so that the replay makes only the CPUs that
-//! really share a shard meet there.
+//! really share a shard meet there. The shard's reverse-map lock does the same under
+//! [`SHARD_RMAP_LOCK_SHARED`]: threads unmapping slices of one region (mapbench-shared) free
+//! its page table from whichever CPU comes last, and a reclaimer walks from its own CPU.
 
+use std::collections::BTreeSet;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use pagelab_sync::trace::{self, Access, LockModel};
-use pagelab_sync::{LockKind, RcuDomain, RcuGuard, RwSem, SpinGuard, SpinLock};
+use pagelab_sync::{
+    LockKind, RcuDomain, RcuGuard, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock,
+};
 
 use crate::cpu::CpuId;
 use crate::vm::pgtable::{PUD_SHIFT, TASK_SIZE};
@@ -72,24 +85,135 @@ pub static VMA_SHARD_LOCK_SHARED: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("vma shard lock (shared)", pagelab_sync::Scope::Mm);
 /// A shard's reverse-map lock (`anon_vma->rwsem` for the shard's span): reclaim's walks to a
 /// page in the shard hold it for read, a munmap freeing page tables inside the shard holds it
-/// for write. Written by the shard's own CPU's munmaps only, unless reclaim runs.
+/// for write. While one CPU only has taken it (the shard's own CPU's munmaps, each task in its
+/// own block) it is private and records nothing.
 pub static SHARD_RMAP_LOCK: pagelab_sync::LockClass =
     pagelab_sync::LockClass::sleeping("shard rmap_lock", pagelab_sync::Scope::Private);
+/// A shard's reverse-map lock that tasks on more than one CPU have taken: the munmaps of
+/// threads that share a region (mapbench-shared, CortenMM's high-contention tests), or a
+/// reclaimer on another CPU. Recorded per mm, as the shared node locks are, so that the
+/// replay makes exactly those CPUs meet on it.
+pub static SHARD_RMAP_LOCK_SHARED: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::sleeping("shard rmap_lock (shared)", pagelab_sync::Scope::Mm);
+/// The mm-wide pool of free address blocks: taken to take a block (when a CPU's block is full,
+/// or for a mapping larger than a block) and to return one (a retired block a munmap emptied).
+pub static VA_BLOCK_POOL: pagelab_sync::LockClass =
+    pagelab_sync::LockClass::new("va block pool", pagelab_sync::Scope::Mm);
 /// The mm-wide cursor from which CPUs take fresh address blocks.
 pub static VA_BLOCK_CURSOR: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("va block cursor", pagelab_sync::Scope::Mm);
+
+/// Which CPUs have taken a lock, for the scope its acquisitions are recorded under: the CPU
+/// (plus one) that took it first, or [`USERS_SHARED`] once another did too; 0: nobody yet.
+/// Written twice per lock at most, so reading it on every acquisition adds no line transfer.
+struct Users(AtomicU32);
+
+/// In [`Users`]: a second CPU has taken the lock.
+const USERS_SHARED: u32 = u32::MAX;
+
+impl Users {
+    const fn new() -> Self {
+        Users(AtomicU32::new(0))
+    }
+
+    /// The task on `cpu` takes the lock: the second CPU marks it shared.
+    fn note(&self, cpu: CpuId) {
+        let me = u32::from(cpu.0) + 1;
+        match self.0.load(Ordering::Relaxed) {
+            USERS_SHARED => {}
+            0 => {
+                if let Err(f) = self
+                    .0
+                    .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
+                    && f != me
+                {
+                    self.0.store(USERS_SHARED, Ordering::Relaxed);
+                }
+            }
+            f if f != me => self.0.store(USERS_SHARED, Ordering::Relaxed),
+            _ => {}
+        }
+    }
+
+    fn is_shared(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == USERS_SHARED
+    }
+
+    /// Forget who took the lock (the block went back to the pool empty: whoever takes it next
+    /// starts afresh, as a page-table page does when it is installed again).
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// What a shard's span is to the address allocator ([`Shard::state`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum BlockState {
+    /// Never handed out: the cursor has not reached it (a MAP_FIXED mapping may be there).
+    Unused = 0,
+    /// A CPU's current block: only that CPU places mappings in it.
+    Owned = 1,
+    /// Nobody places mappings in it (its CPU moved on, or it holds part of a mapping larger
+    /// than a block): the munmap that leaves it empty returns it to the pool.
+    Retired = 2,
+    /// In the pool.
+    Free = 3,
+}
+
+impl BlockState {
+    fn from_u8(v: u8) -> BlockState {
+        match v {
+            0 => BlockState::Unused,
+            1 => BlockState::Owned,
+            2 => BlockState::Retired,
+            _ => BlockState::Free,
+        }
+    }
+}
 
 /// The VMAs of one 1 GiB span and the lock of their writers, in a line of their own.
 #[repr(align(64))]
 pub struct Shard {
     lock: SpinLock<()>,
-    /// The reverse-map lock of the shard's span ([`SHARD_RMAP_LOCK`]).
-    pub rmap: RwSem<()>,
+    /// The reverse-map lock of the shard's span ([`SHARD_RMAP_LOCK`]); taken through
+    /// [`Shard::rmap_read`] and [`Shard::rmap_write`], which record its scope.
+    rmap: RwSem<()>,
     tree: pagelab_sync::RcuCell<VmaTree>,
-    /// The CPU (plus one) that first took the lock; 0: none.
-    first: AtomicU32,
-    /// Another CPU has taken it too.
-    shared: AtomicBool,
+    /// Who has taken `lock`.
+    users: Users,
+    /// Who has taken `rmap`.
+    rmap_users: Users,
+    /// What the span is to the address allocator ([`BlockState`]); changed under `lock`, except
+    /// when a block leaves the pool or the cursor (then nobody else acts on it).
+    state: std::sync::atomic::AtomicU8,
+}
+
+/// A held shard reverse-map lock (either side); records its release when its acquisition was
+/// recorded under [`SHARD_RMAP_LOCK_SHARED`].
+pub struct ShardRmapGuard<'a> {
+    shard: &'a Shard,
+    access: Option<Access>,
+    _g: RmapHold<'a>,
+}
+
+#[allow(dead_code)] // held for its drop only
+enum RmapHold<'a> {
+    Read(RwSemReadGuard<'a, ()>),
+    Write(RwSemWriteGuard<'a, ()>),
+}
+
+impl Drop for ShardRmapGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(access) = self.access {
+            trace::release(
+                &SHARD_RMAP_LOCK_SHARED,
+                self.shard.rmap_id(),
+                LockModel::RwSem,
+                access,
+            );
+        }
+    }
 }
 
 /// A held shard lock; records its release when its acquisition was recorded.
@@ -122,6 +246,12 @@ impl ShardGuard<'_> {
     pub fn publish(&self, tree: VmaTree) {
         self.shard.tree.publish(tree);
     }
+
+    /// Mark the locked shard as holding part of a mapping larger than a block: nobody places
+    /// mappings in it, and the munmap that empties it returns it to the pool.
+    pub fn retire(&self) {
+        self.shard.set_state(BlockState::Retired);
+    }
 }
 
 impl Shard {
@@ -130,8 +260,9 @@ impl Shard {
             lock: SpinLock::new(kind, ()).with_class(&VMA_SHARD_LOCK),
             rmap: RwSem::new(()).with_class(&SHARD_RMAP_LOCK),
             tree: pagelab_sync::RcuCell::new(rcu, VmaTree::new()),
-            first: AtomicU32::new(0),
-            shared: AtomicBool::new(false),
+            users: Users::new(),
+            rmap_users: Users::new(),
+            state: std::sync::atomic::AtomicU8::new(BlockState::Unused as u8),
         }
     }
 
@@ -139,30 +270,66 @@ impl Shard {
         self as *const Shard as usize
     }
 
-    /// Note that the task on `cpu` takes the lock: the second CPU marks it shared.
-    fn note_user(&self, cpu: CpuId) {
-        if self.shared.load(Ordering::Relaxed) {
-            return;
-        }
-        let me = u32::from(cpu.0) + 1;
-        match self
-            .first
-            .compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => {}
-            Err(f) if f != me => self.shared.store(true, Ordering::Relaxed),
-            Err(_) => {}
-        }
+    fn rmap_id(&self) -> usize {
+        &self.rmap as *const RwSem<()> as usize
     }
 
     /// Whether tasks on more than one CPU have taken the lock.
     pub fn is_shared(&self) -> bool {
-        self.shared.load(Ordering::Relaxed)
+        self.users.is_shared()
+    }
+
+    /// What the span is to the address allocator.
+    pub fn state(&self) -> BlockState {
+        BlockState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    fn set_state(&self, st: BlockState) {
+        self.state.store(st as u8, Ordering::Relaxed);
+    }
+
+    /// Whether tasks on more than one CPU have taken the reverse-map lock.
+    pub fn rmap_is_shared(&self) -> bool {
+        self.rmap_users.is_shared()
+    }
+
+    /// Take the reverse-map lock for read, for the task on `cpu` (reclaim's walk to a page in
+    /// the shard's span).
+    pub fn rmap_read(&self, cpu: CpuId) -> ShardRmapGuard<'_> {
+        self.rmap_users.note(cpu);
+        let g = RmapHold::Read(self.rmap.read());
+        self.rmap_traced(g, Access::Shared)
+    }
+
+    /// Take the reverse-map lock for write, for the task on `cpu` (a munmap freeing page
+    /// tables inside the shard's span).
+    pub fn rmap_write(&self, cpu: CpuId) -> ShardRmapGuard<'_> {
+        self.rmap_users.note(cpu);
+        let g = RmapHold::Write(self.rmap.write());
+        self.rmap_traced(g, Access::Exclusive)
+    }
+
+    fn rmap_traced<'a>(&'a self, g: RmapHold<'a>, access: Access) -> ShardRmapGuard<'a> {
+        let access = (trace::active() && self.rmap_is_shared()).then(|| {
+            trace::acquire(
+                &SHARD_RMAP_LOCK_SHARED,
+                self.rmap_id(),
+                LockModel::RwSem,
+                access,
+                false,
+            );
+            access
+        });
+        ShardRmapGuard {
+            shard: self,
+            access,
+            _g: g,
+        }
     }
 
     /// Take the lock for the task on `cpu`.
     pub fn lock(&self, cpu: CpuId) -> ShardGuard<'_> {
-        self.note_user(cpu);
+        self.users.note(cpu);
         let g = self.lock.lock();
         let traced = (trace::active() && self.is_shared()).then(|| {
             let model = match self.lock.kind() {
@@ -206,6 +373,13 @@ pub struct Shards {
     blocks: Box<[CpuBlock]>,
     /// The next fresh block's base.
     cursor: AtomicU64,
+    /// Free blocks (shard indices): retired blocks that munmaps emptied.
+    pool: SpinLock<BTreeSet<usize>>,
+    /// How many blocks `pool` holds, written under its lock: a taker that reads too few for
+    /// its request goes to the cursor without taking the lock (a block returned meanwhile
+    /// waits for the next taker), so that an address space that frees no block takes its
+    /// blocks as before, with one atomic add on the cursor and no lock.
+    pool_len: AtomicUsize,
     bottom: u64,
     top: u64,
 }
@@ -236,6 +410,8 @@ impl Shards {
                 })
                 .collect(),
             cursor: AtomicU64::new(bottom),
+            pool: SpinLock::new(kind, BTreeSet::new()).with_class(&VA_BLOCK_POOL),
+            pool_len: AtomicUsize::new(0),
             bottom,
             top,
         }
@@ -292,17 +468,126 @@ impl Shards {
         out
     }
 
-    /// The task on `cpu`'s current block, taking a fresh one when it has none or `full`.
-    /// `None` when the address space has no fresh block left.
-    pub fn block(&self, cpu: CpuId, full: bool) -> Option<u64> {
+    /// The task on `cpu`'s current block, taking another when it has none or `full` (the
+    /// current one is then retired, see the module documentation). `None` when the address
+    /// space has no free block left.
+    pub fn block(&self, rcu: &RcuGuard<'_>, cpu: CpuId, full: bool) -> Option<u64> {
         let slot = &self.blocks[cpu.idx() % self.blocks.len()].base;
         let cur = slot.load(Ordering::Relaxed);
         if cur != 0 && !full {
             return Some(cur);
         }
-        let base = self.fresh(1)?;
+        let base = self.take(1)?;
+        self.shard(shard_of(base)).set_state(BlockState::Owned);
         slot.store(base, Ordering::Relaxed);
+        if cur != 0 {
+            self.retire(rcu, cpu, shard_of(cur));
+        }
         Some(base)
+    }
+
+    /// The block `i` a CPU moved on from: back to the pool if nothing is mapped in it, else
+    /// retired until a munmap empties it ([`Shards::release_if_empty`]).
+    fn retire(&self, rcu: &RcuGuard<'_>, cpu: CpuId, i: usize) {
+        let shard = self.shard(i);
+        let g = shard.lock(cpu);
+        shard.set_state(BlockState::Retired);
+        if g.tree(rcu).is_empty() {
+            self.give_back(&g, i);
+        }
+    }
+
+    /// After a munmap or MAP_FIXED published the locked shard `i`'s new array: a retired block
+    /// that is now empty goes back to the pool. Returns whether it did.
+    pub fn release_if_empty(&self, g: &ShardGuard<'_>, i: usize, tree: &VmaTree) -> bool {
+        if g.shard.state() != BlockState::Retired || !tree.is_empty() {
+            return false;
+        }
+        self.give_back(g, i);
+        true
+    }
+
+    /// Return the locked, empty shard `i` to the pool.
+    fn give_back(&self, g: &ShardGuard<'_>, i: usize) {
+        g.shard.set_state(BlockState::Free);
+        // The CPUs that used the block before are done with it: one CPU that takes it next
+        // and maps and unmaps there alone does not share its locks with them.
+        g.shard.users.reset();
+        g.shard.rmap_users.reset();
+        let mut pool = self.pool.lock();
+        pool.insert(i);
+        self.pool_len.store(pool.len(), Ordering::Relaxed);
+    }
+
+    /// `n` contiguous free blocks, their base: the lowest run of `n` in the pool, else from
+    /// the cursor. They leave the pool here; the caller marks what they become.
+    pub fn take(&self, n: u64) -> Option<u64> {
+        if (self.pool_len.load(Ordering::Relaxed) as u64) >= n {
+            let mut pool = self.pool.lock();
+            let mut run: Option<(usize, u64)> = None;
+            for &i in pool.iter() {
+                run = match run {
+                    Some((first, len)) if first + len as usize == i => Some((first, len + 1)),
+                    _ => Some((i, 1)),
+                };
+                if run.is_some_and(|(_, len)| len == n) {
+                    break;
+                }
+            }
+            if let Some((first, len)) = run.filter(|&(_, len)| len == n) {
+                for i in first..first + len as usize {
+                    pool.remove(&i);
+                }
+                self.pool_len.store(pool.len(), Ordering::Relaxed);
+                return Some(first as u64 * SHARD_SIZE);
+            }
+        }
+        self.fresh(n)
+    }
+
+    /// Blocks in the pool (tests, checks).
+    pub fn pooled(&self) -> usize {
+        self.pool.lock().len()
+    }
+
+    /// The allocator's books (`Mm::check`, at rest): the pool holds exactly the shards marked
+    /// free, no retired block is empty (the munmap that emptied it should have returned it),
+    /// and every CPU's current block is marked its own.
+    pub fn check(&self, g: &RcuGuard<'_>) -> Result<(), String> {
+        let pool = self.pool.lock().clone();
+        if pool.len() != self.pool_len.load(Ordering::Relaxed) {
+            return Err(format!(
+                "the block pool holds {} blocks but counts {}",
+                pool.len(),
+                self.pool_len.load(Ordering::Relaxed)
+            ));
+        }
+        for i in self.existing_in(0, TASK_SIZE) {
+            let shard = self.shard(i);
+            if shard.state() == BlockState::Retired && shard.tree(g).is_empty() {
+                return Err(format!(
+                    "address block {i} is retired and empty, but not pooled"
+                ));
+            }
+            let free = shard.state() == BlockState::Free;
+            if free != pool.contains(&i) {
+                return Err(format!(
+                    "address block {i} is {:?} but {} the pool",
+                    self.shard(i).state(),
+                    if free { "not in" } else { "in" }
+                ));
+            }
+        }
+        for b in self.blocks.iter() {
+            let cur = b.base.load(Ordering::Relaxed);
+            if cur != 0 && self.shard(shard_of(cur)).state() != BlockState::Owned {
+                return Err(format!(
+                    "a CPU's current block {cur:#x} is {:?}",
+                    self.shard(shard_of(cur)).state()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `n` contiguous fresh blocks from the mm-wide cursor; their base.
@@ -339,5 +624,65 @@ mod tests {
         assert_eq!(s.fresh(3), Some(2 * SHARD_SIZE));
         assert_eq!(s.fresh(1), None);
         assert_eq!(s.fresh(u64::MAX), None);
+    }
+
+    /// Blocks a munmap emptied after their CPU moved on come back from the pool: one block
+    /// at a time lowest first, and runs of contiguous ones for mappings larger than a block;
+    /// a run the pool does not hold falls back to the cursor.
+    #[test]
+    fn emptied_retired_blocks_are_taken_again_from_the_pool() {
+        let rcu = RcuDomain::new(4);
+        let r = RcuDomain::register(&rcu).unwrap();
+        let g = r.lock();
+        let s = Shards::new(&rcu, LockKind::Queued, 2, SHARD_SIZE, 6 * SHARD_SIZE);
+        let cpu = CpuId(0);
+        // The address space: blocks 1 to 5, all taken.
+        let taken: Vec<u64> = (0..5).map(|_| s.take(1).unwrap()).collect();
+        assert_eq!(s.take(1), None);
+        // A block still owned, or not empty, stays out of the pool.
+        let owned = shard_of(taken[0]);
+        s.shard(owned).set_state(BlockState::Owned);
+        let guard = s.shard(owned).lock(cpu);
+        assert!(!s.release_if_empty(&guard, owned, guard.tree(&g)));
+        drop(guard);
+        // Blocks 3, 4 and 2 retire empty: back to the pool.
+        for b in [taken[2], taken[3], taken[1]] {
+            let i = shard_of(b);
+            let guard = s.shard(i).lock(cpu);
+            guard.retire();
+            assert!(s.release_if_empty(&guard, i, guard.tree(&g)));
+            assert_eq!(s.shard(i).state(), BlockState::Free);
+        }
+        assert_eq!(s.pooled(), 3);
+        assert_eq!(s.take(4), None, "no run of four, and the cursor is spent");
+        assert_eq!(s.take(2), Some(2 * SHARD_SIZE));
+        assert_eq!(s.take(1), Some(4 * SHARD_SIZE));
+        assert_eq!(s.take(1), None);
+        assert_eq!(s.pooled(), 0);
+    }
+
+    /// A block that went back to the pool forgets the CPUs that used it: the next CPU to
+    /// take it, alone there, does not find its shard's locks shared.
+    #[test]
+    fn a_pooled_block_forgets_its_users() {
+        let rcu = RcuDomain::new(4);
+        let r = RcuDomain::register(&rcu).unwrap();
+        let g = r.lock();
+        let s = Shards::new(&rcu, LockKind::Queued, 2, SHARD_SIZE, 2 * SHARD_SIZE);
+        let i = shard_of(s.take(1).unwrap());
+        let shard = s.shard(i);
+        for cpu in [CpuId(0), CpuId(1)] {
+            drop(shard.lock(cpu));
+            drop(shard.rmap_write(cpu));
+        }
+        assert!(shard.is_shared() && shard.rmap_is_shared());
+        let guard = shard.lock(CpuId(1));
+        guard.retire();
+        assert!(s.release_if_empty(&guard, i, guard.tree(&g)));
+        drop(guard);
+        assert_eq!(s.take(1), Some(i as u64 * SHARD_SIZE));
+        drop(shard.lock(CpuId(0)));
+        drop(shard.rmap_write(CpuId(0)));
+        assert!(!shard.is_shared() && !shard.rmap_is_shared());
     }
 }

@@ -20,7 +20,9 @@
 //! instances (the per-VMA lock, and the page-table node locks of the range-locked profile).
 //! The high-contention forms are captured with two tasks ([`tasks`]), so that task 0's
 //! shuffled requests fall in another task's slot too and the split PTE locks it shares are
-//! recorded as shared, as a companion does for pft.
+//! recorded as shared, as a companion does for pft; so is mapbench-shared, whose tasks fault
+//! and unmap one region (its tables' locks, and range-vm's shard reverse-map lock taken by
+//! whichever task's munmap frees the region's table, are then recorded as shared).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -67,10 +69,13 @@ pub fn shares_vma(w: WorkloadKind) -> bool {
 }
 
 /// Tasks of the capture: at least two for the high-contention forms, whose requests are
-/// shuffled over the tasks' slots (one task alone would only ever work in its own).
+/// shuffled over the tasks' slots (one task alone would only ever work in its own), and for
+/// mapbench-shared, whose tasks fault and unmap one region (one task alone shares no table,
+/// node or shard lock with anybody).
 pub fn tasks(w: WorkloadKind, asked: usize) -> usize {
     match w.cortenmm() {
         Some((_, Contention::High)) => asked.max(2),
+        None if w == WorkloadKind::MapbenchShared => asked.max(2),
         _ => asked,
     }
 }
