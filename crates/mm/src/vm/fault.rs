@@ -305,7 +305,16 @@ impl FaultCtx<'_> {
                 }
             }
         }
-        let _r = self.mm.mmap_lock.read();
+        // x86 tries the lock before it waits for it (`mm.mmap_read_trylock`): the trylock's
+        // read of the count before its exchange is a line access `down_read` does not make.
+        let _r = if self.k.policy().mm.mmap_read_trylock {
+            self.mm
+                .mmap_lock
+                .try_read()
+                .unwrap_or_else(|| self.mm.mmap_lock.read())
+        } else {
+            self.mm.mmap_lock.read()
+        };
         self.count(VmEvent::FaultMmapLock);
         let Some(vma) = self.mm.vmas(g).find(addr) else {
             return Err(FaultError::Segv { addr, write });
