@@ -327,3 +327,37 @@ fn faults_read_the_lock_words_lines_as_often_as_the_layout_switch_says() {
     );
     assert!((reads - 1.0).abs() < 0.01, "{reads}");
 }
+
+#[test]
+fn every_fault_prefetches_mmap_locks_line_for_writing_whichever_lock_it_takes() {
+    // `prefetchw(&mm->mmap_lock)` at the exception entry: one write-intent fetch of the lock's
+    // line per fault, before the trylock's read under mmap_lock, and also under the per-VMA
+    // lock, which then never takes mmap_lock.
+    for profile in ["mm-unstable-20230210", "pvl-v2"] {
+        let t = pft(profile, 0, 0);
+        let writes = per_op(&t, "mmap_lock", |w, s| w && s == Sym::Here);
+        assert!((writes - 1.0).abs() < 0.01, "{profile}: {writes} per fault");
+        let m = t
+            .instances
+            .iter()
+            .position(|i| i.class == "mmap_lock")
+            .unwrap() as u32;
+        // Under mmap_lock each fault's accesses of the line go write, read, then the trylock.
+        if profile == "mm-unstable-20230210" {
+            let seq: Vec<char> = t
+                .events
+                .iter()
+                .filter_map(|e| match *e {
+                    Event::Line { inst, write, .. } if inst == m => {
+                        Some(if write { 'w' } else { 'r' })
+                    }
+                    Event::Acquire { inst, .. } if inst == m => Some('a'),
+                    _ => None,
+                })
+                .take(30)
+                .collect();
+            let s: String = seq.into_iter().collect();
+            assert!(s.contains("wrawra"), "{profile}: {s}");
+        }
+    }
+}

@@ -339,6 +339,23 @@ impl<T> RwSem<T> {
         }
     }
 
+    /// Records a prefetch for writing of this semaphore's count line (only while a recorder
+    /// runs; no memory is touched): `prefetchw` asks for the line exclusive, so it
+    /// invalidates the other CPUs' copies as a store would, though nothing is written. The
+    /// replay charges it as a write of the lock's own line.
+    #[inline]
+    pub fn trace_line_prefetch_write(&self) {
+        if trace::active() {
+            trace::line(
+                self.hdr.class,
+                self as *const Self as usize,
+                LockModel::RwSem,
+                true,
+                trace::Sym::Here,
+            );
+        }
+    }
+
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {

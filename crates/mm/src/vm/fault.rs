@@ -277,6 +277,14 @@ impl FaultCtx<'_> {
         if self.mm.range_locked() {
             return self.fault_range(g, addr, write);
         }
+        // The exception entry prefetches mmap_lock's line for writing before it looks at
+        // anything else (`prefetchw(&mm->mmap_lock)`: x86's `exc_page_fault`, earlier
+        // `__do_page_fault`; ia64's `ia64_do_page_fault`, "mmap_sem is performance
+        // critical"), whichever lock the fault then takes: a write-intent fetch that takes the
+        // line from the other CPUs, as a store would. A trylock of mmap_lock right after
+        // finds its count here; a fault under the per-VMA lock still pulls the line its
+        // `pgd` read then finds.
+        self.mm.mmap_lock.trace_line_prefetch_write();
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
             if self.fault_rcu(g, addr, write)? {
                 return Ok(());
