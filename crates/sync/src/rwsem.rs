@@ -342,7 +342,9 @@ impl<T> RwSem<T> {
     /// Records a prefetch for writing of this semaphore's count line (only while a recorder
     /// runs; no memory is touched): `prefetchw` asks for the line exclusive, so it
     /// invalidates the other CPUs' copies as a store would, though nothing is written. The
-    /// replay charges it as a write of the lock's own line.
+    /// replay charges it as a write of the lock's own line, which the recording CPU waits
+    /// for (a prefetch does not stall the CPU, but the fault's next access of the line, its
+    /// `pgd` read, does when another CPU's prefetch took the line meanwhile).
     #[inline]
     pub fn trace_line_prefetch_write(&self) {
         if trace::active() {
@@ -359,6 +361,21 @@ impl<T> RwSem<T> {
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
+        self.try_read_traced(false)
+    }
+
+    /// [`RwSem::try_read`] right after a `prefetchw` of the count's line (x86's page-fault
+    /// entry, `prefetchw(&mm->mmap_lock)`, a few dozen instructions before the fault's
+    /// `mmap_read_trylock`): the trylock's read finds the line the prefetch asked for
+    /// exclusive, so the read and the exchange cost one write-intent fetch, recorded as a
+    /// write of the line where [`RwSem::try_read`] records a read.
+    #[inline]
+    pub fn try_read_prefetched(&self) -> Option<RwSemReadGuard<'_, T>> {
+        self.try_read_traced(true)
+    }
+
+    #[inline]
+    fn try_read_traced(&self, prefetched: bool) -> Option<RwSemReadGuard<'_, T>> {
         if self.forced_to_fail(Access::Shared) {
             return None;
         }
@@ -369,7 +386,7 @@ impl<T> RwSem<T> {
             self.hdr.class,
             self as *const Self as usize,
             self.hdr.model,
-            false,
+            prefetched,
             trace::Sym::Here,
         );
         let mut cur = self.hdr.count.load(Relaxed);

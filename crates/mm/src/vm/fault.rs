@@ -281,10 +281,15 @@ impl FaultCtx<'_> {
         // anything else (`prefetchw(&mm->mmap_lock)`: x86's `exc_page_fault`, earlier
         // `__do_page_fault`; ia64's `ia64_do_page_fault`, "mmap_sem is performance
         // critical"), whichever lock the fault then takes: a write-intent fetch that takes the
-        // line from the other CPUs, as a store would. A trylock of mmap_lock right after
-        // finds its count here; a fault under the per-VMA lock still pulls the line its
-        // `pgd` read then finds.
-        self.mm.mmap_lock.trace_line_prefetch_write();
+        // line from the other CPUs, as a store would. A fault that goes straight to mmap_lock
+        // reaches it a few dozen instructions later, while the prefetch is still in flight:
+        // its trylock's read (or ia64's `down_read` add) is that same fetch, recorded there.
+        // A fault that tries a per-VMA lock first does its VMA lookup meanwhile, and its
+        // `pgd` read finds the line where the prefetches of all faulting CPUs left it.
+        let direct = self.k.vma_lock_kind().is_none();
+        if !direct {
+            self.mm.mmap_lock.trace_line_prefetch_write();
+        }
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
             if self.fault_rcu(g, addr, write)? {
                 return Ok(());
@@ -316,10 +321,12 @@ impl FaultCtx<'_> {
         // x86 tries the lock before it waits for it (`mm.mmap_read_trylock`): the trylock's
         // read of the count before its exchange is a line access `down_read` does not make.
         let _r = if self.k.policy().mm.mmap_read_trylock {
-            self.mm
-                .mmap_lock
-                .try_read()
-                .unwrap_or_else(|| self.mm.mmap_lock.read())
+            let tried = if direct {
+                self.mm.mmap_lock.try_read_prefetched()
+            } else {
+                self.mm.mmap_lock.try_read()
+            };
+            tried.unwrap_or_else(|| self.mm.mmap_lock.read())
         } else {
             self.mm.mmap_lock.read()
         };
