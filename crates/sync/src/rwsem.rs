@@ -367,8 +367,8 @@ impl<T> RwSem<T> {
     /// [`RwSem::try_read`] right after a `prefetchw` of the count's line (x86's page-fault
     /// entry, `prefetchw(&mm->mmap_lock)`, a few dozen instructions before the fault's
     /// `mmap_read_trylock`): the trylock's read finds the line the prefetch asked for
-    /// exclusive, so the read and the exchange cost one write-intent fetch, recorded as a
-    /// write of the line where [`RwSem::try_read`] records a read.
+    /// exclusive, so the read and the exchange cost one fetch of the line for writing, which
+    /// the acquisition's own atomic already is: no read is recorded.
     #[inline]
     pub fn try_read_prefetched(&self) -> Option<RwSemReadGuard<'_, T>> {
         self.try_read_traced(true)
@@ -382,13 +382,15 @@ impl<T> RwSem<T> {
         // `down_read_trylock` reads the count before its compare-and-exchange: under
         // contention that read fetches the line shared and the exchange must then invalidate
         // the other copies, a second transfer the replay's coherence model charges.
-        trace::line(
-            self.hdr.class,
-            self as *const Self as usize,
-            self.hdr.model,
-            prefetched,
-            trace::Sym::Here,
-        );
+        if !prefetched {
+            trace::line(
+                self.hdr.class,
+                self as *const Self as usize,
+                self.hdr.model,
+                false,
+                trace::Sym::Here,
+            );
+        }
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
             if cur & READ_FAIL_MASK != 0 {

@@ -283,7 +283,8 @@ impl FaultCtx<'_> {
         // critical"), whichever lock the fault then takes: a write-intent fetch that takes the
         // line from the other CPUs, as a store would. A fault that goes straight to mmap_lock
         // reaches it a few dozen instructions later, while the prefetch is still in flight:
-        // its trylock's read (or ia64's `down_read` add) is that same fetch, recorded there.
+        // its trylock's read hits the prefetched line and its exchange (or ia64's
+        // `down_read` add) is that same fetch, which the acquisition's atomic stands for.
         // A fault that tries a per-VMA lock first does its VMA lookup meanwhile, and its
         // `pgd` read finds the line where the prefetches of all faulting CPUs left it.
         let direct = self.k.vma_lock_kind().is_none();
