@@ -432,6 +432,17 @@ pub struct MmPolicy {
     /// The address-space lock: Linux's `mmap_lock` rwsem, or page-table range locks.
     #[serde(default = "MmPolicy::default_mmap_lock")]
     pub mmap_lock: MmapLock,
+    /// A fault that takes `mmap_lock` tries `down_read_trylock` first and calls `down_read`
+    /// only when that fails, as x86 has done since 2.6 (`do_page_fault`, then
+    /// `do_user_addr_fault` until 6.4, `lock_mm_and_find_vma`'s `get_mmap_lock_carefully` from
+    /// 6.5), so that a kernel-mode fault with the lock already held can be told from a bug
+    /// before it sleeps. The trylock reads the count before its compare-and-exchange, where
+    /// `down_read` is one unconditional add: under many faulting threads that read fetches
+    /// the line shared and the exchange must then take it back from the other readers. ia64
+    /// (`ia64_do_page_fault`, the Altix of the 2.6.13 profiles) calls `down_read` directly:
+    /// `false`.
+    #[serde(default = "MmPolicy::default_mmap_read_trylock")]
+    pub mmap_read_trylock: bool,
     /// Anticipatory prefaulting (Lameter 2004-2005): pages mapped after the faulting one by
     /// an anonymous write fault, within the VMA and its PTE table; 0 turns it off. At most
     /// [`MmPolicy::MAX_ANON_PREFAULT`].
@@ -452,16 +463,18 @@ pub struct MmPolicy {
     #[serde(default)]
     pub mmap_lock_line_reads: u32,
     /// False sharing of the per-VMA lock's line: at how many points of a fault the kernel
-    /// reads other `vm_area_struct` fields on the line of the VMA lock's count. Per-VMA locks
-    /// v1/v2 (January 2023) embedded the rwsem right after `vm_flags`, so its count and owner
-    /// share the VMA's first line with `vm_start`, `vm_end`, `vm_mm`, `vm_page_prot`,
-    /// `vm_flags` and `vm_lock_seq`, which the fault reads where it starts (the bounds and
-    /// access check, `handle_mm_fault`) and again where it builds the PTE
-    /// (`do_anonymous_page`): 2. Merged 6.4 moved the lock into its own `struct vma_lock`
-    /// ("vma->lock being part of the vm_area_struct causes performance regression during
-    /// page faults ... constant cache line bouncing"), and 6.15 put `vm_refcnt` on a
-    /// cache-line boundary among fields an anonymous fault does not read: 0. Meaningful only
-    /// with a VMA lock that has a lock word (`vma_lock` = "rwsem" or "refcount").
+    /// reads other `vm_area_struct` fields on the line of the VMA lock's count. The per-VMA
+    /// lock series' patch "mm: add per-VMA lock and helper functions to control it" embedded
+    /// the rwsem right after `vm_flags`, so its count and owner share the VMA's first line
+    /// with `vm_start`, `vm_end`, `vm_mm`, `vm_page_prot`, `vm_flags` and `vm_lock_seq`, which
+    /// the fault reads where it starts (the bounds and access check, `handle_mm_fault`) and
+    /// again where it builds the PTE (`do_anonymous_page`): 2. The same series, as posted in
+    /// v1, v2 and v3 and merged in 6.4, ends with "mm: separate vma->lock from vm_area_struct",
+    /// which moves the lock into its own `struct vma_lock` ("vma->lock being part of the
+    /// vm_area_struct causes performance regression during page faults ... constant cache
+    /// line bouncing"), and 6.15 put `vm_refcnt` on a cache-line boundary among fields an
+    /// anonymous fault does not read: 0. Meaningful only with a VMA lock that has a lock word
+    /// (`vma_lock` = "rwsem" or "refcount").
     #[serde(default)]
     pub vma_lock_line_reads: u32,
 }
@@ -491,6 +504,9 @@ impl MmPolicy {
     fn default_mmap_lock() -> MmapLock {
         MmapLock::Rwsem
     }
+    fn default_mmap_read_trylock() -> bool {
+        true
+    }
     /// The most pages `anon_prefault` may add to a fault: the rest of one PTE table (the
     /// faulting page is one of its 512 entries), as a fault maps under one table's lock.
     pub const MAX_ANON_PREFAULT: u32 = 511;
@@ -513,6 +529,7 @@ impl Default for MmPolicy {
             vma_lock_faults: Self::default_vma_lock_faults(),
             munmap_downgrade: Self::default_munmap_downgrade(),
             mmap_lock: Self::default_mmap_lock(),
+            mmap_read_trylock: Self::default_mmap_read_trylock(),
             anon_prefault: 0,
             mmap_lock_line_reads: 0,
             vma_lock_line_reads: 0,
@@ -1151,11 +1168,12 @@ mod tests {
                 "{e}"
             );
         }
-        // Every shipped profile states the layout of its kernel, within the bounds.
+        // Every shipped profile states the layout of its kernel, within the bounds: pvl-v2 as
+        // posted had its VMA lock in a `struct vma_lock` of its own, away from the VMA.
         let p = Policy::from_toml_str(include_str!("../../../profiles/pvl-v2.toml")).unwrap();
         assert_eq!(
             (p.mm.mmap_lock_line_reads, p.mm.vma_lock_line_reads),
-            (1, 2)
+            (1, 0)
         );
     }
 
@@ -1507,6 +1525,13 @@ mod tests {
                 p.mm.munmap_downgrade,
                 !(before_4_20.contains(&name.as_str()) || name.starts_with("linux-2.6.")),
                 "{name}: munmap_downgrade"
+            );
+            // x86 tries mmap_lock before waiting for it; the 2.6.13 profiles are the Altix's
+            // ia64, whose fault calls down_read.
+            assert_eq!(
+                p.mm.mmap_read_trylock,
+                !name.starts_with("linux-2.6."),
+                "{name}: mmap_read_trylock"
             );
             let want = match name.as_str() {
                 "pvl-v2" => VmaLockFaults::Anon,

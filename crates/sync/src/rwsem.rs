@@ -339,22 +339,58 @@ impl<T> RwSem<T> {
         }
     }
 
+    /// Records a prefetch for writing of this semaphore's count line (only while a recorder
+    /// runs; no memory is touched): `prefetchw` asks for the line exclusive, so it
+    /// invalidates the other CPUs' copies as a store would, though nothing is written. The
+    /// replay charges it as a write of the lock's own line, which the recording CPU waits
+    /// for (a prefetch does not stall the CPU, but the fault's next access of the line, its
+    /// `pgd` read, does when another CPU's prefetch took the line meanwhile).
+    #[inline]
+    pub fn trace_line_prefetch_write(&self) {
+        if trace::active() {
+            trace::line(
+                self.hdr.class,
+                self as *const Self as usize,
+                LockModel::RwSem,
+                true,
+                trace::Sym::Here,
+            );
+        }
+    }
+
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
+        self.try_read_traced(false)
+    }
+
+    /// [`RwSem::try_read`] right after a `prefetchw` of the count's line (x86's page-fault
+    /// entry, `prefetchw(&mm->mmap_lock)`, a few dozen instructions before the fault's
+    /// `mmap_read_trylock`): the trylock's read finds the line the prefetch asked for
+    /// exclusive, so the read and the exchange cost one fetch of the line for writing, which
+    /// the acquisition's own atomic already is: no read is recorded.
+    #[inline]
+    pub fn try_read_prefetched(&self) -> Option<RwSemReadGuard<'_, T>> {
+        self.try_read_traced(true)
+    }
+
+    #[inline]
+    fn try_read_traced(&self, prefetched: bool) -> Option<RwSemReadGuard<'_, T>> {
         if self.forced_to_fail(Access::Shared) {
             return None;
         }
         // `down_read_trylock` reads the count before its compare-and-exchange: under
         // contention that read fetches the line shared and the exchange must then invalidate
         // the other copies, a second transfer the replay's coherence model charges.
-        trace::line(
-            self.hdr.class,
-            self as *const Self as usize,
-            self.hdr.model,
-            false,
-            trace::Sym::Here,
-        );
+        if !prefetched {
+            trace::line(
+                self.hdr.class,
+                self as *const Self as usize,
+                self.hdr.model,
+                false,
+                trace::Sym::Here,
+            );
+        }
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
             if cur & READ_FAIL_MASK != 0 {

@@ -277,6 +277,20 @@ impl FaultCtx<'_> {
         if self.mm.range_locked() {
             return self.fault_range(g, addr, write);
         }
+        // The exception entry prefetches mmap_lock's line for writing before it looks at
+        // anything else (`prefetchw(&mm->mmap_lock)`: x86's `exc_page_fault`, earlier
+        // `__do_page_fault`; ia64's `ia64_do_page_fault`, "mmap_sem is performance
+        // critical"), whichever lock the fault then takes: a write-intent fetch that takes the
+        // line from the other CPUs, as a store would. A fault that goes straight to mmap_lock
+        // reaches it a few dozen instructions later, while the prefetch is still in flight:
+        // its trylock's read hits the prefetched line and its exchange (or ia64's
+        // `down_read` add) is that same fetch, which the acquisition's atomic stands for.
+        // A fault that tries a per-VMA lock first does its VMA lookup meanwhile, and its
+        // `pgd` read finds the line where the prefetches of all faulting CPUs left it.
+        let direct = self.k.vma_lock_kind().is_none();
+        if !direct {
+            self.mm.mmap_lock.trace_line_prefetch_write();
+        }
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
             if self.fault_rcu(g, addr, write)? {
                 return Ok(());
@@ -305,7 +319,18 @@ impl FaultCtx<'_> {
                 }
             }
         }
-        let _r = self.mm.mmap_lock.read();
+        // x86 tries the lock before it waits for it (`mm.mmap_read_trylock`): the trylock's
+        // read of the count before its exchange is a line access `down_read` does not make.
+        let _r = if self.k.policy().mm.mmap_read_trylock {
+            let tried = if direct {
+                self.mm.mmap_lock.try_read_prefetched()
+            } else {
+                self.mm.mmap_lock.try_read()
+            };
+            tried.unwrap_or_else(|| self.mm.mmap_lock.read())
+        } else {
+            self.mm.mmap_lock.read()
+        };
         self.count(VmEvent::FaultMmapLock);
         let Some(vma) = self.mm.vmas(g).find(addr) else {
             return Err(FaultError::Segv { addr, write });
