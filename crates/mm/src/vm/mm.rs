@@ -429,9 +429,12 @@ impl Mm {
             for s in &guards {
                 s.retire();
             }
+            // A block another CPU mapped into with MAP_FIXED, or one whose munmap is still
+            // freeing its tables, is not free after all: it stays retired (that munmap returns
+            // it) and the next run is tried.
             if guards
                 .iter()
-                .any(|s| !s.tree(g).overlapping(start, end).is_empty())
+                .any(|s| !s.tree(g).overlapping(start, end).is_empty() || s.shard_unmapping() > 0)
             {
                 for (i, s) in (first..).zip(&guards) {
                     shards.release_if_empty(s, i, s.tree(g));
@@ -715,6 +718,9 @@ impl Mm {
         // One shard (the common case: a range inside one block) holds every victim, remnant
         // and new VMA: they are used as they are, with no per-shard copies.
         let single = guards.len() == 1;
+        // The shards whose VMAs this munmap removes: each stays out of the pool until the
+        // tables are freed below, and may go back to it then.
+        let mut unmapping: Vec<usize> = Vec::new();
         for (i, s) in &guards {
             let i = *i;
             let tree = s.tree(g);
@@ -751,11 +757,10 @@ impl Mm {
             }
             add.extend(adds.cloned());
             let after = tree.replaced(&mine, add);
-            let empty = after.is_empty();
             s.publish(after);
-            if empty {
-                // A retired block this unmap emptied goes back to the pool (`vma_shard`).
-                shards.release_if_empty(s, i, s.tree(g));
+            if !mine.is_empty() {
+                s.begin_unmap();
+                unmapping.push(i);
             }
         }
         drop(guards);
@@ -768,6 +773,13 @@ impl Mm {
         let lo = victims[0].start.max(addr);
         let hi = victims[victims.len() - 1].end.min(end);
         self.unmap_region(cpu, lo, hi, floor, ceiling);
+        // The span's pages and tables are gone: a retired block this unmap emptied goes back
+        // to the pool (`vma_shard`), unless another munmap is still freeing tables in it.
+        for i in unmapping {
+            let s = shards.shard(i).lock(cpu);
+            s.end_unmap();
+            shards.release_if_empty(&s, i, s.tree(g));
+        }
         Ok(())
     }
 

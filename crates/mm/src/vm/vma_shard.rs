@@ -42,6 +42,11 @@
 //!   ([`VA_BLOCK_POOL`]), taken only to take or return a whole block, never by an mmap or
 //!   munmap inside a CPU's current block: CPUs mapping in their own blocks still share no line.
 //!   A CPU's current block is never pooled, so a CPU that unmaps everything in it keeps it.
+//!   A block is not pooled while a munmap that emptied it is still zapping its pages and
+//!   freeing its page tables (`unmap_region` runs after the shard locks are dropped, under
+//!   the covering node's lock only): a CPU taking the block from the pool could otherwise fault
+//!   into a page table that munmap is about to free. Such a munmap counts itself in the shard
+//!   (`unmapping`) while it publishes, and returns the block itself once it is done.
 
 //! # Scope in traces
 //!
@@ -187,6 +192,10 @@ pub struct Shard {
     /// What the span is to the address allocator ([`BlockState`]); changed under `lock`, except
     /// when a block leaves the pool or the cursor (then nobody else acts on it).
     state: std::sync::atomic::AtomicU8,
+    /// Munmaps of this span that published its new array and have not yet zapped its pages
+    /// and freed its page tables; changed under `lock`. The block stays out of the pool while
+    /// this is not zero (see the module documentation).
+    unmapping: std::sync::atomic::AtomicU32,
 }
 
 /// A held shard reverse-map lock (either side); records its release when its acquisition was
@@ -252,6 +261,25 @@ impl ShardGuard<'_> {
     pub fn retire(&self) {
         self.shard.set_state(BlockState::Retired);
     }
+
+    /// A munmap that published this shard's array will zap and free tables in its span after
+    /// dropping the lock: keep the block out of the pool until [`ShardGuard::end_unmap`].
+    pub fn begin_unmap(&self) {
+        let n = self.shard.unmapping.load(Ordering::Relaxed);
+        self.shard.unmapping.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// How many munmaps are still freeing tables in the locked shard's span.
+    pub fn shard_unmapping(&self) -> u32 {
+        self.shard.unmapping()
+    }
+
+    /// That munmap is done with the span (taken again under the lock).
+    pub fn end_unmap(&self) {
+        let n = self.shard.unmapping.load(Ordering::Relaxed);
+        debug_assert!(n > 0, "end_unmap without begin_unmap");
+        self.shard.unmapping.store(n - 1, Ordering::Relaxed);
+    }
 }
 
 impl Shard {
@@ -263,6 +291,7 @@ impl Shard {
             users: Users::new(),
             rmap_users: Users::new(),
             state: std::sync::atomic::AtomicU8::new(BlockState::Unused as u8),
+            unmapping: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -282,6 +311,11 @@ impl Shard {
     /// What the span is to the address allocator.
     pub fn state(&self) -> BlockState {
         BlockState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    /// How many munmaps of the span are between publishing its array and freeing its tables.
+    pub fn unmapping(&self) -> u32 {
+        self.unmapping.load(Ordering::Relaxed)
     }
 
     fn set_state(&self, st: BlockState) {
@@ -477,8 +511,18 @@ impl Shards {
         if cur != 0 && !full {
             return Some(cur);
         }
-        let base = self.take(1)?;
-        self.shard(shard_of(base)).set_state(BlockState::Owned);
+        let base = loop {
+            let base = self.take(1)?;
+            let shard = self.shard(shard_of(base));
+            let _g = shard.lock(cpu);
+            if shard.unmapping() == 0 {
+                shard.set_state(BlockState::Owned);
+                break base;
+            }
+            // A munmap of a MAP_FIXED mapping placed in the free block is still freeing its
+            // tables: that munmap returns it to the pool when done.
+            shard.set_state(BlockState::Retired);
+        };
         slot.store(base, Ordering::Relaxed);
         if cur != 0 {
             self.retire(rcu, cpu, shard_of(cur));
@@ -492,15 +536,18 @@ impl Shards {
         let shard = self.shard(i);
         let g = shard.lock(cpu);
         shard.set_state(BlockState::Retired);
-        if g.tree(rcu).is_empty() {
+        // A munmap still freeing tables here returns the block itself when it is done.
+        if g.tree(rcu).is_empty() && shard.unmapping() == 0 {
             self.give_back(&g, i);
         }
     }
 
-    /// After a munmap or MAP_FIXED published the locked shard `i`'s new array: a retired block
-    /// that is now empty goes back to the pool. Returns whether it did.
+    /// After a munmap or MAP_FIXED published the locked shard `i`'s new array (a munmap: after
+    /// it also freed the span's tables, [`ShardGuard::end_unmap`]): a retired block that is
+    /// now empty, with no munmap still freeing tables in it, goes back to the pool. Returns
+    /// whether it did.
     pub fn release_if_empty(&self, g: &ShardGuard<'_>, i: usize, tree: &VmaTree) -> bool {
-        if g.shard.state() != BlockState::Retired || !tree.is_empty() {
+        if g.shard.state() != BlockState::Retired || !tree.is_empty() || g.shard.unmapping() > 0 {
             return false;
         }
         self.give_back(g, i);
@@ -550,8 +597,8 @@ impl Shards {
         self.pool.lock().len()
     }
 
-    /// The allocator's books (`Mm::check`, at rest): the pool holds exactly the shards marked
-    /// free, no retired block is empty (the munmap that emptied it should have returned it),
+    /// The allocator's books (`Mm::check`, at rest): no munmap counts itself in a shard, the
+    /// pool holds exactly the shards marked free, no retired block is empty (the munmap that emptied it should have returned it),
     /// and every CPU's current block is marked its own.
     pub fn check(&self, g: &RcuGuard<'_>) -> Result<(), String> {
         let pool = self.pool.lock().clone();
@@ -564,6 +611,12 @@ impl Shards {
         }
         for i in self.existing_in(0, TASK_SIZE) {
             let shard = self.shard(i);
+            if shard.unmapping() != 0 {
+                return Err(format!(
+                    "address block {i} counts {} munmaps still freeing its tables at rest",
+                    shard.unmapping()
+                ));
+            }
             if shard.state() == BlockState::Retired && shard.tree(g).is_empty() {
                 return Err(format!(
                     "address block {i} is retired and empty, but not pooled"
