@@ -287,8 +287,12 @@ impl FaultCtx<'_> {
         // `down_read` add) is that same fetch, which the acquisition's atomic stands for.
         // A fault that tries a per-VMA lock first does its VMA lookup meanwhile, and its
         // `pgd` read finds the line where the prefetches of all faulting CPUs left it.
+        // Lock-free faults (`rcu-vma`, Bonsai) are left without it: the design's point is a
+        // fault that writes no line other faulting CPUs write, and an mm-wide prefetch for
+        // writing is exactly such a line (as range-vm's path, above, has none either).
         let direct = self.k.vma_lock_kind().is_none();
-        if !direct {
+        let lockless = self.k.vma_lock_kind() == Some(VmaLockKind::Rcu);
+        if !direct && !lockless {
             self.mm.mmap_lock.trace_line_prefetch_write();
         }
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
