@@ -541,7 +541,28 @@ impl WriteSpan {
 static TIMING: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    static WRITE_TIME: Cell<Option<WriteTime>> = const { Cell::new(None) };
+    static WRITE_TIME: WriteTimeSlot = const { WriteTimeSlot(Cell::new(None)) };
+}
+
+/// This thread's [`WriteTime`] while it times its writes. A thread that exits (or unwinds)
+/// with its timing still on gives its count in [`TIMING`] back, as the recording buffer
+/// does: otherwise every later [`write_span`] of the process would pay the timing's two
+/// time-stamp reads.
+struct WriteTimeSlot(Cell<Option<WriteTime>>);
+
+impl std::ops::Deref for WriteTimeSlot {
+    type Target = Cell<Option<WriteTime>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl Drop for WriteTimeSlot {
+    fn drop(&mut self) {
+        if self.0.take().is_some() {
+            TIMING.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 /// The page writes of a stretch run without recording, timed by [`time_writes`]: what the
@@ -765,8 +786,33 @@ mod tests {
         assert!(stop().is_empty());
     }
 
+    /// The tests that start or end write timing, one at a time ([`TIMING`] is global).
+    static TIMING_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn a_thread_that_exits_while_timing_gives_its_count_back() {
+        let _one = TIMING_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let before = TIMING.load(Relaxed);
+        std::thread::spawn(|| {
+            time_writes(Some(1e6));
+            assert!(TIMING.load(Relaxed) > 0);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(TIMING.load(Relaxed), before);
+        // A panic inside the timed stretch as well.
+        let r = std::thread::spawn(|| {
+            time_writes(Some(1e6));
+            panic!("the workload failed");
+        })
+        .join();
+        assert!(r.is_err());
+        assert_eq!(TIMING.load(Relaxed), before);
+    }
+
     #[test]
     fn writes_are_timed_without_recording_and_stalls_counted_apart() {
+        let _one = TIMING_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         // Nothing timed, nothing recorded: a span costs nothing and adds nothing.
         write_span().end(4096);
         assert_eq!(time_writes(Some(1e12)), WriteTime::default());
