@@ -465,8 +465,9 @@ impl Ctl {
             let (all, inside) = raw::write_timing_cost();
             let n = w.spans as f64;
             cpu = (cpu - all * n).max(0.0);
-            let w = (w.ns() - inside * n).max(0.0);
-            self.untraced.lock().unwrap().push((cpu, Some(w)));
+            // Every write stalled: their time is not known (the trace's own writes stand).
+            let w = w.ns().map(|ns| (ns - inside * n).max(0.0));
+            self.untraced.lock().unwrap().push((cpu, w));
         }
         self.accept(slot, events, wall, cpu, check);
         if self

@@ -640,7 +640,10 @@ impl Trace {
             // traced or not), so every measured time in it is scaled alike, writes
             // included: leaving the compute whole would hand the replay the host's
             // preemption as compute.
-            let f = meta.untraced_ns / (compute + writes);
+            // Recording only adds work: never scaled up (an untraced window whose timed
+            // writes came out at its whole CPU time is noise in that timing, not a traced
+            // window slower than the truth).
+            let f = (meta.untraced_ns / (compute + writes)).min(1.0);
             meta.compute_scale = f;
             let segments = fallbacks.iter_mut().flat_map(|f| f.segments.iter_mut());
             for e in out.iter_mut().chain(segments.flatten()) {
@@ -1621,6 +1624,34 @@ mod tests {
         // 4 ns beyond the tight loop's 10, per event.
         let cost = t.meta.event_cost_ns.expect("calibrated in place");
         assert!((cost - 14.0).abs() < 0.2, "{cost}");
+    }
+
+    /// An untraced window whose timed writes come out above its whole CPU time (timing
+    /// noise) leaves the trace's compute and writes as measured: recording only adds work,
+    /// so nothing is scaled up.
+    #[test]
+    fn untraced_writes_above_the_untraced_time_scale_nothing_up() {
+        let (mut m, events) = synthetic(150.0, 120.0);
+        let before = Trace::from_raw(
+            {
+                let mut m = m.clone();
+                m.untraced_ns = 0.0;
+                m.untraced_write_ns = None;
+                m
+            },
+            &events,
+        );
+        // Longer than the whole traced window, and its writes longer still.
+        m.untraced_ns = before.host_ns() * 1.2;
+        m.untraced_write_ns = Some(m.untraced_ns + 1.0);
+        let t = Trace::from_raw(m, &events);
+        assert!(t.meta.compute_scale <= 1.0, "{}", t.meta.compute_scale);
+        assert!(
+            t.host_ns() <= before.host_ns() * 1.0001,
+            "{} against {}",
+            t.host_ns(),
+            before.host_ns()
+        );
     }
 
     /// Two captures of the same work that differ only in how their writes measured: the

@@ -594,13 +594,15 @@ impl WriteTime {
         }
     }
 
-    /// Nanoseconds all the bytes took, the stalled ones costed at the others' rate.
-    pub fn ns(&self) -> f64 {
+    /// Nanoseconds all the bytes took, the stalled ones costed at the others' rate; `None`
+    /// when every write stalled (no rate to cost them at: the caller falls back on what it
+    /// knows otherwise, never on zero).
+    pub fn ns(&self) -> Option<f64> {
         if self.bytes == 0 {
-            return 0.0;
+            return (self.stalled_bytes == 0).then_some(0.0);
         }
         let ns = self.ticks as f64 / ticks_per_ns();
-        ns * (self.bytes + self.stalled_bytes) as f64 / self.bytes as f64
+        Some(ns * (self.bytes + self.stalled_bytes) as f64 / self.bytes as f64)
     }
 }
 
@@ -829,7 +831,7 @@ mod tests {
         }
         let t = time_writes(None);
         assert_eq!((t.bytes, t.stalled_bytes, t.spans), (3 * 4096, 0, 3));
-        assert!(t.ns() >= 550_000.0, "{t:?}");
+        assert!(t.ns().unwrap() >= 550_000.0, "{t:?}");
         assert!(stop().is_empty(), "timing records no event");
         // A span past the stall bound is counted apart and costed at the others' rate.
         time_writes(Some(1_000_000.0));
@@ -845,7 +847,15 @@ mod tests {
             all > 0.0 && inside >= 0.0 && inside <= all && all < 1000.0,
             "{all} {inside}"
         );
-        assert!(t.ns() < 1_000_000.0, "{t:?}");
+        assert!(t.ns().unwrap() < 1_000_000.0, "{t:?}");
+        // Every write stalled: no rate to cost them at, which is not zero.
+        time_writes(Some(1_000.0));
+        let w = write_span();
+        spin(200_000);
+        w.end(4096);
+        let t = time_writes(None);
+        assert_eq!((t.bytes, t.stalled_bytes), (0, 4096));
+        assert_eq!(t.ns(), None);
         // Ended: spans are neither timed nor recorded.
         write_span().end(4096);
         assert_eq!(time_writes(None), WriteTime::default());
