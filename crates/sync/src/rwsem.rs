@@ -328,15 +328,7 @@ impl<T> RwSem<T> {
     /// model, so the replay's coherence model charges it on the lock's own line.
     #[inline]
     pub fn trace_line_read(&self) {
-        if trace::active() {
-            trace::line(
-                self.hdr.class,
-                self as *const Self as usize,
-                LockModel::RwSem,
-                false,
-                trace::Sym::Here,
-            );
-        }
+        self.trace_own_line(false);
     }
 
     /// Records a prefetch for writing of this semaphore's count line (only while a recorder
@@ -347,12 +339,18 @@ impl<T> RwSem<T> {
     /// `pgd` read, does when another CPU's prefetch took the line meanwhile).
     #[inline]
     pub fn trace_line_prefetch_write(&self) {
+        self.trace_own_line(true);
+    }
+
+    /// An access of the count's line that is not the lock's own, on the lock's instance.
+    #[inline]
+    fn trace_own_line(&self, write: bool) {
         if trace::active() {
             trace::line(
                 self.hdr.class,
                 self as *const Self as usize,
                 LockModel::RwSem,
-                true,
+                write,
                 trace::Sym::Here,
             );
         }
