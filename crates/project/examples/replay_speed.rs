@@ -10,7 +10,8 @@
 //! ones; `REPLAY_STRIP_LINES=1` drops the line events first (the replay as it was
 //! before the coherence model, on the same capture); `REPLAY_STRIP_LRU_ENTRIES=1` drops the
 //! LRU lists' other-entry writes (a removal's neighbours across a run's edge);
-//! `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
+//! `REPLAY_PREFETCH_AS=none|write` drops the prefetches for writing or replays each as a
+//! plain write the CPU waits for; `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
 //! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock).
 
@@ -43,10 +44,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ];
         let inst = t.instances.clone();
         t.events.retain(|e| match e {
-            Event::Line { .. } => false,
+            Event::Line { .. } | Event::Prefetch { .. } => false,
             Event::Atomic { inst: i } => !data.contains(&inst[*i as usize].class.as_str()),
             _ => true,
         });
+    }
+    if let Some(how) = std::env::var_os("REPLAY_PREFETCH_AS") {
+        // What the prefetches for writing add, on one capture: `none` drops them, `write`
+        // replays each as a plain write the CPU waits for (traces of format 3).
+        let write = match how.to_str() {
+            Some("none") => false,
+            Some("write") => true,
+            _ => return Err("REPLAY_PREFETCH_AS: `none` or `write`".into()),
+        };
+        t.events = t
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Prefetch { inst } => write.then_some(Event::Line {
+                    inst,
+                    write: true,
+                    sym: pagelab_sync::trace::Sym::Here,
+                }),
+                e => Some(e),
+            })
+            .collect();
     }
     if std::env::var_os("REPLAY_STRIP_LRU_ENTRIES").is_some() {
         // The LRU lists' other-entry writes dropped (the neighbours a removal writes across a
@@ -118,6 +140,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             k.line_ns / out.ops.max(1) as f64,
                             k.entry_events as f64 / out.ops.max(1) as f64,
                             k.entry_ns / out.ops.max(1) as f64,
+                        );
+                    }
+                    if k.prefetches > 0 {
+                        println!(
+                            "     {:<24} {:>10.4} prefetches for writing per op, {:.3} of them lost to another CPU before the next access",
+                            "",
+                            k.prefetches as f64 / out.ops.max(1) as f64,
+                            k.prefetches_lost as f64 / k.prefetches as f64,
                         );
                     }
                 }

@@ -121,7 +121,7 @@ impl Line {
 
     /// Whether `cpu` holds a valid copy.
     #[inline]
-    fn holds(&self, cpu: usize) -> bool {
+    pub(crate) fn holds(&self, cpu: usize) -> bool {
         self.owner as usize == cpu && self.sharers.len() == 0 || self.sharers.contains(cpu)
     }
 

@@ -88,6 +88,12 @@ pub struct ClassStats {
     /// The same for the symbolic list entries alone (`Sym::First`, `Sym::Entry`).
     pub entry_events: u64,
     pub entry_ns: f64,
+    /// Prefetches for writing of this class's lines (which no CPU waits for), and how many
+    /// served nothing: no access of the prefetching CPU came while the line travelled, and
+    /// by its first access after the arrival another CPU had taken the line (that access paid
+    /// a transfer of its own).
+    pub prefetches: u64,
+    pub prefetches_lost: u64,
 }
 
 /// What a replay measured.
@@ -144,6 +150,8 @@ enum Op {
     Ops(u32),
     /// A plain read (`false`) or write of a line, or of a list entry named relative to it.
     Line(u32, bool, Sym),
+    /// A prefetch for writing of a line ([`Sim::prefetch`]).
+    Prefetch(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -278,6 +286,12 @@ struct Cpu {
     /// CPU until `wait_end`.
     run_end: u64,
     wait_end: u64,
+    /// The resource whose line this CPU prefetched for writing last ([`NONE`]: none, or
+    /// settled), when the line arrives, and whether an access was served by it
+    /// ([`Sim::prefetch_claim`]).
+    prefetched: u32,
+    prefetch_at: u64,
+    prefetch_used: bool,
 }
 
 struct Bus {
@@ -440,6 +454,7 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
         Event::TlbFlush { .. } => flush.then_some(Op::Flush),
         Event::Ops { n } => Some(Op::Ops(n)),
         Event::Line { inst, write, sym } => map(inst).map(|r| Op::Line(r, write, sym)),
+        Event::Prefetch { inst } => map(inst).map(Op::Prefetch),
     }
 }
 
@@ -937,6 +952,9 @@ impl<'r, 'a> Sim<'r, 'a> {
                 write_from: 0,
                 run_end: 0,
                 wait_end: 0,
+                prefetched: NONE,
+                prefetch_at: 0,
+                prefetch_used: false,
             });
             heap.push(Reverse((start, i as u32)));
         }
@@ -1062,6 +1080,17 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// writer, or the invalidation of its sharers: [`crate::coherence`]) and keeps it busy for
     /// the atomic itself.
     fn line_access(&mut self, ri: usize, cpu: usize, t: u64, acquire: bool) -> u64 {
+        if let Some(at) = self.prefetch_claim(ri, cpu, t) {
+            // Served by this CPU's own prefetch: the atomic completes as the line arrives,
+            // and keeps it for its own length before the requests queued behind it.
+            let r = self.r;
+            let res = &mut self.res[ri];
+            res.busy_until = res.busy_until.max(at).saturating_add(r.atomic_ps);
+            if acquire {
+                self.stats[res.class].acquisitions += 1;
+            }
+            return at;
+        }
         let r = self.r;
         let res = &mut self.res[ri];
         let start = t.max(res.busy_until);
@@ -1076,12 +1105,83 @@ impl<'r, 'a> Sim<'r, 'a> {
         start.saturating_add(x)
     }
 
+    /// A prefetch for writing of resource `ri`'s line by `cpu` at `t` (`prefetchw`): the
+    /// request for the only copy goes out like a store's, in turn behind whatever keeps the
+    /// line busy, and the line is this CPU's once it arrives; but the CPU goes on at `t`
+    /// without waiting for it ([`Sim::prefetch_claim`] serves its accesses meanwhile).
+    fn prefetch(&mut self, ri: usize, cpu: usize, t: u64) {
+        let c = &self.cpus[cpu];
+        if c.prefetched != NONE {
+            // One prefetch outstanding per CPU is all the traces hold; an earlier one is
+            // settled as it stands.
+            let old = c.prefetched as usize;
+            self.prefetch_end(old, cpu);
+        }
+        let r = self.r;
+        let res = &mut self.res[ri];
+        let start = t.max(res.busy_until);
+        let x = res.line.write(cpu, &r.transfer, r.atomic_ps);
+        res.busy_until = start.saturating_add(x);
+        let s = &mut self.stats[res.class];
+        s.prefetches += 1;
+        s.line_events += 1;
+        let c = &mut self.cpus[cpu];
+        c.prefetched = ri as u32;
+        c.prefetch_at = start.saturating_add(x);
+        c.prefetch_used = false;
+    }
+
+    /// Whether `cpu`'s access at `t` of resource `ri`'s line is served by its own prefetch:
+    /// `Some(arrival)` when the access is issued before the prefetched line has arrived (or
+    /// as it arrives). Such an access waits for the same fill as the prefetch and completes
+    /// with it, before the core answers the snoop of a request queued behind the prefetch,
+    /// which the line's home sends only once the prefetch's transfer is done: so a trylock's
+    /// read and exchange reached while the prefetch travels both hit, whoever asked for the
+    /// line meanwhile. An access issued after the arrival is an ordinary one; it ends the
+    /// claim, and when the line has been taken away by then the prefetch served nothing
+    /// ([`ClassStats::prefetches_lost`]).
+    fn prefetch_claim(&mut self, ri: usize, cpu: usize, t: u64) -> Option<u64> {
+        let c = &mut self.cpus[cpu];
+        if c.prefetched != ri as u32 {
+            return None;
+        }
+        if t <= c.prefetch_at {
+            c.prefetch_used = true;
+            let s = &mut self.stats[self.res[ri].class];
+            s.line_ns += (c.prefetch_at - t) as f64 / 1000.0;
+            return Some(c.prefetch_at);
+        }
+        self.prefetch_end(ri, cpu);
+        None
+    }
+
+    /// Ends `cpu`'s claim on resource `ri`'s prefetched line, counting the prefetch lost if
+    /// no access was served by it and the line is no longer this CPU's.
+    fn prefetch_end(&mut self, ri: usize, cpu: usize) {
+        let c = &mut self.cpus[cpu];
+        if c.prefetched != ri as u32 {
+            return;
+        }
+        c.prefetched = NONE;
+        let res = &self.res[ri];
+        if !c.prefetch_used && !res.line.holds(cpu) {
+            self.stats[res.class].prefetches_lost += 1;
+        }
+    }
+
     /// A plain read or write by `cpu` at `t` of resource `ri`'s line, or of the list entry
     /// `sym` names relative to it; returns when the CPU goes on. A read or write of the line
     /// itself waits while an atomic keeps it busy; a write keeps it busy while it moves. List
     /// entries are touched only under the list's lock, so they wait for nothing but their
     /// transfer ([`crate::coherence`]).
     fn line_op(&mut self, ri: usize, cpu: usize, t: u64, write: bool, sym: Sym) -> u64 {
+        if sym == Sym::Here
+            && let Some(at) = self.prefetch_claim(ri, cpu, t)
+        {
+            let s = &mut self.stats[self.res[ri].class];
+            s.line_events += 1;
+            return at;
+        }
         let r = self.r;
         let res = &mut self.res[ri];
         match sym {
@@ -1134,6 +1234,7 @@ impl<'r, 'a> Sim<'r, 'a> {
 
     /// Waiter `w` owns resource `ri` from `at` on, and goes on then.
     fn take_at(&mut self, ri: usize, w: Waiter, at: u64) {
+        self.prefetch_end(ri, w.cpu as usize);
         let res = &mut self.res[ri];
         // The new owner's hand-off wrote the lock word: it holds the only copy.
         res.line.owner = w.cpu;
@@ -1275,6 +1376,7 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// One atomic on resource `ri`'s count word by `cpu` at `t` that is part of a waiter's
     /// protocol (no acquisition of its own, no wait counted): returns when it completes.
     fn count_word_atomic(&mut self, ri: usize, cpu: usize, t: u64) -> u64 {
+        self.prefetch_end(ri, cpu);
         let r = self.r;
         let res = &mut self.res[ri];
         let start = t.max(res.busy_until);
@@ -1663,6 +1765,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                         return;
                     }
                 }
+                Op::Prefetch(ri) => self.prefetch(ri as usize, c, t),
                 Op::Acquire(ri, shared) => match self.acquire(ri as usize, shared, c, t) {
                     Some(at) if at > t => {
                         self.schedule(c, at);
@@ -1998,6 +2101,84 @@ ipi_handler_ns = 500.0
         let r = Replay::new(&m, &t, spec).unwrap();
         let mut sim = Sim::new(&r, 1);
         f(&mut sim);
+    }
+
+    /// `prefetchw`: the CPU goes on at once; the line is its own once the transfer is done,
+    /// in turn behind whatever kept the line busy, and its next access waits only for what is
+    /// left of that transfer, counted as no contention.
+    #[test]
+    fn a_prefetch_does_not_stall_and_the_next_access_waits_only_for_the_rest_of_it() {
+        with_sim(RwsemAlgo::SpinWritersHandoff, |sim| {
+            // CPU 1 writes the line last (an atomic at 0: busy for the atomic, 5 ns).
+            assert_eq!(sim.line_access(0, 1, 0, false), 0);
+            // CPU 0 prefetches at 100 ns: nothing to wait for now, the line arrives at 150.
+            sim.prefetch(0, 0, 100 * NS);
+            assert_eq!(sim.res[0].busy_until, 100 * NS + X);
+            // Its atomic at 120 ns waits the 30 ns left, then hits.
+            assert_eq!(sim.line_access(0, 0, 120 * NS, true), 100 * NS + X);
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!(
+                (s.contended, s.wait_ns),
+                (0, 0.0),
+                "own prefetch is no contention"
+            );
+            assert_eq!((s.prefetches, s.prefetches_lost), (1, 0));
+            // A prefetch long done costs the next access nothing.
+            sim.prefetch(0, 1, 1000 * NS);
+            assert_eq!(sim.line_access(0, 1, 2000 * NS, false), 2000 * NS);
+        });
+    }
+
+    /// Under contention the prefetched line is taken away before the prefetching CPU uses it:
+    /// its access then pays a transfer of its own, and the prefetch is counted lost.
+    #[test]
+    fn a_prefetched_line_another_cpu_takes_meanwhile_costs_a_second_transfer() {
+        with_sim(RwsemAlgo::SpinWritersHandoff, |sim| {
+            sim.line_access(0, 1, 0, false);
+            // CPU 0's prefetch at 10 ns arrives at 60 ns.
+            sim.prefetch(0, 0, 10 * NS);
+            // CPU 2's atomic at 20 ns queues behind it: the line is CPU 0's at 60 ns, then
+            // moves to CPU 2 (one transfer), which has it at 110 ns.
+            assert_eq!(sim.line_access(0, 2, 20 * NS, false), 10 * NS + 2 * X);
+            // CPU 0 reads it at 200 ns: a transfer from CPU 2, as if it had never prefetched.
+            assert_eq!(sim.line_op(0, 0, 200 * NS, false, Sym::Here), 200 * NS + X);
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!((s.prefetches, s.prefetches_lost), (1, 1));
+        });
+    }
+
+    /// A trylock reached while the prefetch travels: its read and its exchange wait for the
+    /// same fill and complete with it, before the request another CPU queued behind the
+    /// prefetch takes the line away.
+    #[test]
+    fn accesses_issued_before_the_prefetched_line_arrives_complete_with_it() {
+        with_sim(RwsemAlgo::SpinWritersHandoff, |sim| {
+            sim.line_access(0, 1, 0, false);
+            sim.prefetch(0, 0, 10 * NS);
+            // CPU 2 asks at 20 ns: it gets the line after CPU 0's prefetch, at 110 ns.
+            assert_eq!(sim.line_access(0, 2, 20 * NS, false), 10 * NS + 2 * X);
+            // CPU 0's read at 30 ns and its exchange as the read completes: both at 60 ns.
+            assert_eq!(sim.line_op(0, 0, 30 * NS, false, Sym::Here), 10 * NS + X);
+            assert_eq!(sim.line_access(0, 0, 10 * NS + X, true), 10 * NS + X);
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!(
+                (s.acquisitions, s.contended, s.wait_ns),
+                (1, 0, 40.0),
+                "only CPU 2 waited (from 20 to 60 ns)"
+            );
+            // After the line has gone to CPU 2, CPU 0's next access is an ordinary one.
+            assert_eq!(
+                sim.line_access(0, 0, 500 * NS, false),
+                500 * NS + X,
+                "a transfer back from CPU 2"
+            );
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!(
+                (s.prefetches, s.prefetches_lost),
+                (1, 0),
+                "it served the trylock"
+            );
+        });
     }
 
     /// A TLB shootdown's IPI reaches every running CPU, but a CPU spinning for a lock runs

@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE3"
+//! magic      8 bytes  "PLTRACE4"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -24,15 +24,17 @@
 //!              8 line      instance, flags (bit 0 write; bits 1-2 which line: 0 the
 //!                          instance's own, 1 the first entry of the list headed there,
 //!                          2 another entry of it)
+//!              9 prefetch  instance (a prefetch for writing of its line)
 //! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
 //!            varint count of segments, and per segment a varint count of events, then those
 //!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! Format 3 (magic `PLTRACE3`) holds both the line events and the fallback segments; a file of
-//! an older format (1: neither; 2: one of them) is refused with a one-line error (capture it
-//! again), since replaying it would silently leave out shared lines or fallbacks.
+//! Format 4 (magic `PLTRACE4`) holds the line events, the fallback segments and prefetches; a
+//! file of an older format (1: neither; 2: one of the first two; 3: prefetches recorded as
+//! line writes the CPU waited for) is refused with a one-line error (capture it again), since
+//! replaying it would silently leave out shared lines or fallbacks, or stall on prefetches.
 //!
 //! # Fallbacks
 //!
@@ -291,6 +293,11 @@ pub enum Event {
         write: bool,
         sym: Sym,
     },
+    /// A prefetch for writing of the instance's own line: taken from the other CPUs as by a
+    /// store, while the CPU goes on (`pagelab_sync::trace::Kind::Prefetch`).
+    Prefetch {
+        inst: u32,
+    },
 }
 
 /// A whole trace.
@@ -314,8 +321,8 @@ struct Header {
 pub const PAIR_RECEIVER: &str = "pair receiver";
 
 /// The format this version writes and reads (the magic's last character).
-const FORMAT: char = '3';
-const MAGIC: &[u8; 8] = b"PLTRACE3";
+const FORMAT: char = '4';
+const MAGIC: &[u8; 8] = b"PLTRACE4";
 
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
@@ -455,6 +462,9 @@ impl Builder {
                     inst: self.intern(e),
                     write,
                     sym,
+                }),
+                raw::Kind::Prefetch => Some(Event::Prefetch {
+                    inst: self.intern(e),
                 }),
             };
             let Some(ev) = ev else { continue };
@@ -814,15 +824,15 @@ impl Trace {
             let _ = writeln!(s, "preemption guard: {}", g.describe());
         }
         // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
-        // symbolic (an entry of a list, resolved at replay).
-        let mut per: Vec<(String, [u64; 6])> = Vec::new();
+        // symbolic (an entry of a list, resolved at replay), prefetches for writing.
+        let mut per: Vec<(String, [u64; 7])> = Vec::new();
         let mut bump = |inst: u32, k: &[usize]| {
             let i = &self.instances[inst as usize];
             let name = format!("{} ({})", i.class, i.scope.as_str());
             let c = match per.iter_mut().position(|(n, _)| *n == name) {
                 Some(p) => &mut per[p].1,
                 None => {
-                    per.push((name, [0; 6]));
+                    per.push((name, [0; 7]));
                     &mut per.last_mut().expect("pushed").1
                 }
             };
@@ -844,6 +854,7 @@ impl Trace {
                     (true, Sym::Here) => bump(inst, &[4]),
                     (true, _) => bump(inst, &[4, 5]),
                 },
+                Event::Prefetch { inst } => bump(inst, &[6]),
                 Event::Write { bytes, .. } => writes += u64::from(bytes),
                 Event::Trap => traps += 1,
                 _ => {}
@@ -873,20 +884,27 @@ impl Trace {
         per.sort();
         let _ = writeln!(
             s,
-            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            "class (scope)", "acquires/op", "atomics/op", "reads/op", "writes/op", "entries/op"
+            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "class (scope)",
+            "acquires/op",
+            "atomics/op",
+            "reads/op",
+            "writes/op",
+            "entries/op",
+            "prefetch/op"
         );
         for (n, c) in per {
-            if c[0] + c[1] + c[3] + c[4] > 0 {
+            if c[0] + c[1] + c[3] + c[4] + c[6] > 0 {
                 let _ = writeln!(
                     s,
-                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
+                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
                     n,
                     c[0] as f64 / ops,
                     c[1] as f64 / ops,
                     c[3] as f64 / ops,
                     c[4] as f64 / ops,
-                    c[5] as f64 / ops
+                    c[5] as f64 / ops,
+                    c[6] as f64 / ops
                 );
             }
         }
@@ -1071,6 +1089,10 @@ fn encode_event(b: &mut Vec<u8>, e: &Event) {
             };
             b.push(u8::from(write) | (which << 1));
         }
+        Event::Prefetch { inst } => {
+            b.push(9);
+            varint(b, u64::from(inst));
+        }
     }
 }
 
@@ -1135,6 +1157,7 @@ fn decode_event(
                 sym,
             }
         }
+        9 => Event::Prefetch { inst: inst(r)? },
         t => return Err(bad(&format!("unknown event tag {t}"))),
     };
     Ok(e)
@@ -1404,6 +1427,7 @@ mod tests {
                     write: true,
                     sym: Sym::Entry,
                 },
+                Event::Prefetch { inst: 0 },
             ],
             fallbacks: vec![Fallback {
                 class: "zone->lock".into(),
@@ -1433,7 +1457,7 @@ mod tests {
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 3); capture it again"
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 4); capture it again"
         );
         // A bad line reference is corruption, named.
         let t = Trace {

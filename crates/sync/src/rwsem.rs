@@ -328,67 +328,45 @@ impl<T> RwSem<T> {
     /// model, so the replay's coherence model charges it on the lock's own line.
     #[inline]
     pub fn trace_line_read(&self) {
-        self.trace_own_line(false);
+        self.trace_count_read();
     }
 
     /// Records a prefetch for writing of this semaphore's count line (only while a recorder
     /// runs; no memory is touched): `prefetchw` asks for the line exclusive, so it
-    /// invalidates the other CPUs' copies as a store would, though nothing is written. The
-    /// replay charges it as a write of the lock's own line, which the recording CPU waits
-    /// for (a prefetch does not stall the CPU, but the fault's next access of the line, its
-    /// `pgd` read, does when another CPU's prefetch took the line meanwhile).
+    /// invalidates the other CPUs' copies as a store would, though nothing is written, and
+    /// the CPU does not wait for it. The replay serves the CPU's accesses of the line issued
+    /// while it travels (a trylock right after the fault entry) with its arrival; a later
+    /// access (a per-VMA lock fault's `pgd` read) finds the line here only if no other CPU
+    /// took it meanwhile.
     #[inline]
     pub fn trace_line_prefetch_write(&self) {
-        self.trace_own_line(true);
+        trace::prefetch_write(self.hdr.class, self as *const Self as usize, self.hdr.model);
     }
 
-    /// An access of the count's line that is not the lock's own, on the lock's instance.
+    /// A read of the count's line: a field beside it, or the count itself before a
+    /// compare-and-exchange.
     #[inline]
-    fn trace_own_line(&self, write: bool) {
-        if trace::active() {
-            trace::line(
-                self.hdr.class,
-                self as *const Self as usize,
-                LockModel::RwSem,
-                write,
-                trace::Sym::Here,
-            );
-        }
+    fn trace_count_read(&self) {
+        trace::line(
+            self.hdr.class,
+            self as *const Self as usize,
+            self.hdr.model,
+            false,
+            trace::Sym::Here,
+        );
     }
 
     /// Acquires a read lock only if no writer holds or waits (`down_read_trylock`).
     #[inline]
     pub fn try_read(&self) -> Option<RwSemReadGuard<'_, T>> {
-        self.try_read_traced(false)
-    }
-
-    /// [`RwSem::try_read`] right after a `prefetchw` of the count's line (x86's page-fault
-    /// entry, `prefetchw(&mm->mmap_lock)`, a few dozen instructions before the fault's
-    /// `mmap_read_trylock`): the trylock's read finds the line the prefetch asked for
-    /// exclusive, so the read and the exchange cost one fetch of the line for writing, which
-    /// the acquisition's own atomic already is: no read is recorded.
-    #[inline]
-    pub fn try_read_prefetched(&self) -> Option<RwSemReadGuard<'_, T>> {
-        self.try_read_traced(true)
-    }
-
-    #[inline]
-    fn try_read_traced(&self, prefetched: bool) -> Option<RwSemReadGuard<'_, T>> {
         if self.forced_to_fail(Access::Shared) {
             return None;
         }
         // `down_read_trylock` reads the count before its compare-and-exchange: under
         // contention that read fetches the line shared and the exchange must then invalidate
-        // the other copies, a second transfer the replay's coherence model charges.
-        if !prefetched {
-            trace::line(
-                self.hdr.class,
-                self as *const Self as usize,
-                self.hdr.model,
-                false,
-                trace::Sym::Here,
-            );
-        }
+        // the other copies, a second transfer the replay's coherence model charges (both are
+        // served by a prefetch for writing of the line still on its way).
+        self.trace_count_read();
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
             if cur & READ_FAIL_MASK != 0 {

@@ -225,6 +225,11 @@ pub enum Kind {
     /// symbolic reference names ([`Sym`]): what the replay's coherence model costs by who
     /// touched that line last.
     Line { write: bool, sym: Sym },
+    /// A prefetch for writing (`prefetchw`) of the shared line at the instance: the line is
+    /// asked for exclusive, taking it from the other CPUs' caches as a store would, but the
+    /// CPU goes on while it travels. Only a later access of the same line waits, for what is
+    /// left of the transfer, or for a new one if another CPU took the line meanwhile.
+    Prefetch,
 }
 
 /// Which cache line a [`Kind::Line`] event touches, relative to its instance.
@@ -440,6 +445,15 @@ pub fn atomic(class: &'static LockClass, instance: usize) {
 pub fn line(class: &'static LockClass, instance: usize, model: LockModel, write: bool, sym: Sym) {
     if active() && class.scope.is_shared() {
         push(Kind::Line { write, sym }, class, instance, model);
+    }
+}
+
+/// A prefetch for writing of the shared line at `instance` ([`Kind::Prefetch`]); `model` is
+/// the instance's lock algorithm when the line is a lock word.
+#[inline]
+pub fn prefetch_write(class: &'static LockClass, instance: usize, model: LockModel) {
+    if active() && class.scope.is_shared() {
+        push(Kind::Prefetch, class, instance, model);
     }
 }
 

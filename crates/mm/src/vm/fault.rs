@@ -281,18 +281,17 @@ impl FaultCtx<'_> {
         // anything else (`prefetchw(&mm->mmap_lock)`: x86's `exc_page_fault`, earlier
         // `__do_page_fault`; ia64's `ia64_do_page_fault`, "mmap_sem is performance
         // critical"), whichever lock the fault then takes: a write-intent fetch that takes the
-        // line from the other CPUs, as a store would. A fault that goes straight to mmap_lock
-        // reaches it a few dozen instructions later, while the prefetch is still in flight:
-        // its trylock's read hits the prefetched line and its exchange (or ia64's
-        // `down_read` add) is that same fetch, which the acquisition's atomic stands for.
-        // A fault that tries a per-VMA lock first does its VMA lookup meanwhile, and its
-        // `pgd` read finds the line where the prefetches of all faulting CPUs left it.
+        // line from the other CPUs, as a store would, while the CPU goes on. A fault that
+        // goes straight to mmap_lock reaches it a few dozen instructions later: its trylock's
+        // read and exchange (or ia64's `down_read` add) complete with the prefetched line if
+        // it is still on its way, and are ordinary accesses if it has arrived (a transfer of
+        // their own if another CPU took it since). A fault that tries a per-VMA lock first
+        // never waits for this line unless it reads a field beside the lock
+        // (`mm.mmap_lock_line_reads`), long after the prefetch.
         // Lock-free faults (`rcu-vma`, Bonsai) are left without it: the design's point is a
         // fault that writes no line other faulting CPUs write, and an mm-wide prefetch for
         // writing is exactly such a line (as range-vm's path, above, has none either).
-        let direct = self.k.vma_lock_kind().is_none();
-        let lockless = self.k.vma_lock_kind() == Some(VmaLockKind::Rcu);
-        if !direct && !lockless {
+        if self.k.vma_lock_kind() != Some(VmaLockKind::Rcu) {
             self.mm.mmap_lock.trace_line_prefetch_write();
         }
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
@@ -326,12 +325,10 @@ impl FaultCtx<'_> {
         // x86 tries the lock before it waits for it (`mm.mmap_read_trylock`): the trylock's
         // read of the count before its exchange is a line access `down_read` does not make.
         let _r = if self.k.policy().mm.mmap_read_trylock {
-            let tried = if direct {
-                self.mm.mmap_lock.try_read_prefetched()
-            } else {
-                self.mm.mmap_lock.try_read()
-            };
-            tried.unwrap_or_else(|| self.mm.mmap_lock.read())
+            self.mm
+                .mmap_lock
+                .try_read()
+                .unwrap_or_else(|| self.mm.mmap_lock.read())
         } else {
             self.mm.mmap_lock.read()
         };
