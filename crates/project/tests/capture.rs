@@ -17,12 +17,22 @@ fn classes(t: &Trace) -> Vec<&str> {
     v
 }
 
+/// Captures time their windows, and a capture running in another thread of this process slows
+/// them: while any thread records, every thread's trace hooks pass the one shared `active` flag
+/// and look for a recording buffer of their own. The tests of this file take turns.
+static CAPTURES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_capture_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    CAPTURES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
 #[test]
 fn page_fault1_traces_whole_iterations_of_shared_events() {
+    let _turn = one_capture_at_a_time();
     let p = profiles::load("mm-unstable-20230210").unwrap();
     let mut spec = CaptureSpec::new(WorkloadKind::PageFault1, p.clone(), 16);
     spec.cycles = 1;
@@ -143,6 +153,7 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
 
 #[test]
 fn pft_with_per_vma_locks_shares_its_one_vma_between_threads() {
+    let _turn = one_capture_at_a_time();
     let p = profiles::load("pvl-v2").unwrap();
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
     spec.pft_bytes = 16 << 20;
@@ -190,6 +201,7 @@ fn pft_with_per_vma_locks_shares_its_one_vma_between_threads() {
 /// segment per trylock of the recorded window, each ending with the fallback lock's release.
 #[test]
 fn the_capture_records_the_engines_fallback_for_a_failed_trylock() {
+    let _turn = one_capture_at_a_time();
     let p = profiles::load("pvl-v2").unwrap();
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
     spec.pft_bytes = 16 << 20;
@@ -291,6 +303,7 @@ fn the_capture_records_the_engines_fallback_for_a_failed_trylock() {
 /// companion nothing is shared.
 #[test]
 fn pft_companion_shares_the_boundary_pte_table() {
+    let _turn = one_capture_at_a_time();
     let p = profiles::load("linux-6.7").unwrap();
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 8);
     assert_eq!(spec.companions, 0, "no companion unless asked for");
@@ -317,6 +330,7 @@ fn pft_companion_shares_the_boundary_pte_table() {
 
 #[test]
 fn netpipe_is_refused_by_the_one_task_capture() {
+    let _turn = one_capture_at_a_time();
     // netpipe is projected, but as a pair per send size, not through the one-task capture
     // (every other workload has a shape there since round 21).
     let p = profiles::load("linux-6.7").unwrap();
@@ -333,6 +347,7 @@ fn netpipe_is_refused_by_the_one_task_capture() {
 /// keeps one resource per lock (it keys resources by instance); large-zone-batch has none.
 #[test]
 fn lru_batch_locks_are_recorded_one_instance_per_lock() {
+    let _turn = one_capture_at_a_time();
     let trace_of = |name: &str| {
         let mut spec =
             CaptureSpec::new(WorkloadKind::PageFault1, profiles::load(name).unwrap(), 16);
@@ -370,6 +385,7 @@ fn lru_batch_locks_are_recorded_one_instance_per_lock() {
 /// fallback class (pvl-v2: the per-VMA lock and the pcp lock).
 #[test]
 fn a_pft_capture_records_its_preemption_guard() {
+    let _turn = one_capture_at_a_time();
     let p = profiles::load("pvl-v2").unwrap();
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, p, 4);
     spec.pft_bytes = 4 << 20;

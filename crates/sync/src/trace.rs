@@ -344,11 +344,14 @@ pub fn stop() -> Vec<Event> {
 #[cold]
 #[inline(never)]
 fn push(kind: Kind, class: &'static LockClass, instance: usize, model: LockModel) {
-    let t = now();
     BUF.with(|b| {
+        // The clock is read only by a thread that records: while one thread records, every
+        // other thread's hooks come here too (`active` is one flag for all), and a clock read
+        // each would slow their untimed work, such as another capture's untraced window.
         if let Ok(mut b) = b.0.try_borrow_mut()
             && let Some(v) = b.as_mut()
         {
+            let t = now();
             v.push(Event {
                 t,
                 kind,
