@@ -290,6 +290,7 @@ struct Cpu {
     /// settled), when the line arrives, and whether an access was served by it
     /// ([`Sim::prefetch_claim`]).
     prefetched: u32,
+    prefetch_from: u64,
     prefetch_at: u64,
     prefetch_used: bool,
 }
@@ -441,6 +442,27 @@ fn push_after_compute(out: &mut Vec<Op>, pending: &mut f64, op: Option<Op>) {
         *pending = 0.0;
     }
     out.extend(op);
+}
+
+/// A trylock's read of its lock word and its exchange are adjacent instructions in the kernel
+/// (`__down_read_trylock`: `atomic_long_read`, then `atomic_long_try_cmpxchg_acquire`); what the
+/// engine computes between the two recorded events is its own bookkeeping (the exchange loop,
+/// lock statistics, the recorder). So when `acquire`, a successful trylock's acquisition, comes
+/// right after a read of its own lock's line with compute in between, that compute is moved
+/// before the read: the exchange then follows the read as it does on hardware, and finds the
+/// line the read brought unless another CPU's request was due first.
+fn trylock_read_next_to_exchange(out: &mut Vec<Op>, pending: &mut f64, acquire: Op) {
+    let r = match acquire {
+        Op::Acquire(r, _) | Op::Try(r, _, _) => r,
+        _ => return,
+    };
+    if *pending > 0.0
+        && let Some(&Op::Line(l, false, Sym::Here)) = out.last()
+        && l == r
+    {
+        let read = out.pop().expect("matched above");
+        push_after_compute(out, pending, Some(read));
+    }
 }
 
 fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) -> Option<Op> {
@@ -663,6 +685,9 @@ impl<'a> Replay<'a> {
                     ref e => event_op(e, &mut map, flush),
                 };
                 if let Some(op) = op {
+                    if let Event::Acquire { trylock: true, .. } = *e {
+                        trylock_read_next_to_exchange(&mut prog, &mut pending, op);
+                    }
                     push_after_compute(&mut prog, &mut pending, Some(op));
                     match op {
                         Op::Acquire(..) | Op::Try(..) => depth += 1,
@@ -704,6 +729,9 @@ impl<'a> Replay<'a> {
                             }
                             ref e => event_op(e, &mut map, flush),
                         };
+                        if let (Some(o), Event::Acquire { trylock: true, .. }) = (op, *e) {
+                            trylock_read_next_to_exchange(&mut alt_ops, &mut pending, o);
+                        }
                         if op.is_some() {
                             push_after_compute(&mut alt_ops, &mut pending, op);
                         }
@@ -953,6 +981,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 run_end: 0,
                 wait_end: 0,
                 prefetched: NONE,
+                prefetch_from: 0,
                 prefetch_at: 0,
                 prefetch_used: false,
             });
@@ -1080,15 +1109,19 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// writer, or the invalidation of its sharers: [`crate::coherence`]) and keeps it busy for
     /// the atomic itself.
     fn line_access(&mut self, ri: usize, cpu: usize, t: u64, acquire: bool) -> u64 {
-        if let Some(at) = self.prefetch_claim(ri, cpu, t) {
-            // Served by this CPU's own prefetch: the atomic completes as the line arrives,
-            // and keeps it for its own length before the requests queued behind it.
+        if let Some((at, queued)) = self.prefetch_claim(ri, cpu, t) {
+            // Served by this CPU's own prefetch: the atomic completes as the line arrives.
+            // Its own length is added to the line's occupancy after the requests already
+            // queued (they were computed before it; the difference is one atomic).
             let r = self.r;
             let res = &mut self.res[ri];
             res.busy_until = res.busy_until.max(at).saturating_add(r.atomic_ps);
+            let s = &mut self.stats[res.class];
             if acquire {
-                self.stats[res.class].acquisitions += 1;
+                s.acquisitions += 1;
+                s.contended += u64::from(queued > 0);
             }
+            s.wait_ns += queued as f64 / 1000.0;
             return at;
         }
         let r = self.r;
@@ -1111,6 +1144,14 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// without waiting for it ([`Sim::prefetch_claim`] serves its accesses meanwhile).
     fn prefetch(&mut self, ri: usize, cpu: usize, t: u64) {
         let c = &self.cpus[cpu];
+        if c.prefetched == ri as u32 && t < c.prefetch_at {
+            // The line is already on its way here: a core keeps one request per line in
+            // flight, and a second prefetch of it is merged into the first. (Without this a
+            // CPU whose faults never wait for the line would queue a request per fault, and
+            // the line's queue would grow without bound.)
+            self.stats[self.res[ri].class].prefetches += 1;
+            return;
+        }
         if c.prefetched != NONE {
             // One prefetch outstanding per CPU is all the traces hold; an earlier one is
             // settled as it stands.
@@ -1127,6 +1168,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         s.line_events += 1;
         let c = &mut self.cpus[cpu];
         c.prefetched = ri as u32;
+        c.prefetch_from = start;
         c.prefetch_at = start.saturating_add(x);
         c.prefetch_used = false;
     }
@@ -1140,16 +1182,17 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// line meanwhile. An access issued after the arrival is an ordinary one; it ends the
     /// claim, and when the line has been taken away by then the prefetch served nothing
     /// ([`ClassStats::prefetches_lost`]).
-    fn prefetch_claim(&mut self, ri: usize, cpu: usize, t: u64) -> Option<u64> {
+    ///
+    /// Returns the arrival and how long of the wait was the prefetch's turn behind other
+    /// CPUs' requests (what an ordinary access would have counted as waiting for the line).
+    fn prefetch_claim(&mut self, ri: usize, cpu: usize, t: u64) -> Option<(u64, u64)> {
         let c = &mut self.cpus[cpu];
         if c.prefetched != ri as u32 {
             return None;
         }
         if t <= c.prefetch_at {
             c.prefetch_used = true;
-            let s = &mut self.stats[self.res[ri].class];
-            s.line_ns += (c.prefetch_at - t) as f64 / 1000.0;
-            return Some(c.prefetch_at);
+            return Some((c.prefetch_at, c.prefetch_from.saturating_sub(t)));
         }
         self.prefetch_end(ri, cpu);
         None
@@ -1176,10 +1219,12 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// transfer ([`crate::coherence`]).
     fn line_op(&mut self, ri: usize, cpu: usize, t: u64, write: bool, sym: Sym) -> u64 {
         if sym == Sym::Here
-            && let Some(at) = self.prefetch_claim(ri, cpu, t)
+            && let Some((at, queued)) = self.prefetch_claim(ri, cpu, t)
         {
             let s = &mut self.stats[self.res[ri].class];
+            s.wait_ns += queued as f64 / 1000.0;
             s.line_events += 1;
+            s.line_ns += (at - t) as f64 / 1000.0;
             return at;
         }
         let r = self.r;
@@ -2179,6 +2224,80 @@ ipi_handler_ns = 500.0
                 "it served the trylock"
             );
         });
+    }
+
+    /// A core keeps one request per line in flight: a CPU prefetching a line already on its
+    /// way to it adds no request, and the line's queue does not grow by one per fault of a
+    /// CPU that never waits for the line.
+    #[test]
+    fn a_second_prefetch_of_a_line_in_flight_is_merged_into_the_first() {
+        with_sim(RwsemAlgo::SpinWritersHandoff, |sim| {
+            sim.line_access(0, 1, 0, false);
+            sim.prefetch(0, 0, 10 * NS);
+            sim.prefetch(0, 0, 20 * NS);
+            assert_eq!(sim.res[0].busy_until, 10 * NS + X, "no second request queued");
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!(s.prefetches, 2);
+            // Once the line has arrived, a prefetch is a request again (here a hit).
+            sim.prefetch(0, 0, 100 * NS);
+            assert_eq!(sim.cpus[0].prefetch_at, 100 * NS, "the line is here already");
+            assert_eq!(sim.stats[sim.res[0].class].prefetches, 3);
+        });
+    }
+
+    /// The compute the engine records between a trylock's read of its lock word and the
+    /// exchange is moved before the read: the two are adjacent instructions in the kernel.
+    /// A read of the line followed by something else keeps its place.
+    #[test]
+    fn a_trylocks_read_is_compiled_next_to_its_exchange() {
+        let mut t = trace(RwsemAlgo::SpinWritersHandoff);
+        let read = Event::Line {
+            inst: 0,
+            write: false,
+            sym: Sym::Here,
+        };
+        t.events = vec![
+            Event::Compute { ns: 50.0 },
+            read,
+            Event::Compute { ns: 7.0 },
+            Event::Acquire {
+                inst: 0,
+                shared: true,
+                trylock: true,
+            },
+            Event::Compute { ns: 100.0 },
+            read,
+            Event::Compute { ns: 9.0 },
+            Event::Release {
+                inst: 0,
+                shared: true,
+            },
+            Event::Ops { n: 1 },
+        ];
+        let m = machine();
+        let spec = ReplaySpec {
+            tasks: 2,
+            threads: true,
+            seed: 1,
+            samples: 1,
+            ops_per_cpu: None,
+        };
+        let r = Replay::new(&m, &t, spec).unwrap();
+        let ops: Vec<String> = r.progs[0].iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(
+            ops,
+            [
+                "Compute(50000)",
+                "Compute(7000)",
+                "Line(0, false, Here)",
+                "Acquire(0, true)",
+                "Compute(100000)",
+                "Line(0, false, Here)",
+                "Compute(9000)",
+                "Release(0, true)",
+                "Ops(1)",
+            ]
+        );
     }
 
     /// A TLB shootdown's IPI reaches every running CPU, but a CPU spinning for a lock runs
