@@ -51,7 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(how) = std::env::var_os("REPLAY_PREFETCH_AS") {
         // What the prefetches for writing add, on one capture: `none` drops them, `write`
-        // replays each as a plain write the CPU waits for (traces of format 3).
+        // replays each as a plain write the CPU waits for (what format 3 did for faults that
+        // try a per-VMA lock first; it recorded none for faults that go straight to mmap_lock).
         let write = match how.to_str() {
             Some("none") => false,
             Some("write") => true,

@@ -2235,12 +2235,20 @@ ipi_handler_ns = 500.0
             sim.line_access(0, 1, 0, false);
             sim.prefetch(0, 0, 10 * NS);
             sim.prefetch(0, 0, 20 * NS);
-            assert_eq!(sim.res[0].busy_until, 10 * NS + X, "no second request queued");
+            assert_eq!(
+                sim.res[0].busy_until,
+                10 * NS + X,
+                "no second request queued"
+            );
             let s = &sim.stats[sim.res[0].class];
             assert_eq!(s.prefetches, 2);
             // Once the line has arrived, a prefetch is a request again (here a hit).
             sim.prefetch(0, 0, 100 * NS);
-            assert_eq!(sim.cpus[0].prefetch_at, 100 * NS, "the line is here already");
+            assert_eq!(
+                sim.cpus[0].prefetch_at,
+                100 * NS,
+                "the line is here already"
+            );
             assert_eq!(sim.stats[sim.res[0].class].prefetches, 3);
         });
     }
