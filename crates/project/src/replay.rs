@@ -2308,6 +2308,45 @@ ipi_handler_ns = 500.0
         );
     }
 
+    /// Through a whole replay: two CPUs that prefetch one line and compute, and never touch
+    /// the line otherwise, run at their compute's pace. The line moves between them at every
+    /// prefetch, but neither waits for it (a write in its place would cost each op a
+    /// transfer: 1000 ns of compute plus 50).
+    #[test]
+    fn cpus_that_only_prefetch_a_line_run_at_their_computes_pace() {
+        let run = |first: Event| {
+            let mut t = trace(RwsemAlgo::SpinWritersHandoff);
+            t.events = vec![first, Event::Compute { ns: 1000.0 }, Event::Ops { n: 1 }]
+                .into_iter()
+                .cycle()
+                .take(3 * 64)
+                .collect();
+            let spec = ReplaySpec {
+                tasks: 2,
+                threads: true,
+                seed: 1,
+                samples: 1,
+                ops_per_cpu: None,
+            };
+            let m = machine();
+            let out = Replay::new(&m, &t, spec).unwrap().run(1).unwrap();
+            (out.samples[0], out.classes[0].prefetches)
+        };
+        let (rate, prefetches) = run(Event::Prefetch { inst: 0 });
+        // (The CPUs' starts are staggered a little, hence 1% and not exactly 2 M.)
+        assert!((rate / 2e6 - 1.0).abs() < 1e-2, "{rate} ops/s");
+        assert_eq!(prefetches, 128);
+        let (stalled, _) = run(Event::Line {
+            inst: 0,
+            write: true,
+            sym: Sym::Here,
+        });
+        assert!(
+            (rate / stalled - 1050.0 / 1000.0).abs() < 5e-3,
+            "{rate} ops/s prefetching, {stalled} with a write in its place"
+        );
+    }
+
     /// A TLB shootdown's IPI reaches every running CPU, but a CPU spinning for a lock runs
     /// the handler in place of spinning: its wait absorbs it, and it does not carry the
     /// handler into the critical section it was waiting for (which, at hundreds of CPUs
