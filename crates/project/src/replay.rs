@@ -286,13 +286,21 @@ struct Cpu {
     /// CPU until `wait_end`.
     run_end: u64,
     wait_end: u64,
-    /// The resource whose line this CPU prefetched for writing last ([`NONE`]: none, or
-    /// settled), when the line arrives, and whether an access was served by it
-    /// ([`Sim::prefetch_claim`]).
-    prefetched: u32,
-    prefetch_from: u64,
-    prefetch_at: u64,
-    prefetch_used: bool,
+    /// This CPU's last prefetch for writing, until it is settled ([`Sim::prefetch_claim`]).
+    prefetch: Option<InFlight>,
+}
+
+/// A prefetch for writing on its way to (or arrived at) its CPU.
+#[derive(Clone, Copy)]
+struct InFlight {
+    /// The resource whose line was prefetched.
+    res: u32,
+    /// When the request's turn at the line came (after the requests queued before it).
+    from: u64,
+    /// When the line arrives.
+    at: u64,
+    /// Whether an access of the CPU was served by it.
+    used: bool,
 }
 
 struct Bus {
@@ -980,10 +988,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 write_from: 0,
                 run_end: 0,
                 wait_end: 0,
-                prefetched: NONE,
-                prefetch_from: 0,
-                prefetch_at: 0,
-                prefetch_used: false,
+                prefetch: None,
             });
             heap.push(Reverse((start, i as u32)));
         }
@@ -1143,8 +1148,8 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// line busy, and the line is this CPU's once it arrives; but the CPU goes on at `t`
     /// without waiting for it ([`Sim::prefetch_claim`] serves its accesses meanwhile).
     fn prefetch(&mut self, ri: usize, cpu: usize, t: u64) {
-        let c = &self.cpus[cpu];
-        if c.prefetched == ri as u32 && t < c.prefetch_at {
+        let pending = self.cpus[cpu].prefetch;
+        if pending.is_some_and(|p| p.res == ri as u32 && t < p.at) {
             // The line is already on its way here: a core keeps one request per line in
             // flight, and a second prefetch of it is merged into the first. (Without this a
             // CPU whose faults never wait for the line would queue a request per fault, and
@@ -1152,11 +1157,10 @@ impl<'r, 'a> Sim<'r, 'a> {
             self.stats[self.res[ri].class].prefetches += 1;
             return;
         }
-        if c.prefetched != NONE {
+        if let Some(p) = pending {
             // One prefetch outstanding per CPU is all the traces hold; an earlier one is
             // settled as it stands.
-            let old = c.prefetched as usize;
-            self.prefetch_end(old, cpu);
+            self.prefetch_end(p.res as usize, cpu);
         }
         let r = self.r;
         let res = &mut self.res[ri];
@@ -1166,11 +1170,12 @@ impl<'r, 'a> Sim<'r, 'a> {
         let s = &mut self.stats[res.class];
         s.prefetches += 1;
         s.line_events += 1;
-        let c = &mut self.cpus[cpu];
-        c.prefetched = ri as u32;
-        c.prefetch_from = start;
-        c.prefetch_at = start.saturating_add(x);
-        c.prefetch_used = false;
+        self.cpus[cpu].prefetch = Some(InFlight {
+            res: ri as u32,
+            from: start,
+            at: start.saturating_add(x),
+            used: false,
+        });
     }
 
     /// Whether `cpu`'s access at `t` of resource `ri`'s line is served by its own prefetch:
@@ -1186,13 +1191,13 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// Returns the arrival and how long of the wait was the prefetch's turn behind other
     /// CPUs' requests (what an ordinary access would have counted as waiting for the line).
     fn prefetch_claim(&mut self, ri: usize, cpu: usize, t: u64) -> Option<(u64, u64)> {
-        let c = &mut self.cpus[cpu];
-        if c.prefetched != ri as u32 {
+        let p = self.cpus[cpu].prefetch.as_mut()?;
+        if p.res != ri as u32 {
             return None;
         }
-        if t <= c.prefetch_at {
-            c.prefetch_used = true;
-            return Some((c.prefetch_at, c.prefetch_from.saturating_sub(t)));
+        if t <= p.at {
+            p.used = true;
+            return Some((p.at, p.from.saturating_sub(t)));
         }
         self.prefetch_end(ri, cpu);
         None
@@ -1202,12 +1207,12 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// no access was served by it and the line is no longer this CPU's.
     fn prefetch_end(&mut self, ri: usize, cpu: usize) {
         let c = &mut self.cpus[cpu];
-        if c.prefetched != ri as u32 {
+        let Some(p) = c.prefetch.filter(|p| p.res == ri as u32) else {
             return;
-        }
-        c.prefetched = NONE;
+        };
+        c.prefetch = None;
         let res = &self.res[ri];
-        if !c.prefetch_used && !res.line.holds(cpu) {
+        if !p.used && !res.line.holds(cpu) {
             self.stats[res.class].prefetches_lost += 1;
         }
     }
@@ -2245,8 +2250,8 @@ ipi_handler_ns = 500.0
             // Once the line has arrived, a prefetch is a request again (here a hit).
             sim.prefetch(0, 0, 100 * NS);
             assert_eq!(
-                sim.cpus[0].prefetch_at,
-                100 * NS,
+                sim.cpus[0].prefetch.map(|p| p.at),
+                Some(100 * NS),
                 "the line is here already"
             );
             assert_eq!(sim.stats[sim.res[0].class].prefetches, 3);
