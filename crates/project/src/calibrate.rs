@@ -56,11 +56,41 @@ fn multiply_chain_ns(steps: u64) -> f64 {
 }
 
 /// The core clock, GHz: a dependent `or`/`imul` chain runs at 4 cycles per step; the quickest
-/// of 50 runs of 0.1 ms or so.
+/// of 50 runs of 0.1 ms or so, taken now. A draw of the moment: on a VM whose core shares its
+/// turbo budget with other tenants it read 2.09 to 2.79 GHz on one host within minutes. What
+/// scales a trace's compute is [`host_clock_ghz`].
 pub fn clock_ghz() -> f64 {
     const STEPS: u64 = 100_000;
     let ns = quickest(50, || multiply_chain_ns(STEPS));
     (4 * STEPS) as f64 / ns
+}
+
+/// The host's core clock as traces and calibrate record it: the quickest of [`clock_ghz`]'s
+/// chains over half a second (20 rounds of 10 chains, 25 ms apart), measured once per process.
+///
+/// Why not [`clock_ghz`] at each capture: the replay scales a trace's compute by its host clock
+/// over the machine's, so a clock read low makes that capture's compute shorter. On a 2-vCPU
+/// Intel Xeon VM (2026-11-28) one reading per capture gave 2.09 to 2.79 GHz while the captures'
+/// own untraced times did not follow it (linux-4.15 page_fault1 captures read at 2.09-2.37 GHz
+/// ran 962-1083 ns a fault, large-zone-batch ones read at 2.49-2.69 GHz ran 923-1316 ns): a
+/// reading of 7 ms says nothing of windows seconds away, and it made profiles differ by the
+/// draw of their readings, up to 25% of their compute. The quickest chain over half a second
+/// is the core's undisturbed clock, the counterpart of the capture's quickest untraced window
+/// (both best cases of the same host), and one figure for every capture of a process keeps
+/// the profiles of one projection on one scale.
+pub fn host_clock_ghz() -> f64 {
+    static CLOCK: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *CLOCK.get_or_init(|| {
+        const STEPS: u64 = 100_000;
+        let mut best = f64::INFINITY;
+        for round in 0..20 {
+            if round > 0 {
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            best = best.min(quickest(10, || multiply_chain_ns(STEPS)));
+        }
+        (4 * STEPS) as f64 / best
+    })
 }
 
 /// Half the round trip of a counter passed between threads on the first two allowed CPUs.
@@ -615,10 +645,11 @@ fn measure(
             1
         };
     progress("core clock");
-    let ghz = clock_ghz();
+    let ghz = host_clock_ghz();
     note(
         "cpu.ghz",
-        "measured: a dependent or/imul chain, 4 cycles a step".into(),
+        "measured: a dependent or/imul chain, 4 cycles a step, the quickest over half a second"
+            .into(),
     );
     progress("cache-line transfer between two cores");
     let core_pair = match smt {
@@ -1127,6 +1158,16 @@ mod tests {
         let g = clock_ghz();
         // Any core from 2005 to 2030, under emulation or not.
         assert!((0.2..10.0).contains(&g), "{g} GHz");
+    }
+
+    #[test]
+    fn every_trace_of_a_process_gets_one_host_clock() {
+        // The replay scales each trace's compute by this figure: two captures of one
+        // projection must not differ in it by the luck of when each read the clock.
+        let first = host_clock_ghz();
+        assert!((0.2..10.0).contains(&first), "{first} GHz");
+        let again = std::thread::spawn(host_clock_ghz).join().unwrap();
+        assert_eq!(first.to_bits(), again.to_bits());
     }
 
     #[test]

@@ -174,7 +174,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         shared_vma: true,
         kernel_cpus: spec.kernel_cpus,
         host_cpu: pagelab_bench::host::HostInfo::detect().cpu_model,
-        host_ghz: crate::calibrate::clock_ghz(),
+        host_ghz: crate::calibrate::host_clock_ghz(),
         ops: 0,
         raw_events: 0,
         overhead_ns_per_event: overhead,
