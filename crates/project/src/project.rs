@@ -254,12 +254,7 @@ pub fn replay_row(
                 per_cpu.push(r.ops_per_cpu_sec.unwrap_or(0.0));
                 for c in r.classes {
                     match classes.iter_mut().find(|x| x.name == c.name) {
-                        Some(x) => {
-                            x.acquisitions += c.acquisitions;
-                            x.contended += c.contended;
-                            x.wait_ns += c.wait_ns;
-                            x.fallbacks += c.fallbacks;
-                        }
+                        Some(x) => x.merge(&c),
                         None => classes.push(c),
                     }
                 }
