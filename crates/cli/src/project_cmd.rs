@@ -138,6 +138,11 @@ pub(crate) struct ValidateArgs {
     seed: u64,
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(64..))]
     ops_per_cpu: u64,
+    /// Replay with the machine file's `kernel.trap_ns` instead of fitting it again on this
+    /// host from the validation's own captures of the baseline (the fit `pagelab calibrate
+    /// --from-table` prints; the captured compute is this host's, the file's fit another's).
+    #[arg(long, conflicts_with = "self_check_only")]
+    trap_from_file: bool,
     /// Also write the reports as JSON here.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -527,6 +532,7 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                 a.captures as usize,
                 a.seed,
                 a.ops_per_cpu,
+                !a.trap_from_file,
                 &mut progress_printer(&what),
                 &stop,
             )
@@ -550,8 +556,16 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
         }
         if summary_only {
             let how = format!(
-                "--samples {} --captures {} --ops-per-cpu {} --seed {}",
-                a.samples, a.captures, a.ops_per_cpu, a.seed
+                "--samples {} --captures {} --ops-per-cpu {} --seed {}{}",
+                a.samples,
+                a.captures,
+                a.ops_per_cpu,
+                a.seed,
+                if a.trap_from_file {
+                    " --trap-from-file"
+                } else {
+                    ""
+                }
             );
             print!("{}", agreement_table(&reports, &how)?);
         } else if !all_changes.is_empty() {

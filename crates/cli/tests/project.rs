@@ -225,6 +225,13 @@ fn validation_prints_rows_changes_and_a_summary() {
         out.contains("left out of these summaries: mm-unstable-20230210 threads 1 faults/cpu"),
         "{out}"
     );
+    // The one fitted number is fitted again from these captures, its arithmetic printed.
+    assert!(
+        out.contains(
+            "kernel.trap_ns refitted on this host: mm-unstable-20230210 threads 1 task faults/sec published 1112.62 ns, replayed without a trap"
+        ),
+        "{out}"
+    );
     // --json carries the same summaries, per table and overall.
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -241,9 +248,19 @@ fn validation_prints_rows_changes_and_a_summary() {
         j["all-tables"]["beyond_noise"]["changes"], b["changes"],
         "{j}"
     );
+    let trap = &t["trap"];
+    assert_eq!(trap["file_ns"], 690.0, "{trap}");
+    let refit = trap["refit"]["trap_ns"].as_f64().unwrap();
+    let replayed = trap["refit"]["replayed_ns"].as_f64().unwrap();
+    assert_eq!(refit, (1112.62f64 - replayed).round(), "{trap}");
     fails(
         &d.db(),
         &["validate", "--table", "nope"],
         "unknown published table `nope`",
+    );
+    fails(
+        &d.db(),
+        &["validate", "--self-check-only", "--trap-from-file"],
+        "cannot be used with",
     );
 }

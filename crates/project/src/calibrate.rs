@@ -1033,11 +1033,8 @@ pub fn replay_untrapped_ns(
     progress: &mut dyn FnMut(crate::project::Progress<'_>),
     stop: &AtomicBool,
 ) -> Result<f64, ProjectError> {
-    let row = fitted_rows(table)?.remove(0);
     let e = pagelab_bench::experiments::load(table.experiment)?;
-    let mut machine = Machine::load(table.machine)?;
-    machine.kernel.trap_ns = 0.0;
-    machine.calibration = None;
+    let machine = Machine::load(table.machine)?;
     let profile = e.profiles[0].clone();
     let mut best = f64::INFINITY;
     for i in 0..FIT_CAPTURES {
@@ -1054,18 +1051,53 @@ pub fn replay_untrapped_ns(
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        let r =
-            crate::project::replay_row(&machine, &trace, row.mode, 1, samples, seed, ops_per_cpu)?;
+        best = best.min(untrapped_ns(
+            table,
+            &machine,
+            std::slice::from_ref(&trace),
+            samples,
+            seed,
+            ops_per_cpu,
+        )?);
         progress(crate::project::Progress::Replayed {
             done: i + 1,
             total: FIT_CAPTURES,
         });
+    }
+    Ok(best)
+}
+
+/// The quickest of `traces` (captures of `table`'s baseline profile) replayed as `table`'s
+/// fitted row on `machine` with `kernel.trap_ns = 0`, ns per operation: what [`trap_fit`]
+/// takes, whether the captures are calibrate's own or a validation's.
+pub fn untrapped_ns(
+    table: &Published,
+    machine: &Machine,
+    traces: &[crate::trace::Trace],
+    samples: usize,
+    seed: u64,
+    ops_per_cpu: u64,
+) -> Result<f64, ProjectError> {
+    let row = fitted_rows(table)?.remove(0);
+    let mut machine = machine.clone();
+    machine.kernel.trap_ns = 0.0;
+    machine.calibration = None;
+    let mut best = f64::INFINITY;
+    for trace in traces {
+        let r =
+            crate::project::replay_row(&machine, trace, row.mode, 1, samples, seed, ops_per_cpu)?;
         let (_, _, v) = r
             .metrics
             .iter()
             .find(|(m, _, _)| *m == row.metric)
             .ok_or_else(|| ProjectError::Replay(format!("the replay gives no `{}`", row.metric)))?;
         best = best.min(1e9 / pagelab_bench::stats::hmean(v));
+    }
+    if !best.is_finite() {
+        return Err(ProjectError::Replay(format!(
+            "no capture of {}'s baseline to fit kernel.trap_ns to",
+            table.name
+        )));
     }
     Ok(best)
 }
@@ -1158,6 +1190,64 @@ mod tests {
         let g = clock_ghz();
         // Any core from 2005 to 2030, under emulation or not.
         assert!((0.2..10.0).contains(&g), "{g} GHz");
+    }
+
+    /// A validation refits `trap_ns` from its own captures of the baseline: the quickest of
+    /// them replayed without a trap, less nothing else, is what the fit subtracts.
+    #[test]
+    fn the_untrapped_time_is_the_quickest_capture_replayed_without_a_trap() {
+        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
+        let table = crate::validate::published("pft-single-vma-2023").unwrap();
+        let machine = Machine::load(table.machine).unwrap();
+        // Two faults of `ns` compute each, captured at the machine's own clock (scale 1); the
+        // machine's trap is not zero, and must not count.
+        assert!(machine.kernel.trap_ns > 0.0);
+        let trace = |ns: f64| Trace {
+            meta: TraceMeta {
+                workload: "pft".into(),
+                profile: "mm-unstable-20230210".into(),
+                profile_toml: String::new(),
+                op_unit: "faults".into(),
+                window: Window::Once,
+                pinning: Pinning::Spread,
+                shared_vma: true,
+                kernel_cpus: machine.nr_cpus(),
+                host_cpu: "test".into(),
+                host_ghz: machine.cpu.ghz,
+                ops: 2,
+                raw_events: 0,
+                overhead_ns_per_event: 0.0,
+                traced_ns: 1.0,
+                untraced_ns: 1.0,
+                untraced_write_ns: None,
+                event_cost_ns: None,
+                compute_scale: 1.0,
+                guard: None,
+            },
+            instances: Vec::new(),
+            events: vec![
+                Event::Trap,
+                Event::Compute { ns },
+                Event::Ops { n: 1 },
+                Event::Trap,
+                Event::Compute { ns },
+                Event::Ops { n: 1 },
+            ],
+            fallbacks: Vec::new(),
+        };
+        let ns = untrapped_ns(
+            &table,
+            &machine,
+            &[trace(700.0), trace(500.0), trace(600.0)],
+            2,
+            1,
+            64,
+        )
+        .unwrap();
+        assert!((ns - 500.0).abs() < 1e-6, "{ns} ns per fault");
+        let fit = trap_fit(&table, ns).unwrap();
+        assert_eq!(fit.trap_ns, (fit.published_ns - 500.0).round());
+        assert!(untrapped_ns(&table, &machine, &[], 2, 1, 64).is_err());
     }
 
     #[test]

@@ -33,7 +33,7 @@ use serde::Serialize;
 
 use crate::error::ProjectError;
 use crate::machine::Machine;
-use crate::project::{Progress, ProjRow, ProjectSpec, project};
+use crate::project::{Progress, ProjRow, ProjectSpec, capture_all, project_traces};
 
 /// Which mean a published table gives, so that the projection is compared on the same one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -418,6 +418,8 @@ pub struct TableReport {
     pub mean: MeanKind,
     /// Captures of each profile, each replayed.
     pub captures: usize,
+    /// The `kernel.trap_ns` the rows were replayed with, and where it came from.
+    pub trap: TrapSource,
     pub rows: Vec<Compared>,
     pub changes: Vec<Change>,
     pub summary: Summaries,
@@ -444,6 +446,7 @@ impl TableReport {
             self.captures,
             if self.captures == 1 { "" } else { "s" }
         );
+        let _ = writeln!(s, "  {}", self.trap.render(self.captures));
         for (profile, g) in &self.guards {
             let _ = writeln!(
                 s,
@@ -642,7 +645,52 @@ pub fn compare_table(
     Ok((compared, changes))
 }
 
+/// Where a validation's `kernel.trap_ns` came from.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrapSource {
+    /// The machine file's value (fitted on the host its `[calibration]` names).
+    pub file_ns: f64,
+    /// The fit redone on this host from the validation's own captures of the baseline, when
+    /// it was ([`validate_table`]'s `refit_trap`); the rows were then replayed with it.
+    pub refit: Option<crate::calibrate::TrapFit>,
+}
+
+impl TrapSource {
+    /// The value the rows were replayed with.
+    pub fn used_ns(&self) -> f64 {
+        self.refit.as_ref().map_or(self.file_ns, |f| f.trap_ns)
+    }
+
+    fn render(&self, captures: usize) -> String {
+        match &self.refit {
+            Some(f) => format!(
+                "kernel.trap_ns refitted on this host: {row} published {p:.2} ns, replayed without a trap {r:.1} ns (the quickest of {captures} capture{s}), trap {t} ns (the machine file holds {file}, fitted where it was calibrated)",
+                row = f.row,
+                p = f.published_ns,
+                r = f.replayed_ns,
+                s = if captures == 1 { "" } else { "s" },
+                t = f.trap_ns,
+                file = self.file_ns,
+            ),
+            None => format!(
+                "kernel.trap_ns {} ns, the machine file's (--trap-from-file)",
+                self.file_ns
+            ),
+        }
+    }
+}
+
 /// Projects one published table's experiment on its machine and compares.
+///
+/// With `refit_trap` the machine's one fitted number, `kernel.trap_ns`, is fitted again before
+/// any row is replayed, from this validation's own captures of the baseline profile, exactly
+/// as `pagelab calibrate --from-table` fits it ([`crate::calibrate::trap_fit`]): what a fault
+/// costs beyond the engine's model is the published one-task time less what the captured
+/// compute replays to, and that compute is the capture host's. The machine files hold the fit
+/// made on the host that shipped them; replayed with captures from another host, every row's
+/// level would carry the two hosts' difference (on a 2-vCPU Intel Xeon VM, the fitted rows
+/// themselves came out 17.6% low with the file's value, fitted on an AMD EPYC). The fitted rows
+/// stay out of every summary either way.
 #[allow(clippy::too_many_arguments)]
 pub fn validate_table(
     p: &Published,
@@ -650,11 +698,13 @@ pub fn validate_table(
     captures: usize,
     seed: u64,
     ops_per_cpu: u64,
+    refit_trap: bool,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
 ) -> Result<TableReport, ProjectError> {
     let e = experiments::load(p.experiment)?;
-    let machine = Machine::load(p.machine)?;
+    let mut machine = Machine::load(p.machine)?;
+    let file_ns = machine.kernel.trap_ns;
     let rows = p.rows()?;
     let workload: WorkloadKind = e.workload;
     let mut tasks: Vec<usize> = rows.iter().map(|r| r.tasks).collect();
@@ -667,7 +717,7 @@ pub fn validate_table(
         }
     }
     let profiles: Vec<Profile> = e.profiles.clone();
-    let spec = ProjectSpec {
+    let mut spec = ProjectSpec {
         machine: machine.clone(),
         workload,
         profiles,
@@ -680,7 +730,29 @@ pub fn validate_table(
         region_bytes: None,
         kvcache: None,
     };
-    let (proj, interrupted) = project(&spec, progress, stop)?;
+    let Some(traces) = capture_all(&spec, progress, stop)? else {
+        return Err(ProjectError::Interrupted);
+    };
+    let trap = TrapSource {
+        file_ns,
+        refit: if refit_trap {
+            // The baseline is the experiment's first profile, as `fitted_rows` says.
+            let replayed = crate::calibrate::untrapped_ns(
+                p,
+                &machine,
+                &traces[0],
+                samples,
+                seed,
+                spec.ops_for(1),
+            )?;
+            Some(crate::calibrate::trap_fit(p, replayed)?)
+        } else {
+            None
+        },
+    };
+    machine.kernel.trap_ns = trap.used_ns();
+    spec.machine = machine.clone();
+    let (proj, interrupted) = project_traces(&spec, traces, progress, stop)?;
     if interrupted {
         return Err(ProjectError::Interrupted);
     }
@@ -698,6 +770,7 @@ pub fn validate_table(
         machine: machine.name.clone(),
         mean: p.mean,
         captures,
+        trap,
         summary: Summaries::of(&compared, &changes),
         rows: compared,
         changes,
@@ -1548,6 +1621,10 @@ b,processes,8,faults/sec,8080,100
             machine: "m".into(),
             mean: MeanKind::Harmonic,
             captures: 1,
+            trap: TrapSource {
+                file_ns: 789.0,
+                refit: None,
+            },
             rows: Vec::new(),
             changes: Vec::new(),
             summary: Summaries::of(&[], &[]),
@@ -1572,5 +1649,19 @@ b,processes,8,faults/sec,8080,100
             "{s}"
         );
         assert!(s.contains("capture of old: no preemption guard"), "{s}");
+        assert!(
+            s.contains("kernel.trap_ns 789 ns, the machine file's (--trap-from-file)"),
+            "{s}"
+        );
+        let p = published("page_fault1-2018").unwrap();
+        let refit = TrapSource {
+            file_ns: 789.0,
+            refit: Some(crate::calibrate::trap_fit(p, 600.04).unwrap()),
+        };
+        assert_eq!(refit.used_ns(), 817.0);
+        assert_eq!(
+            refit.render(2),
+            "kernel.trap_ns refitted on this host: linux-4.15 processes 1 task faults/sec published 1417.37 ns, replayed without a trap 600.0 ns (the quickest of 2 captures), trap 817 ns (the machine file holds 789, fitted where it was calibrated)"
+        );
     }
 }
