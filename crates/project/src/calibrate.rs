@@ -1236,7 +1236,7 @@ mod tests {
             fallbacks: Vec::new(),
         };
         let ns = untrapped_ns(
-            &table,
+            table,
             &machine,
             &[trace(700.0), trace(500.0), trace(600.0)],
             2,
@@ -1245,9 +1245,9 @@ mod tests {
         )
         .unwrap();
         assert!((ns - 500.0).abs() < 1e-6, "{ns} ns per fault");
-        let fit = trap_fit(&table, ns).unwrap();
+        let fit = trap_fit(table, ns).unwrap();
         assert_eq!(fit.trap_ns, (fit.published_ns - 500.0).round());
-        assert!(untrapped_ns(&table, &machine, &[], 2, 1, 64).is_err());
+        assert!(untrapped_ns(table, &machine, &[], 2, 1, 64).is_err());
     }
 
     #[test]
