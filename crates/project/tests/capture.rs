@@ -80,13 +80,21 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
         t.meta.compute_scale
     );
     // The scaled trace adds up to the untraced window (thread CPU time), however loaded the
-    // host was while the traced window ran.
+    // host was while the traced window ran; unless the untraced windows themselves were the
+    // slow ones (their compute above the traced compute, no recording cost taken out), when
+    // the traced compute is kept and the trace adds up to less.
+    let kept_as_measured = t.meta.event_cost_ns.is_none() && t.meta.compute_scale == 1.0;
     assert!(
-        (t.host_ns() - t.meta.untraced_ns).abs() / t.meta.untraced_ns < 0.01,
-        "host {} untraced {} scale {}",
+        if kept_as_measured {
+            t.host_ns() <= t.meta.untraced_ns * 1.01
+        } else {
+            (t.host_ns() - t.meta.untraced_ns).abs() / t.meta.untraced_ns < 0.01
+        },
+        "host {} untraced {} scale {} event cost {:?}",
         t.host_ns(),
         t.meta.untraced_ns,
-        t.meta.compute_scale
+        t.meta.compute_scale,
+        t.meta.event_cost_ns
     );
     // The untraced window's writes were timed in that window, and the trace's writes take
     // their time: the traced window's clearing, slowed by the recording, is not used.
