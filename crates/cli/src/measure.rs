@@ -420,6 +420,7 @@ fn reproduce_one(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
         check(r).map_err(|e| e.to_string())?;
     }
     let plan = reproduce_cmd::plan(&e, &a.projection)?;
+    let a_trap_from_file = a.projection.trap_from_file;
     let table = reproduce_cmd::table_of(&e)?;
     let store = open_store(db)?;
     let stop = interrupt_flag();
@@ -436,7 +437,8 @@ fn reproduce_one(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     }
     let (machine, no_projection, projected_ids) = match &plan {
         reproduce_cmd::Plan::Project(spec) => {
-            let pids = reproduce_cmd::project_and_store(&store, &e, spec, &stop)?;
+            let pids =
+                reproduce_cmd::project_and_store(&store, &e, spec, !a_trap_from_file, &stop)?;
             (Some(spec.machine.name.clone()), None, pids)
         }
         reproduce_cmd::Plan::Skip(why) => (None, Some(why.clone()), Vec::new()),

@@ -25,7 +25,9 @@ use pagelab_bench::run::parse_tasks;
 use pagelab_bench::stats::{change_range, pct_change};
 use pagelab_bench::store::Store;
 use pagelab_project::machine::Machine;
-use pagelab_project::project::{ProjectSpec, default_label, project, store_projection};
+use pagelab_project::project::{
+    ProjectSpec, capture_all, default_label, project_traces, store_projection,
+};
 use pagelab_project::validate::{self, MeanKind, Published};
 use pagelab_workloads::{Mode, WorkloadKind};
 
@@ -70,6 +72,11 @@ pub(crate) struct ProjectionArgs {
     /// The projection's seed (default 1).
     #[arg(long, value_name = "S", conflicts_with = "no_project")]
     pub(crate) seed: Option<u64>,
+    /// Project with the machine file's `kernel.trap_ns`. By default an experiment that ships
+    /// its published table has it fitted again on this host from the projection's own
+    /// captures of the baseline, as `validate` does (the captured compute is this host's).
+    #[arg(long, conflicts_with = "no_project")]
+    pub(crate) trap_from_file: bool,
 }
 
 impl ProjectionArgs {
@@ -81,6 +88,7 @@ impl ProjectionArgs {
             (self.captures.is_some(), "--captures"),
             (self.ops_per_cpu.is_some(), "--ops-per-cpu"),
             (self.seed.is_some(), "--seed"),
+            (self.trap_from_file, "--trap-from-file"),
         ]
         .into_iter()
         .find_map(|(set, flag)| set.then_some(flag))
@@ -192,13 +200,21 @@ pub(crate) fn plan(e: &Experiment, a: &ProjectionArgs) -> Result<Plan, String> {
 /// Projects `spec` and stores each profile as a projected run labelled `<profile>@<machine>`
 /// (as `pagelab project` does, so that compare, plot and report find them); returns the run
 /// ids. An interruption stores what was projected, marked incomplete, and is an error.
+///
+/// With `refit_trap`, an experiment whose published table ships and was measured on the
+/// projection's machine has that machine's `kernel.trap_ns` fitted again from the baseline's
+/// captures before any row is replayed (`validate`'s refit, its arithmetic printed), so that
+/// the projected column's level is this host's fit and not the file's.
 pub(crate) fn project_and_store(
     store: &Store,
     e: &Experiment,
     spec: &ProjectSpec,
+    refit_trap: bool,
     stop: &AtomicBool,
 ) -> Result<Vec<i64>, String> {
-    let m = &spec.machine;
+    let mut spec = spec.clone();
+    let m = spec.machine.clone();
+    let m = &m;
     let what = format!("{} on {}", e.workload, m.name);
     let mut progress = |p: pagelab_project::project::Progress<'_>| match p {
         pagelab_project::project::Progress::Capturing {
@@ -212,7 +228,35 @@ pub(crate) fn project_and_store(
             eprintln!("pagelab: {what}: replayed {done}/{total} rows")
         }
     };
-    let (proj, interrupted) = project(spec, &mut progress, stop).map_err(|e| e.to_string())?;
+    let refit_from = match table_of(e)? {
+        Some(t) if refit_trap && t.machine == m.name => Some(t),
+        _ => None,
+    };
+    let (proj, interrupted) =
+        match capture_all(&spec, &mut progress, stop).map_err(|e| e.to_string())? {
+            None => (Vec::new(), true),
+            Some(traces) => {
+                if let Some(t) = refit_from {
+                    let trap = pagelab_project::validate::TrapSource::refit(
+                        t,
+                        &spec.machine,
+                        &traces[0],
+                        spec.samples,
+                        spec.seed,
+                        spec.ops_for(1),
+                    )
+                    .map_err(|e| e.to_string())?;
+                    eprintln!(
+                        "pagelab: {what}: {} (from {}; --trap-from-file keeps the file's)",
+                        trap.describe(spec.captures),
+                        t.name
+                    );
+                    spec.machine.kernel.trap_ns = trap.used_ns();
+                }
+                project_traces(&spec, traces, &mut progress, stop).map_err(|e| e.to_string())?
+            }
+        };
+    let m = &spec.machine;
     let host = serde_json::to_string(&HostInfo::detect()).ok();
     let mut ids = Vec::new();
     for p in &proj {

@@ -446,7 +446,7 @@ impl TableReport {
             self.captures,
             if self.captures == 1 { "" } else { "s" }
         );
-        let _ = writeln!(s, "  {}", self.trap.render(self.captures));
+        let _ = writeln!(s, "  {}", self.trap.describe(self.captures));
         for (profile, g) in &self.guards {
             let _ = writeln!(
                 s,
@@ -653,15 +653,44 @@ pub struct TrapSource {
     /// The fit redone on this host from the validation's own captures of the baseline, when
     /// it was ([`validate_table`]'s `refit_trap`); the rows were then replayed with it.
     pub refit: Option<crate::calibrate::TrapFit>,
+    /// Why a refit that was asked for could not be made (the replay without a trap already
+    /// as slow as the published row): the file's value was used, and the report says so.
+    pub refit_failed: Option<String>,
 }
 
 impl TrapSource {
+    /// `machine`'s `trap_ns` fitted again to `table` from `baseline`'s captures (the table's
+    /// baseline profile), or the file's value with the reason when no trap is left to fit.
+    pub fn refit(
+        table: &Published,
+        machine: &Machine,
+        baseline: &[crate::trace::Trace],
+        samples: usize,
+        seed: u64,
+        ops_per_cpu: u64,
+    ) -> Result<TrapSource, ProjectError> {
+        let replayed =
+            crate::calibrate::untrapped_ns(table, machine, baseline, samples, seed, ops_per_cpu)?;
+        let (refit, refit_failed) = match crate::calibrate::trap_fit(table, replayed) {
+            Ok(f) => (Some(f), None),
+            Err(ProjectError::Calibrate(why)) => (None, Some(why)),
+            Err(e) => return Err(e),
+        };
+        Ok(TrapSource {
+            file_ns: machine.kernel.trap_ns,
+            refit,
+            refit_failed,
+        })
+    }
+
     /// The value the rows were replayed with.
     pub fn used_ns(&self) -> f64 {
         self.refit.as_ref().map_or(self.file_ns, |f| f.trap_ns)
     }
 
-    fn render(&self, captures: usize) -> String {
+    /// One line for the user: the value used and where it came from (`captures`: how many
+    /// captures of the baseline the fit took the quickest of).
+    pub fn describe(&self, captures: usize) -> String {
         match &self.refit {
             Some(f) => format!(
                 "kernel.trap_ns refitted on this host: {row} published {p:.2} ns, replayed without a trap {r:.1} ns (the quickest of {captures} capture{s}), trap {t} ns (the machine file holds {file}, fitted where it was calibrated)",
@@ -672,10 +701,16 @@ impl TrapSource {
                 t = f.trap_ns,
                 file = self.file_ns,
             ),
-            None => format!(
-                "kernel.trap_ns {} ns, the machine file's (--trap-from-file)",
-                self.file_ns
-            ),
+            None => match &self.refit_failed {
+                Some(why) => format!(
+                    "kernel.trap_ns {} ns, the machine file's: it could not be fitted again here ({why})",
+                    self.file_ns
+                ),
+                None => format!(
+                    "kernel.trap_ns {} ns, the machine file's (--trap-from-file)",
+                    self.file_ns
+                ),
+            },
         }
     }
 }
@@ -733,22 +768,15 @@ pub fn validate_table(
     let Some(traces) = capture_all(&spec, progress, stop)? else {
         return Err(ProjectError::Interrupted);
     };
-    let trap = TrapSource {
-        file_ns,
-        refit: if refit_trap {
-            // The baseline is the experiment's first profile, as `fitted_rows` says.
-            let replayed = crate::calibrate::untrapped_ns(
-                p,
-                &machine,
-                &traces[0],
-                samples,
-                seed,
-                spec.ops_for(1),
-            )?;
-            Some(crate::calibrate::trap_fit(p, replayed)?)
-        } else {
-            None
-        },
+    let trap = if refit_trap {
+        // The baseline is the experiment's first profile, as `fitted_rows` says.
+        TrapSource::refit(p, &machine, &traces[0], samples, seed, spec.ops_for(1))?
+    } else {
+        TrapSource {
+            file_ns,
+            refit: None,
+            refit_failed: None,
+        }
     };
     machine.kernel.trap_ns = trap.used_ns();
     spec.machine = machine.clone();
@@ -1624,6 +1652,7 @@ b,processes,8,faults/sec,8080,100
             trap: TrapSource {
                 file_ns: 789.0,
                 refit: None,
+                refit_failed: None,
             },
             rows: Vec::new(),
             changes: Vec::new(),
@@ -1657,11 +1686,31 @@ b,processes,8,faults/sec,8080,100
         let refit = TrapSource {
             file_ns: 789.0,
             refit: Some(crate::calibrate::trap_fit(p, 600.04).unwrap()),
+            refit_failed: None,
         };
         assert_eq!(refit.used_ns(), 817.0);
         assert_eq!(
-            refit.render(2),
+            refit.describe(2),
             "kernel.trap_ns refitted on this host: linux-4.15 processes 1 task faults/sec published 1417.37 ns, replayed without a trap 600.0 ns (the quickest of 2 captures), trap 817 ns (the machine file holds 789, fitted where it was calibrated)"
+        );
+        // A replay already slower than the published row leaves no trap to fit: the file's
+        // value is used, and said to be.
+        let why = crate::calibrate::trap_fit(p, 2000.0).unwrap_err();
+        let failed = TrapSource {
+            file_ns: 789.0,
+            refit: None,
+            refit_failed: Some(match why {
+                ProjectError::Calibrate(w) => w,
+                e => panic!("{e}"),
+            }),
+        };
+        assert_eq!(failed.used_ns(), 789.0);
+        assert!(
+            failed.describe(2).starts_with(
+                "kernel.trap_ns 789 ns, the machine file's: it could not be fitted again here (calibrate page_fault1-2018: the replay without a trap takes 2000 ns per operation, not less than the published 1417.37"
+            ),
+            "{}",
+            failed.describe(2)
         );
     }
 }
