@@ -1196,7 +1196,7 @@ mod tests {
     /// them replayed without a trap, less nothing else, is what the fit subtracts.
     #[test]
     fn the_untrapped_time_is_the_quickest_capture_replayed_without_a_trap() {
-        use crate::trace::{Event, Pinning, Trace, TraceMeta, Window};
+        use crate::trace::{Event, Trace, TraceMeta, Window};
         let table = crate::validate::published("pft-single-vma-2023").unwrap();
         let machine = Machine::load(table.machine).unwrap();
         // Two faults of `ns` compute each, captured at the machine's own clock (scale 1); the
@@ -1206,23 +1206,12 @@ mod tests {
             meta: TraceMeta {
                 workload: "pft".into(),
                 profile: "mm-unstable-20230210".into(),
-                profile_toml: String::new(),
-                op_unit: "faults".into(),
                 window: Window::Once,
-                pinning: Pinning::Spread,
                 shared_vma: true,
                 kernel_cpus: machine.nr_cpus(),
-                host_cpu: "test".into(),
                 host_ghz: machine.cpu.ghz,
                 ops: 2,
-                raw_events: 0,
-                overhead_ns_per_event: 0.0,
-                traced_ns: 1.0,
-                untraced_ns: 1.0,
-                untraced_write_ns: None,
-                event_cost_ns: None,
-                compute_scale: 1.0,
-                guard: None,
+                ..crate::trace::tests::meta()
             },
             instances: Vec::new(),
             events: vec![

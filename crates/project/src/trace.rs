@@ -1355,7 +1355,7 @@ mod model_serde {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn meta() -> TraceMeta {
