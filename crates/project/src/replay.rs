@@ -1944,7 +1944,8 @@ impl<'r, 'a> Sim<'r, 'a> {
             }
         }
         // A prefetch still claimed when the run stops is settled as an access would settle it,
-        // so that `prefetches_lost` counts every prefetch that served nothing.
+        // so that `prefetches_lost` also counts a last prefetch whose line another CPU has taken
+        // by then. (One whose line is still here, and one merged into another, are not lost.)
         for c in 0..self.cpus.len() {
             if let Some(p) = self.cpus[c].prefetch {
                 self.prefetch_end(p.res as usize, c);

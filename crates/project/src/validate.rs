@@ -13,7 +13,8 @@
 //! summarised apart: a sign within the noise says little about the model.
 //!
 //! The baseline profile's one-task rows are where the machine's `trap_ns` is fitted (the
-//! machine files show the arithmetic); they are named and left out of every error summary. A
+//! machine files show the arithmetic, and [`validate_table`] fits it again from its own
+//! captures unless told not to); they are named and left out of every error summary. A
 //! row or change whose projection is not a finite number is a failure: it is named, counted in
 //! its class's total (never with the right sign, never within 10 points) and sorts above every
 //! error in the medians.
@@ -740,6 +741,10 @@ pub fn validate_table(
     let e = experiments::load(p.experiment)?;
     let mut machine = Machine::load(p.machine)?;
     let file_ns = machine.kernel.trap_ns;
+    if refit_trap {
+        // A table with no row to fit is refused before minutes of capturing, not after.
+        crate::calibrate::fitted_rows(p)?;
+    }
     let rows = p.rows()?;
     let workload: WorkloadKind = e.workload;
     let mut tasks: Vec<usize> = rows.iter().map(|r| r.tasks).collect();

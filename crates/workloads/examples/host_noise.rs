@@ -3,16 +3,18 @@
 //! their rates is the host's, not pagelab's.
 //!
 //! - `chain`: a dependent integer multiply chain (the core's clock and nothing else);
-//! - `clear-64K`: 4 KiB clears at pseudo-random pages of a 64 KiB buffer (L1/L2, as an engine's
-//!   hot per-CPU lists and slab pages are);
+//! - `clear-64K`: 4 KiB clears at pseudo-random pages of a 64 KiB buffer, each followed by a
+//!   read of a pseudo-random byte of the buffer that the next step depends on (L1/L2, as an
+//!   engine's hot per-CPU lists and slab pages are);
 //! - `clear-64M`: the same over 64 MiB (the last-level cache and memory, as the engine's arena).
 //!
 //! The loops run in turns, one window of `WINDOW_MS` of thread CPU time each (800 ms, netpipe's
 //! window, by default), `WINDOWS` windows per loop, so that a slow stretch of the host falls on
 //! every loop alike. Per loop it prints the rate's coefficient of variation (sample stddev over
 //! mean, mmtests' CoeffVar) and each window's rate over the loop's mean; then the correlation of
-//! the loops' rates window by window: near 1 would mean one cause (the clock) moves them all and
-//! a reference loop could correct for it; near 0 means it cannot.
+//! the loops' rates window by window (windows of different loops are a turn apart, so this is
+//! a lagged correlation, and with ten windows a rough one): near 1 would suggest one slow cause
+//! (the clock) moving them all.
 //!
 //! ```sh
 //! cargo run --release -p pagelab-workloads --example host_noise -- [WINDOWS] [WINDOW_MS]
