@@ -225,10 +225,14 @@ fn validation_prints_rows_changes_and_a_summary() {
         out.contains("left out of these summaries: mm-unstable-20230210 threads 1 faults/cpu"),
         "{out}"
     );
-    // The one fitted number is fitted again from these captures, its arithmetic printed.
+    // The one fitted number is fitted again from these captures, its arithmetic printed; or,
+    // where 256 faults a CPU already replay slower than the published fault (a slow or loaded
+    // host), the file's value is kept and the reason printed.
     assert!(
         out.contains(
             "kernel.trap_ns refitted on this host: mm-unstable-20230210 threads 1 task faults/sec published 1112.62 ns, replayed without a trap"
+        ) || out.contains(
+            "kernel.trap_ns 690 ns, the machine file's: it could not be fitted again here"
         ),
         "{out}"
     );
@@ -250,9 +254,13 @@ fn validation_prints_rows_changes_and_a_summary() {
     );
     let trap = &t["trap"];
     assert_eq!(trap["file_ns"], 690.0, "{trap}");
-    let refit = trap["refit"]["trap_ns"].as_f64().unwrap();
-    let replayed = trap["refit"]["replayed_ns"].as_f64().unwrap();
-    assert_eq!(refit, (1112.62f64 - replayed).round(), "{trap}");
+    if trap["refit"].is_null() {
+        assert!(trap["refit_failed"].is_string(), "{trap}");
+    } else {
+        let refit = trap["refit"]["trap_ns"].as_f64().unwrap();
+        let replayed = trap["refit"]["replayed_ns"].as_f64().unwrap();
+        assert_eq!(refit, (1112.62f64 - replayed).round(), "{trap}");
+    }
     fails(
         &d.db(),
         &["validate", "--table", "nope"],
