@@ -228,8 +228,16 @@ pub(crate) fn project_and_store(
             eprintln!("pagelab: {what}: replayed {done}/{total} rows")
         }
     };
+    // The fit needs the table's fitted row's profile captured first, as the table's own
+    // experiment does; an experiment file that orders its profiles otherwise keeps the file's.
+    let baseline_first = |t: &Published| {
+        pagelab_project::calibrate::fitted_rows(t)
+            .ok()
+            .and_then(|r| r.into_iter().next())
+            .is_some_and(|row| e.profiles.first().is_some_and(|p| p.name == row.profile))
+    };
     let refit_from = match table_of(e)? {
-        Some(t) if refit_trap && t.machine == m.name => Some(t),
+        Some(t) if refit_trap && t.machine == m.name && baseline_first(t) => Some(t),
         _ => None,
     };
     let (proj, interrupted) =
