@@ -213,9 +213,7 @@ pub(crate) fn project_and_store(
     stop: &AtomicBool,
 ) -> Result<Vec<i64>, String> {
     let mut spec = spec.clone();
-    let m = spec.machine.clone();
-    let m = &m;
-    let what = format!("{} on {}", e.workload, m.name);
+    let what = format!("{} on {}", e.workload, spec.machine.name);
     let mut progress = |p: pagelab_project::project::Progress<'_>| match p {
         pagelab_project::project::Progress::Capturing {
             profile,
@@ -237,7 +235,7 @@ pub(crate) fn project_and_store(
             .is_some_and(|row| e.profiles.first().is_some_and(|p| p.name == row.profile))
     };
     let refit_from = match table_of(e)? {
-        Some(t) if refit_trap && t.machine == m.name && baseline_first(t) => Some(t),
+        Some(t) if refit_trap && t.machine == spec.machine.name && baseline_first(t) => Some(t),
         _ => None,
     };
     let (proj, interrupted) =

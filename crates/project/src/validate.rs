@@ -739,8 +739,7 @@ pub fn validate_table(
     stop: &AtomicBool,
 ) -> Result<TableReport, ProjectError> {
     let e = experiments::load(p.experiment)?;
-    let mut machine = Machine::load(p.machine)?;
-    let file_ns = machine.kernel.trap_ns;
+    let machine = Machine::load(p.machine)?;
     if refit_trap {
         // A table with no row to fit is refused before minutes of capturing, not after.
         crate::calibrate::fitted_rows(p)?;
@@ -758,7 +757,7 @@ pub fn validate_table(
     }
     let profiles: Vec<Profile> = e.profiles.clone();
     let mut spec = ProjectSpec {
-        machine: machine.clone(),
+        machine,
         workload,
         profiles,
         modes,
@@ -775,16 +774,15 @@ pub fn validate_table(
     };
     let trap = if refit_trap {
         // The baseline is the experiment's first profile, as `fitted_rows` says.
-        TrapSource::refit(p, &machine, &traces[0], samples, seed, spec.ops_for(1))?
+        TrapSource::refit(p, &spec.machine, &traces[0], samples, seed, spec.ops_for(1))?
     } else {
         TrapSource {
-            file_ns,
+            file_ns: spec.machine.kernel.trap_ns,
             refit: None,
             refit_failed: None,
         }
     };
-    machine.kernel.trap_ns = trap.used_ns();
-    spec.machine = machine.clone();
+    spec.machine.kernel.trap_ns = trap.used_ns();
     let (proj, interrupted) = project_traces(&spec, traces, progress, stop)?;
     if interrupted {
         return Err(ProjectError::Interrupted);
@@ -800,7 +798,7 @@ pub fn validate_table(
     Ok(TableReport {
         table: p.name.to_string(),
         experiment: p.experiment.to_string(),
-        machine: machine.name.clone(),
+        machine: spec.machine.name.clone(),
         mean: p.mean,
         captures,
         trap,
