@@ -477,9 +477,27 @@ pub struct MmPolicy {
     /// (`vma_lock` = "rwsem" or "refcount").
     #[serde(default)]
     pub vma_lock_line_reads: u32,
+    /// Pages an unmap gathers before it flushes the TLBs and frees them
+    /// (`struct mmu_gather`). Since the generic gather chained its batches (2.6.39, "mm:
+    /// extended batches for generic mmu_gather"), a gather holds the 8 pages of its on-stack
+    /// bundle (`MMU_GATHER_BUNDLE`) and up to `MAX_GATHER_BATCH_COUNT` = 10000 /
+    /// `MAX_GATHER_BATCH` = 19 page-sized batches of 510 pointers: 9698 pages, so a 128 MiB
+    /// munmap flushes 4 times, not 64; what it frees it still frees a batch of 510 at a time
+    /// (`free_pages_and_swap_cache` per batch). ia64 before that kept its own gather of
+    /// `FREE_PTE_NR` = 2048 pages on SMP (`include/asm-ia64/tlb.h`, 2.6.13).
+    #[serde(default = "MmPolicy::default_tlb_gather")]
+    pub tlb_gather: u32,
 }
 
 impl MmPolicy {
+    fn default_tlb_gather() -> u32 {
+        Self::GENERIC_TLB_GATHER
+    }
+    /// What the generic gather holds since 2.6.39: 8 + 19 x 510 pages (see `tlb_gather`).
+    pub const GENERIC_TLB_GATHER: u32 = 8 + (10_000 / 510) * 510;
+    /// The largest gather a profile may ask for: 1 GiB of 4 KiB pages (the bound proposed for
+    /// non-preemptible kernels on huge machines; larger gathers risk soft lockups).
+    pub const MAX_TLB_GATHER: u32 = 1 << 18;
     fn default_vma_lock() -> VmaLock {
         VmaLock::Refcount
     }
@@ -533,6 +551,7 @@ impl Default for MmPolicy {
             anon_prefault: 0,
             mmap_lock_line_reads: 0,
             vma_lock_line_reads: 0,
+            tlb_gather: Self::default_tlb_gather(),
         }
     }
 }
@@ -809,8 +828,16 @@ pub const VMA_LOCK_LINE_READS: Bound = Bound {
     why: "a fault reads the lock's line at most where it starts and where it builds its PTE",
 };
 
+/// `mm.tlb_gather`: at least one page a flush, at most [`MmPolicy::MAX_TLB_GATHER`].
+pub const TLB_GATHER: Bound = Bound {
+    key: "mm.tlb_gather",
+    min: 1,
+    max: MmPolicy::MAX_TLB_GATHER as u64,
+    why: "a gather flushes after at least one page and at most 1 GiB of 4 KiB pages",
+};
+
 /// Every numeric key of a profile, and whether it also takes `"auto"`.
-const NUMERIC: [(&str, &str, Bound, bool); 9] = [
+const NUMERIC: [(&str, &str, Bound, bool); 10] = [
     ("pcp", "batch", PCP_BATCH, true),
     ("pcp", "high", PCP_HIGH, true),
     ("alloc", "prezero_pool", PREZERO_POOL, false),
@@ -820,6 +847,7 @@ const NUMERIC: [(&str, &str, Bound, bool); 9] = [
     ("mm", "anon_prefault", ANON_PREFAULT, false),
     ("mm", "mmap_lock_line_reads", MMAP_LOCK_LINE_READS, false),
     ("mm", "vma_lock_line_reads", VMA_LOCK_LINE_READS, false),
+    ("mm", "tlb_gather", TLB_GATHER, false),
 ];
 
 /// The line (1-based) where `key` is set inside `[section]`, for error messages.
@@ -931,6 +959,7 @@ impl Policy {
         ANON_PREFAULT.check(u64::from(self.mm.anon_prefault))?;
         MMAP_LOCK_LINE_READS.check(u64::from(self.mm.mmap_lock_line_reads))?;
         VMA_LOCK_LINE_READS.check(u64::from(self.mm.vma_lock_line_reads))?;
+        TLB_GATHER.check(u64::from(self.mm.tlb_gather))?;
         let around = self.mm.fault_around;
         if around != 0 && !around.is_power_of_two() {
             return Err(PolicyError(format!(
@@ -1198,6 +1227,17 @@ mod tests {
                 "{e}"
             );
         }
+        for bad in [0, (1 << 18) + 1] {
+            let e = Policy::from_toml_str(&format!("[mm]\ntlb_gather = {bad}\n")).unwrap_err();
+            assert!(
+                e.0.contains("mm.tlb_gather") && e.0.contains("262144") && !e.0.contains('\n'),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            Policy::from_toml_str("").unwrap().mm.tlb_gather,
+            MmPolicy::GENERIC_TLB_GATHER
+        );
         let e = Policy::from_toml_str("[mm]\nanon_prefault = -1\n").unwrap_err();
         assert!(
             e.0.contains("anon_prefault") || e.0.contains("line 2"),
@@ -1491,8 +1531,9 @@ mod tests {
     }
 
     /// The shipped profiles set the issue-12 switches as their kernels did: munmap
-    /// downgrades from 4.20, and the per-VMA lock covers anonymous faults only in pvl-v2 (6.4)
-    /// and every fault in 6.7 and later.
+    /// downgrades from 4.20, the per-VMA lock covers anonymous faults only in pvl-v2 (6.4)
+    /// and every fault in 6.7 and later, and the unmap gather is ia64's in 2.6.13 and the
+    /// chained generic one after.
     #[test]
     fn shipped_profiles_follow_their_kernels() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../profiles");
@@ -1532,6 +1573,17 @@ mod tests {
                 p.mm.mmap_read_trylock,
                 !name.starts_with("linux-2.6."),
                 "{name}: mmap_read_trylock"
+            );
+            // The Altix's ia64 gather of 2048 pages, the chained generic one of 9698 since
+            // 2.6.39.
+            assert_eq!(
+                p.mm.tlb_gather,
+                if name.starts_with("linux-2.6.") {
+                    2048
+                } else {
+                    MmPolicy::GENERIC_TLB_GATHER
+                },
+                "{name}: tlb_gather"
             );
             let want = match name.as_str() {
                 "pvl-v2" => VmaLockFaults::Anon,

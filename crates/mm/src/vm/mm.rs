@@ -103,6 +103,8 @@ pub struct Mm {
     vma_lock_kind: VmaLockKind,
     /// `mm.munmap_downgrade`: munmap zaps under mmap_lock held for read.
     munmap_downgrade: bool,
+    /// `mm.tlb_gather`: pages an unmap gathers before it flushes.
+    tlb_gather: usize,
     /// What the kernel's `anon_vma` lock does for rmap walks: reclaim holds it for read while
     /// it walks this mm's page table to a page; `free_pgtables` holds it for write, so no
     /// page-table page is freed under a walk. Reclaim never needs `mmap_lock`, so a fault
@@ -207,6 +209,7 @@ impl Mm {
             ),
             vma_lock_kind: k.vma_lock_kind().unwrap_or(VmaLockKind::Refcount),
             munmap_downgrade: p.mm.munmap_downgrade,
+            tlb_gather: p.mm.tlb_gather as usize,
             range,
             shards: range
                 .then(|| Shards::new(k.rcu(), p.locks.spinlock, k.nr_cpus(), MMAP_MIN, MMAP_TOP)),
@@ -784,9 +787,11 @@ impl Mm {
     }
 
     /// `unmap_region`: zap the PTEs of `[start, end)` one page table at a time, flush the TLBs
-    /// and free the pages of each batch, then free the page tables nobody else can use.
+    /// and free the pages whenever the gather is full (checked at each table's end, where the
+    /// kernel checks after each page: at most a table's 511 pages later) and at the end, then
+    /// free the page tables nobody else can use.
     fn unmap_region(&self, cpu: CpuId, start: u64, end: u64, floor: u64, ceiling: u64) {
-        let mut gather = MmuGather::new();
+        let mut gather = MmuGather::new(self.tlb_gather);
         let mut a = start;
         while a < end {
             let next = ((a / PMD_SIZE) + 1) * PMD_SIZE;
@@ -918,7 +923,9 @@ impl Mm {
         self.k.lru().put_page(cpu, p);
     }
 
-    /// `tlb_flush_mmu`: shoot down the other CPUs' TLBs, then free the gathered pages.
+    /// `tlb_flush_mmu`: shoot down the other CPUs' TLBs, then free the gathered pages one
+    /// gather batch at a time (`free_pages_and_swap_cache` per batch of
+    /// [`MAX_GATHER_BATCH`](crate::vm::tlb::MAX_GATHER_BATCH)).
     fn tlb_flush_mmu(&self, cpu: CpuId, gather: &mut MmuGather) {
         if gather.pages.is_empty() {
             return;
@@ -928,7 +935,9 @@ impl Mm {
             .mem()
             .events()
             .count(cpu, VmEvent::UnmapPages, gather.pages.len() as u64);
-        self.k.lru().release_pages(cpu, &gather.pages);
+        for batch in gather.pages.chunks(crate::vm::tlb::MAX_GATHER_BATCH) {
+            self.k.lru().release_pages(cpu, batch);
+        }
         gather.pages.clear();
     }
 
@@ -1084,6 +1093,42 @@ mod tests {
         }
         unmapper.join().unwrap();
         (got, k.mem().events().sum(VmEvent::MunmapDowngrade))
+    }
+
+    /// TLB flushes a munmap of `pages` faulted pages makes with a gather of `gather` pages,
+    /// counted from the trace the flush records (one event per `flush_tlb_mm_range`).
+    fn flushes_of_a_munmap(gather: u32, pages: u64) -> usize {
+        let mut p = Policy::default();
+        p.mm.tlb_gather = gather;
+        p.mm.tlb_shootdown = TlbShootdown::Ipi;
+        let k = Kernel::new(&MemConfig::new(64 << 20, 1), &p).unwrap();
+        let mm = k.new_mm(CpuId(0)).unwrap();
+        let t = k.new_task(mm, CpuId(0));
+        let len = pages * PAGE_SIZE as u64;
+        let a = t.mmap(len, true, MapKind::Anon).unwrap();
+        for i in 0..pages {
+            t.store(a + i * PAGE_SIZE as u64, 1).unwrap();
+        }
+        pagelab_sync::trace::start(1 << 16);
+        t.munmap(a, len).unwrap();
+        let events = pagelab_sync::trace::stop();
+        events
+            .iter()
+            .filter(|e| e.kind == pagelab_sync::trace::Kind::TlbFlush)
+            .count()
+    }
+
+    /// The gather holds what `mm.tlb_gather` says before it flushes: the chained generic
+    /// gather flushes a 2048-page munmap once; one of 512 pages (about `MAX_GATHER_BATCH`,
+    /// what the engine flushed at before) once per PTE table, 4 times.
+    #[test]
+    fn a_munmap_flushes_once_per_gather_full_of_pages() {
+        assert_eq!(
+            flushes_of_a_munmap(crate::policy::MmPolicy::GENERIC_TLB_GATHER, 2048),
+            1
+        );
+        assert_eq!(flushes_of_a_munmap(512, 2048), 4);
+        assert_eq!(flushes_of_a_munmap(2048, 2048), 1);
     }
 
     #[test]

@@ -13,8 +13,9 @@
 //! return to user mode. The unmapper posts a request to every other CPU in user mode and waits
 //! for each to acknowledge or to enter the engine. With `none`, nothing is sent.
 //!
-//! The gather (`struct mmu_gather`) collects the pages an unmap removed and frees them in
-//! batches after the flush, as `tlb_flush_mmu` does.
+//! The gather (`struct mmu_gather`) collects the pages an unmap removed, up to the profile's
+//! `mm.tlb_gather` pages, and frees them after the flush, [`MAX_GATHER_BATCH`] at a time, as
+//! `tlb_flush_mmu` does.
 
 use crossbeam_utils::CachePadded;
 use pagelab_sync::Backoff;
@@ -166,18 +167,17 @@ pub static MM_CPUMASK: pagelab_sync::LockClass =
 /// Pages waiting to be freed after the TLB flush (`struct mmu_gather`).
 pub struct MmuGather {
     pub pages: Vec<Pfn>,
-}
-
-impl Default for MmuGather {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// Pages it holds before the unmap must flush (`mm.tlb_gather`).
+    cap: usize,
 }
 
 impl MmuGather {
-    pub fn new() -> Self {
+    /// A gather that holds `cap` pages (at least one) before it is full.
+    pub fn new(cap: usize) -> Self {
+        let cap = cap.max(1);
         MmuGather {
-            pages: Vec::with_capacity(MAX_GATHER_BATCH),
+            pages: Vec::with_capacity(cap.min(1 << 14)),
+            cap,
         }
     }
 
@@ -187,6 +187,6 @@ impl MmuGather {
     }
 
     pub fn is_full(&self) -> bool {
-        self.pages.len() >= MAX_GATHER_BATCH
+        self.pages.len() >= self.cap
     }
 }
