@@ -478,13 +478,14 @@ pub struct MmPolicy {
     #[serde(default)]
     pub vma_lock_line_reads: u32,
     /// Pages an unmap gathers before it flushes the TLBs and frees them
-    /// (`struct mmu_gather`). Since the generic gather chained its batches (2.6.39, "mm:
-    /// extended batches for generic mmu_gather"), a gather holds the 8 pages of its on-stack
-    /// bundle (`MMU_GATHER_BUNDLE`) and up to `MAX_GATHER_BATCH_COUNT` = 10000 /
-    /// `MAX_GATHER_BATCH` = 19 page-sized batches of 510 pointers: 9698 pages, so a 128 MiB
-    /// munmap flushes 4 times, not 64; what it frees it still frees a batch of 510 at a time
-    /// (`free_pages_and_swap_cache` per batch). ia64 before that kept its own gather of
-    /// `FREE_PTE_NR` = 2048 pages on SMP (`include/asm-ia64/tlb.h`, 2.6.13).
+    /// (`struct mmu_gather`). The generic gather chains page-sized batches since Peter
+    /// Zijlstra's "mm: extended batches for generic mmu_gather" (e303297, 3.0), and since
+    /// Michal Hocko's "mm: limit mmu_gather batching to fix soft lockups on !CONFIG_PREEMPT"
+    /// (3.8) at most `MAX_GATHER_BATCH_COUNT` = 10000 / `MAX_GATHER_BATCH` = 19 of them of 510
+    /// pointers after the 8 pages of its on-stack bundle (`MMU_GATHER_BUNDLE`): 9698 pages, so a
+    /// 128 MiB munmap flushes 4 times, not 64; what it frees it still frees a batch of 510 at a
+    /// time (`free_pages_and_swap_cache` per batch). ia64 in 2.6.13 kept its own gather of
+    /// `FREE_PTE_NR` = 2048 pages on SMP (`include/asm-ia64/tlb.h`).
     #[serde(default = "MmPolicy::default_tlb_gather")]
     pub tlb_gather: u32,
 }
@@ -493,7 +494,7 @@ impl MmPolicy {
     fn default_tlb_gather() -> u32 {
         Self::GENERIC_TLB_GATHER
     }
-    /// What the generic gather holds since 2.6.39: 8 + 19 x 510 pages (see `tlb_gather`).
+    /// What the generic gather holds since 3.8: 8 + 19 x 510 pages (see `tlb_gather`).
     pub const GENERIC_TLB_GATHER: u32 = 8 + (10_000 / 510) * 510;
     /// The largest gather a profile may ask for: 1 GiB of 4 KiB pages (the bound proposed for
     /// non-preemptible kernels on huge machines; larger gathers risk soft lockups).
@@ -1574,8 +1575,8 @@ mod tests {
                 !name.starts_with("linux-2.6."),
                 "{name}: mmap_read_trylock"
             );
-            // The Altix's ia64 gather of 2048 pages, the chained generic one of 9698 since
-            // 2.6.39.
+            // The Altix's ia64 gather of 2048 pages, the chained generic one of 9698 in every
+            // later seed kernel (3.8 and after).
             assert_eq!(
                 p.mm.tlb_gather,
                 if name.starts_with("linux-2.6.") {
