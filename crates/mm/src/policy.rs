@@ -496,8 +496,9 @@ impl MmPolicy {
     }
     /// What the generic gather holds since 3.8: 8 + 19 x 510 pages (see `tlb_gather`).
     pub const GENERIC_TLB_GATHER: u32 = 8 + (10_000 / 510) * 510;
-    /// The largest gather a profile may ask for: 1 GiB of 4 KiB pages (the bound proposed for
-    /// non-preemptible kernels on huge machines; larger gathers risk soft lockups).
+    /// The largest gather a profile may ask for: 1 GiB of 4 KiB pages, the bound v2 of Michal
+    /// Hocko's patch proposed for non-preemptible kernels (the merged patch took 10000 pages;
+    /// larger gathers risk soft lockups).
     pub const MAX_TLB_GATHER: u32 = 1 << 18;
     fn default_vma_lock() -> VmaLock {
         VmaLock::Refcount

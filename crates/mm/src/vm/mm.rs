@@ -1129,6 +1129,8 @@ mod tests {
         );
         assert_eq!(flushes_of_a_munmap(512, 2048), 4);
         assert_eq!(flushes_of_a_munmap(2048, 2048), 1);
+        // Not a multiple of a table: full after the second table, aligned or not.
+        assert_eq!(flushes_of_a_munmap(1000, 2048), 2);
     }
 
     #[test]

@@ -176,7 +176,8 @@ impl MmuGather {
     pub fn new(cap: usize) -> Self {
         let cap = cap.max(1);
         MmuGather {
-            pages: Vec::with_capacity(cap.min(1 << 14)),
+            // Full is checked at a PTE table's end, so it may hold up to 511 pages more.
+            pages: Vec::with_capacity((cap + 511).min(1 << 15)),
             cap,
         }
     }
