@@ -495,7 +495,7 @@ impl MmPolicy {
         Self::GENERIC_TLB_GATHER
     }
     /// What the generic gather holds since 3.8: 8 + 19 x 510 pages (see `tlb_gather`).
-    pub const GENERIC_TLB_GATHER: u32 = 8 + (10_000 / 510) * 510;
+    pub const GENERIC_TLB_GATHER: u32 = crate::vm::tlb::GENERIC_GATHER_PAGES as u32;
     /// The largest gather a profile may ask for: 1 GiB of 4 KiB pages, the bound v2 of Michal
     /// Hocko's patch proposed for non-preemptible kernels (the merged patch took 10000 pages;
     /// larger gathers risk soft lockups).

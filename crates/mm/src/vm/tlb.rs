@@ -23,11 +23,24 @@ use pagelab_sync::shim::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::cpu::CpuId;
 use crate::page::Pfn;
+use crate::vm::pgtable::PTRS_PER_TABLE;
 use crate::vmstat::VmEvent;
 
 /// Pages per gather batch: what fits in one page of pointers on x86-64
 /// (`MAX_GATHER_BATCH`).
 pub const MAX_GATHER_BATCH: usize = 510;
+
+/// Pages the gather holds on the stack before it needs a batch page (`MMU_GATHER_BUNDLE`).
+pub const MMU_GATHER_BUNDLE: usize = 8;
+
+/// Batch pages one gather may chain before it must flush (`MAX_GATHER_BATCH_COUNT`, 3.8+).
+pub const MAX_GATHER_BATCH_COUNT: usize = 10_000 / MAX_GATHER_BATCH;
+
+/// What the generic gather holds before it flushes: the bundle and every batch it may chain,
+/// 9698 pages (the default of `mm.tlb_gather`).
+pub const GENERIC_GATHER_PAGES: usize =
+    MMU_GATHER_BUNDLE + MAX_GATHER_BATCH_COUNT * MAX_GATHER_BATCH;
+const _: () = assert!(GENERIC_GATHER_PAGES == 9698);
 
 struct Mailbox {
     in_user: AtomicBool,
@@ -176,8 +189,8 @@ impl MmuGather {
     pub fn new(cap: usize) -> Self {
         let cap = cap.max(1);
         MmuGather {
-            // Full is checked at a PTE table's end, so it may hold up to 511 pages more.
-            pages: Vec::with_capacity((cap + 511).min(1 << 15)),
+            // Full is checked at a PTE table's end, so it may hold a table less one page more.
+            pages: Vec::with_capacity((cap + PTRS_PER_TABLE - 1).min(1 << 15)),
             cap,
         }
     }
