@@ -55,7 +55,7 @@ pub(crate) mod test_trace {
                         Kind::Line {
                             write: true,
                             sym: Sym::Entry
-                        }
+                        } | Kind::Store { sym: Sym::Entry }
                     )
             })
             .count()

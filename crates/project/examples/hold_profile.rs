@@ -43,7 +43,7 @@ impl Sum {
                 *self.acquires.entry(k).or_default() += 1;
             }
             Event::Atomic { .. } => self.atomics += 1,
-            Event::Line { .. } | Event::Prefetch { .. } => self.lines += 1,
+            Event::Line { .. } | Event::Prefetch { .. } | Event::Store { .. } => self.lines += 1,
             Event::Ops { n } => self.ops += u64::from(n),
             Event::Release { .. } => {}
         }

@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ];
         let inst = t.instances.clone();
         t.events.retain(|e| match e {
-            Event::Line { .. } | Event::Prefetch { .. } => false,
+            Event::Line { .. } | Event::Prefetch { .. } | Event::Store { .. } => false,
             Event::Atomic { inst: i } => !data.contains(&inst[*i as usize].class.as_str()),
             _ => true,
         });
@@ -71,12 +71,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .collect();
     }
+    if let Some(how) = std::env::var_os("REPLAY_STORES_AS") {
+        // What the store buffer takes off, on one capture: `write` replays each store the CPU
+        // does not wait for as a write it waits for (what format 4 recorded).
+        if how.to_str() != Some("write") {
+            return Err("REPLAY_STORES_AS: `write`".into());
+        }
+        for e in &mut t.events {
+            if let Event::Store { inst, sym } = *e {
+                *e = Event::Line {
+                    inst,
+                    write: true,
+                    sym,
+                };
+            }
+        }
+    }
     if std::env::var_os("REPLAY_STRIP_LRU_ENTRIES").is_some() {
         // The LRU lists' other-entry writes dropped (the neighbours a removal writes across a
         // run's edge, recorded from 2026-11-25): what they add, on one capture.
         let inst = t.instances.clone();
         t.events.retain(|e| {
             !matches!(e, Event::Line { inst: i, sym: pagelab_sync::trace::Sym::Entry, .. }
+                | Event::Store { inst: i, sym: pagelab_sync::trace::Sym::Entry }
                 if inst[*i as usize].class == "lru list")
         });
     }
@@ -141,6 +158,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                             k.line_ns / out.ops.max(1) as f64,
                             k.entry_events as f64 / out.ops.max(1) as f64,
                             k.entry_ns / out.ops.max(1) as f64,
+                        );
+                    }
+                    if k.stores > 0 || k.drain_ns > 0.0 {
+                        println!(
+                            "     {:<24} {:>10.4} stores no CPU waited for per op; {:.1} ns per op waited for the store buffer to drain",
+                            "",
+                            k.stores as f64 / out.ops.max(1) as f64,
+                            k.drain_ns / out.ops.max(1) as f64,
                         );
                     }
                     if k.prefetches > 0 {

@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE4"
+//! magic      8 bytes  "PLTRACE5"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -25,16 +25,20 @@
 //!                          instance's own, 1 the first entry of the list headed there,
 //!                          2 another entry of it)
 //!              9 prefetch  instance (a prefetch for writing of its line)
+//!             10 store     instance, which line (as the line event's bits 1-2, shifted
+//!                          down): a store the CPU does not wait for
 //! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
 //!            varint count of segments, and per segment a varint count of events, then those
 //!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! Format 4 (magic `PLTRACE4`) holds the line events, the fallback segments and prefetches; a
-//! file of an older format (1: neither; 2: one of the first two; 3: prefetches recorded as
-//! line writes the CPU waited for) is refused with a one-line error (capture it again), since
-//! replaying it would silently leave out shared lines or fallbacks, or stall on prefetches.
+//! Format 5 (magic `PLTRACE5`) holds the line events, the fallback segments, prefetches and
+//! stores the CPU does not wait for; a file of an older format (1: neither; 2: one of the
+//! first two; 3: prefetches recorded as line writes the CPU waited for; 4: every store
+//! recorded as a write the CPU waited for) is refused with a one-line error (capture it
+//! again), since replaying it would silently leave out shared lines or fallbacks, or stall on
+//! prefetches and stores.
 //!
 //! # Fallbacks
 //!
@@ -298,6 +302,13 @@ pub enum Event {
     Prefetch {
         inst: u32,
     },
+    /// A store to a shared line that the CPU does not wait for: it waits in the store buffer
+    /// while its line comes, and a lock's release or a locked instruction waits for it
+    /// (`pagelab_sync::trace::Kind::Store`).
+    Store {
+        inst: u32,
+        sym: Sym,
+    },
 }
 
 /// A whole trace.
@@ -321,8 +332,8 @@ struct Header {
 pub const PAIR_RECEIVER: &str = "pair receiver";
 
 /// The format this version writes and reads (the magic's last character).
-const FORMAT: char = '4';
-const MAGIC: &[u8; 8] = b"PLTRACE4";
+const FORMAT: char = '5';
+const MAGIC: &[u8; 8] = b"PLTRACE5";
 
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
@@ -465,6 +476,10 @@ impl Builder {
                 }),
                 raw::Kind::Prefetch => Some(Event::Prefetch {
                     inst: self.intern(e),
+                }),
+                raw::Kind::Store { sym } => Some(Event::Store {
+                    inst: self.intern(e),
+                    sym,
                 }),
             };
             let Some(ev) = ev else { continue };
@@ -823,16 +838,17 @@ impl Trace {
         if let Some(g) = &m.guard {
             let _ = writeln!(s, "preemption guard: {}", g.describe());
         }
-        // Per class: acquires, atomics, TLB flushes, line reads, line writes, of which
-        // symbolic (an entry of a list, resolved at replay), prefetches for writing.
-        let mut per: Vec<(String, [u64; 7])> = Vec::new();
+        // Per class: acquires, atomics, TLB flushes, line reads, line writes the CPU waits for,
+        // of which (with stores) symbolic (an entry of a list, resolved at replay), prefetches
+        // for writing, stores it does not wait for.
+        let mut per: Vec<(String, [u64; 8])> = Vec::new();
         let mut bump = |inst: u32, k: &[usize]| {
             let i = &self.instances[inst as usize];
             let name = format!("{} ({})", i.class, i.scope.as_str());
             let c = match per.iter_mut().position(|(n, _)| *n == name) {
                 Some(p) => &mut per[p].1,
                 None => {
-                    per.push((name, [0; 7]));
+                    per.push((name, [0; 8]));
                     &mut per.last_mut().expect("pushed").1
                 }
             };
@@ -855,6 +871,10 @@ impl Trace {
                     (true, _) => bump(inst, &[4, 5]),
                 },
                 Event::Prefetch { inst } => bump(inst, &[6]),
+                Event::Store { inst, sym } => match sym {
+                    Sym::Here => bump(inst, &[7]),
+                    _ => bump(inst, &[7, 5]),
+                },
                 Event::Write { bytes, .. } => writes += u64::from(bytes),
                 Event::Trap => traps += 1,
                 _ => {}
@@ -884,25 +904,27 @@ impl Trace {
         per.sort();
         let _ = writeln!(
             s,
-            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "{:<32} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
             "class (scope)",
             "acquires/op",
             "atomics/op",
             "reads/op",
             "writes/op",
+            "stores/op",
             "entries/op",
             "prefetch/op"
         );
         for (n, c) in per {
-            if c[0] + c[1] + c[3] + c[4] + c[6] > 0 {
+            if c[0] + c[1] + c[3] + c[4] + c[6] + c[7] > 0 {
                 let _ = writeln!(
                     s,
-                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
+                    "{:<32} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4} {:>12.4}",
                     n,
                     c[0] as f64 / ops,
                     c[1] as f64 / ops,
                     c[3] as f64 / ops,
                     c[4] as f64 / ops,
+                    c[7] as f64 / ops,
                     c[5] as f64 / ops,
                     c[6] as f64 / ops
                 );
@@ -1082,18 +1104,36 @@ fn encode_event(b: &mut Vec<u8>, e: &Event) {
         Event::Line { inst, write, sym } => {
             b.push(8);
             varint(b, u64::from(inst));
-            let which = match sym {
-                Sym::Here => 0u8,
-                Sym::First => 1,
-                Sym::Entry => 2,
-            };
-            b.push(u8::from(write) | (which << 1));
+            b.push(u8::from(write) | (sym_bits(sym) << 1));
         }
         Event::Prefetch { inst } => {
             b.push(9);
             varint(b, u64::from(inst));
         }
+        Event::Store { inst, sym } => {
+            b.push(10);
+            varint(b, u64::from(inst));
+            b.push(sym_bits(sym));
+        }
     }
+}
+
+/// Which line a line or store event names, as the file holds it (module docs).
+fn sym_bits(sym: Sym) -> u8 {
+    match sym {
+        Sym::Here => 0,
+        Sym::First => 1,
+        Sym::Entry => 2,
+    }
+}
+
+fn sym_of(w: u8, bad: &dyn Fn(&str) -> TraceError) -> Result<Sym, TraceError> {
+    Ok(match w {
+        0 => Sym::Here,
+        1 => Sym::First,
+        2 => Sym::Entry,
+        w => return Err(bad(&format!("unknown line reference {w}"))),
+    })
 }
 
 /// Parses one event (module docs); `nr_inst` bounds instance numbers.
@@ -1145,19 +1185,21 @@ fn decode_event(
         8 => {
             let i = inst(r)?;
             let f = r.byte().ok_or_else(|| bad("line flags"))?;
-            let sym = match f >> 1 {
-                0 => Sym::Here,
-                1 => Sym::First,
-                2 => Sym::Entry,
-                w => return Err(bad(&format!("unknown line reference {w}"))),
-            };
             Event::Line {
                 inst: i,
                 write: f & 1 != 0,
-                sym,
+                sym: sym_of(f >> 1, bad)?,
             }
         }
         9 => Event::Prefetch { inst: inst(r)? },
+        10 => {
+            let i = inst(r)?;
+            let f = r.byte().ok_or_else(|| bad("store line"))?;
+            Event::Store {
+                inst: i,
+                sym: sym_of(f, bad)?,
+            }
+        }
         t => return Err(bad(&format!("unknown event tag {t}"))),
     };
     Ok(e)
@@ -1202,6 +1244,12 @@ impl Section {
                 // records it only when it is not the task's own, and the replay resolves it to
                 // whoever linked before this task, so every one is kept.
                 Sym::First => self.access(inst, 1, write),
+                Sym::Entry => false,
+            },
+            // A store leaves the line this task's as a write does.
+            Event::Store { inst, sym } => match sym {
+                Sym::Here => self.access(inst, 0, true),
+                Sym::First => self.access(inst, 1, true),
                 Sym::Entry => false,
             },
             _ => false,
@@ -1428,6 +1476,14 @@ pub(crate) mod tests {
                     sym: Sym::Entry,
                 },
                 Event::Prefetch { inst: 0 },
+                Event::Store {
+                    inst: 0,
+                    sym: Sym::Here,
+                },
+                Event::Store {
+                    inst: 0,
+                    sym: Sym::Entry,
+                },
             ],
             fallbacks: vec![Fallback {
                 class: "zone->lock".into(),
@@ -1457,7 +1513,14 @@ pub(crate) mod tests {
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 4); capture it again"
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 5); capture it again"
+        );
+        // Format 4 recorded every store as a write the CPU waited for.
+        b[7] = b'4';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 5); capture it again"
         );
         // A bad line reference is corruption, named.
         let t = Trace {
@@ -1694,6 +1757,77 @@ pub(crate) mod tests {
         };
         assert!((a - b).abs() / a < 0.02, "hold compute {a} against {b}");
         assert!((a - HOLD).abs() / HOLD < 0.02, "{a}");
+    }
+
+    /// A store leaves its line the task's as a write does: a later store or write of it in the
+    /// same exclusive section is a repeat, while every other entry stored to is kept, and the
+    /// section's stores stay stores.
+    #[test]
+    fn stores_in_an_exclusive_section_are_kept_once_per_line_as_writes_are() {
+        static LOCK: LockClass = LockClass::new("lock", Scope::Node);
+        static LIST: LockClass = LockClass::new("list", Scope::Node);
+        let ev = |kind, class: &'static LockClass, instance| raw::Event {
+            t: 0,
+            kind,
+            class,
+            instance,
+            model: LockModel::Line,
+        };
+        let events = vec![
+            ev(
+                raw::Kind::Acquire {
+                    access: Access::Exclusive,
+                    trylock: false,
+                },
+                &LOCK,
+                1,
+            ),
+            ev(raw::Kind::Store { sym: Sym::Here }, &LIST, 2),
+            ev(
+                raw::Kind::Line {
+                    write: true,
+                    sym: Sym::Here,
+                },
+                &LIST,
+                2,
+            ),
+            ev(raw::Kind::Store { sym: Sym::Here }, &LIST, 2),
+            ev(raw::Kind::Store { sym: Sym::Entry }, &LIST, 2),
+            ev(raw::Kind::Store { sym: Sym::Entry }, &LIST, 2),
+            ev(
+                raw::Kind::Release {
+                    access: Access::Exclusive,
+                },
+                &LOCK,
+                1,
+            ),
+        ];
+        let t = Trace::from_raw(meta(), &events);
+        let kept: Vec<_> = t
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Line { .. } | Event::Store { .. }))
+            .copied()
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                Event::Store {
+                    inst: 1,
+                    sym: Sym::Here
+                },
+                Event::Store {
+                    inst: 1,
+                    sym: Sym::Entry
+                },
+                Event::Store {
+                    inst: 1,
+                    sym: Sym::Entry
+                },
+            ],
+            "{:?}",
+            t.events
+        );
     }
 
     #[test]

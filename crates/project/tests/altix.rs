@@ -244,7 +244,8 @@ fn the_lameter_capture_records_its_shared_events() {
                 .filter(|e| match e {
                     Event::Atomic { inst }
                     | Event::Acquire { inst, .. }
-                    | Event::Line { inst, .. } => t.instances[*inst as usize].class == class,
+                    | Event::Line { inst, .. }
+                    | Event::Store { inst, .. } => t.instances[*inst as usize].class == class,
                     _ => false,
                 })
                 .count()

@@ -225,6 +225,16 @@ pub enum Kind {
     /// symbolic reference names ([`Sym`]): what the replay's coherence model costs by who
     /// touched that line last.
     Line { write: bool, sym: Sym },
+    /// A store to a shared line, or to the line a symbolic reference names, that the CPU does
+    /// not wait for: a store whose address came from lines already loaded (the neighbours'
+    /// links a `list_del` rewrites, the first entry's `prev` a `list_add` rewrites) or an update
+    /// of a counter that nothing reads before the critical section ends (`nr_free`, an LRU
+    /// size). On x86 it waits in the store buffer while its line is fetched, and the CPU goes
+    /// on; a locked instruction, or the release of a lock (a store that TSO orders after every
+    /// earlier one), waits until it has its line. A [`Kind::Line`] write is a load and then a
+    /// store (a list head, read for its first entry before it is rewritten): the CPU waits for
+    /// that one.
+    Store { sym: Sym },
     /// A prefetch for writing (`prefetchw`) of the shared line at the instance: the line is
     /// asked for exclusive, taking it from the other CPUs' caches as a store would, but the
     /// CPU goes on while it travels. Only a later access of the same line waits, for what is
@@ -477,6 +487,15 @@ pub fn line_write(class: &'static LockClass, instance: usize) {
 #[inline]
 pub fn line_sym_write(class: &'static LockClass, anchor: usize, sym: Sym) {
     line(class, anchor, LockModel::Line, true, sym);
+}
+
+/// A store the CPU does not wait for ([`Kind::Store`]) to the line `sym` names relative to
+/// the shared instance `anchor` (`Sym::Here`: the instance's own line, a counter).
+#[inline]
+pub fn line_store(class: &'static LockClass, anchor: usize, sym: Sym) {
+    if active() && class.scope.is_shared() {
+        push(Kind::Store { sym }, class, anchor, LockModel::Line);
+    }
 }
 
 /// A page-fault exception (the engine's software MMU found no usable entry).

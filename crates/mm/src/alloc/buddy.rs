@@ -304,17 +304,20 @@ impl Zone {
         p.set_nonatomic(pg::BUDDY);
         if trace::active() {
             free_runs::pushed(pfn);
-            // `list_add` rewrites the first block's link (freed by whoever freed it) and the
-            // head; `nr_free` is next to it.
+            // `list_add` reads the head for its first block, then rewrites that block's link
+            // (freed by whoever freed it) and the head; `nr_free` is next to it. The link and
+            // the counter are stores the CPU does not wait for (`Kind::Store`); the head's
+            // load it does.
             let list = &fa.lists[order as usize][mt as usize];
             let head = list as *const PageList as usize;
-            if !list.is_empty() {
-                trace::line_sym_write(&FREE_AREA, head, Sym::First);
-            }
             trace::line_write(&FREE_AREA, head);
-            trace::line_write(
+            if !list.is_empty() {
+                trace::line_store(&FREE_AREA, head, Sym::First);
+            }
+            trace::line_store(
                 &FREE_AREA,
                 &fa.nr_free[order as usize] as *const u64 as usize,
+                Sym::Here,
             );
         }
         fa.lists[order as usize][mt as usize].push_front(pages, pfn);
@@ -333,22 +336,27 @@ impl Zone {
             // 4.15's page_fault1), not only the first pop of a hold. A block the recording
             // task pushed in this same hold (an `expand` half, a buddy it just freed) is its
             // own line and is not recorded.
+            //
+            // The CPU waits for the loads: the head (for its first block), the popped block
+            // (for its links), a buddy (`page_is_buddy` reads it before it is unlinked). The
+            // next block's link and `nr_free` are stores it does not wait for (`Kind::Store`).
             let list = &fa.lists[order as usize][mt];
             let head = list as *const PageList as usize;
             let first = list.first() == Some(pfn);
             if first {
-                trace::line_sym_write(&FREE_AREA, head, Sym::First);
                 trace::line_write(&FREE_AREA, head);
+                trace::line_sym_write(&FREE_AREA, head, Sym::First);
                 let next = pages[pfn].next.load(Relaxed);
                 if next != Pfn::NIL && !free_runs::this_hold(Pfn(next)) {
-                    trace::line_sym_write(&FREE_AREA, head, Sym::Entry);
+                    trace::line_store(&FREE_AREA, head, Sym::Entry);
                 }
             } else if !free_runs::this_hold(pfn) {
                 trace::line_sym_write(&FREE_AREA, head, Sym::Entry);
             }
-            trace::line_write(
+            trace::line_store(
                 &FREE_AREA,
                 &fa.nr_free[order as usize] as *const u64 as usize,
+                Sym::Here,
             );
             free_runs::popped(pfn);
         }

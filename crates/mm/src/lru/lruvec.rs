@@ -118,18 +118,20 @@ impl Lruvec {
     }
 
     /// Records the shared lines a link at the hot (`front`) or cold end of `lru` writes: the
-    /// end entry's link (whose line is whoever linked it: symbolic), the head and the size
-    /// counter (`list_add` and `update_lru_size` under `lru_lock`).
+    /// head, read for its end entry and rewritten, then that entry's link (whose line is
+    /// whoever linked it: symbolic) and the size counter (`list_add` and `update_lru_size`
+    /// under `lru_lock`). The link and the counter are stores the CPU does not wait for
+    /// (`Kind::Store`): the link's address came with the head.
     #[inline]
     fn trace_link(&self, pages: &PageArray, lru: LruList, front: bool) {
         if trace::active() {
             let list = self.list(pages, lru);
+            trace::line_write(&LRU_LIST, self.head_addr(lru));
             if !list.is_empty() {
                 let sym = if front { Sym::First } else { Sym::Entry };
-                trace::line_sym_write(&LRU_LIST, self.head_addr(lru), sym);
+                trace::line_store(&LRU_LIST, self.head_addr(lru), sym);
             }
-            trace::line_write(&LRU_LIST, self.head_addr(lru));
-            trace::line_write(&LRU_LIST, self.len_addr(lru));
+            trace::line_store(&LRU_LIST, self.len_addr(lru), Sym::Here);
         }
     }
 
@@ -181,24 +183,28 @@ impl Lruvec {
             // the task linked it in the same `lru_lock` hold as this page (one pagevec's run);
             // across a run's edge it is another CPU's page once several CPUs add to the list
             // (their runs interleave), so it is recorded symbolically, as another entry.
+            //
+            // The CPU waits for the entry's own line (the first entry's, when it is that one):
+            // `list_del` reads its links. The neighbours' links (the head's among them) and the
+            // size counter are stores it does not wait for (`Kind::Store`).
             let list = self.list(pages, lru);
             let head = self.head_addr(lru);
             if list.first() == Some(pfn.0) {
                 trace::line_sym_write(&LRU_LIST, head, Sym::First);
-                trace::line_write(&LRU_LIST, head);
+                trace::line_store(&LRU_LIST, head, Sym::Here);
             } else if let Some(prev) = list.prev_of(pfn.0)
                 && !link_runs::same_run(prev, pfn.0)
             {
-                trace::line_sym_write(&LRU_LIST, head, Sym::Entry);
+                trace::line_store(&LRU_LIST, head, Sym::Entry);
             }
             match list.next_of(pfn.0) {
-                None => trace::line_write(&LRU_LIST, head),
+                None => trace::line_store(&LRU_LIST, head, Sym::Here),
                 Some(next) if !link_runs::same_run(next, pfn.0) => {
-                    trace::line_sym_write(&LRU_LIST, head, Sym::Entry)
+                    trace::line_store(&LRU_LIST, head, Sym::Entry)
                 }
                 Some(_) => {}
             }
-            trace::line_write(&LRU_LIST, self.len_addr(lru));
+            trace::line_store(&LRU_LIST, self.len_addr(lru), Sym::Here);
             link_runs::unlinked(pfn);
         }
         let list = self.list(pages, lru);
