@@ -2554,7 +2554,7 @@ ipi_handler_ns = 500.0
                     }
                 }
             };
-            let body = vec![
+            let body = [
                 Event::Acquire {
                     inst: 0,
                     shared: false,
