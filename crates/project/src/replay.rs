@@ -2241,6 +2241,18 @@ ipi_handler_ns = 500.0
         assert_eq!(Replay::new(&m, &t, spec).unwrap().pair_depth, Some(8));
     }
 
+    /// `t` replayed whole with two threads on [`machine`], seed 1, one sample.
+    fn replay_two_threads(t: &Trace) -> ReplayResult {
+        let spec = ReplaySpec {
+            tasks: 2,
+            threads: true,
+            seed: 1,
+            samples: 1,
+            ops_per_cpu: None,
+        };
+        Replay::new(&machine(), t, spec).unwrap().run(1).unwrap()
+    }
+
     fn with_sim(algo: RwsemAlgo, f: impl FnOnce(&mut Sim<'_, '_>)) {
         with_trace(trace(algo), 3, f);
     }
@@ -2488,15 +2500,7 @@ ipi_handler_ns = 500.0
                 .cycle()
                 .take(3 * 64)
                 .collect();
-            let spec = ReplaySpec {
-                tasks: 2,
-                threads: true,
-                seed: 1,
-                samples: 1,
-                ops_per_cpu: None,
-            };
-            let m = machine();
-            let out = Replay::new(&m, &t, spec).unwrap().run(1).unwrap();
+            let out = replay_two_threads(&t);
             let c = &out.classes[0];
             (out.samples[0], c.prefetches, c.prefetches_lost)
         };
@@ -2573,15 +2577,7 @@ ipi_handler_ns = 500.0
             ];
             t.meta.window = Window::Cycle;
             t.events = body.iter().cycle().take(body.len() * 64).copied().collect();
-            let spec = ReplaySpec {
-                tasks: 2,
-                threads: true,
-                seed: 1,
-                samples: 1,
-                ops_per_cpu: None,
-            };
-            let m = machine();
-            let out = Replay::new(&m, &t, spec).unwrap().run(1).unwrap();
+            let out = replay_two_threads(&t);
             let lock = out.classes.iter().find(|c| c.name == "zone->lock").unwrap();
             let lines = out.classes.iter().find(|c| c.name == "free_area").unwrap();
             (

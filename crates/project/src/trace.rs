@@ -1759,6 +1759,17 @@ pub(crate) mod tests {
         assert!((a - HOLD).abs() / HOLD < 0.02, "{a}");
     }
 
+    /// A raw event at time 0 of `class`'s instance `instance`, with the plain-line model.
+    fn line_event(kind: raw::Kind, class: &'static LockClass, instance: usize) -> raw::Event {
+        raw::Event {
+            t: 0,
+            kind,
+            class,
+            instance,
+            model: LockModel::Line,
+        }
+    }
+
     /// A store leaves its line the task's as a write does: a later store or write of it in the
     /// same exclusive section is a repeat, while every other entry stored to is kept, and the
     /// section's stores stay stores.
@@ -1766,13 +1777,7 @@ pub(crate) mod tests {
     fn stores_in_an_exclusive_section_are_kept_once_per_line_as_writes_are() {
         static LOCK: LockClass = LockClass::new("lock", Scope::Node);
         static LIST: LockClass = LockClass::new("list", Scope::Node);
-        let ev = |kind, class: &'static LockClass, instance| raw::Event {
-            t: 0,
-            kind,
-            class,
-            instance,
-            model: LockModel::Line,
-        };
+        let ev = line_event;
         let events = vec![
             ev(
                 raw::Kind::Acquire {
@@ -1834,13 +1839,7 @@ pub(crate) mod tests {
     fn repeats_within_an_exclusive_section_are_kept_once_and_shared_sections_keep_all() {
         static LOCK: LockClass = LockClass::new("lock", Scope::Node);
         static LIST: LockClass = LockClass::new("list", Scope::Node);
-        let ev = |kind, class: &'static LockClass, instance| raw::Event {
-            t: 0,
-            kind,
-            class,
-            instance,
-            model: LockModel::Line,
-        };
+        let ev = line_event;
         let acq = |shared: bool| {
             let mut e = ev(
                 raw::Kind::Acquire {
