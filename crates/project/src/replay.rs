@@ -2224,13 +2224,7 @@ ipi_handler_ns = 500.0
         // Captured turns are one release step (70 messages at send-64); the sender may still
         // queue a whole socket (278) ahead of the receiver.
         let m = machine();
-        let spec = ReplaySpec {
-            tasks: 2,
-            threads: true,
-            seed: 1,
-            samples: 1,
-            ops_per_cpu: None,
-        };
+        let spec = two_threads();
         let t = pair_trace("send-64 messages", 70);
         assert_eq!(
             Replay::new(&m, &t, spec.clone()).unwrap().pair_depth,
@@ -2241,16 +2235,23 @@ ipi_handler_ns = 500.0
         assert_eq!(Replay::new(&m, &t, spec).unwrap().pair_depth, Some(8));
     }
 
-    /// `t` replayed whole with two threads on [`machine`], seed 1, one sample.
-    fn replay_two_threads(t: &Trace) -> ReplayResult {
-        let spec = ReplaySpec {
+    /// Two threads, seed 1, one sample, the whole trace.
+    fn two_threads() -> ReplaySpec {
+        ReplaySpec {
             tasks: 2,
             threads: true,
             seed: 1,
             samples: 1,
             ops_per_cpu: None,
-        };
-        Replay::new(&machine(), t, spec).unwrap().run(1).unwrap()
+        }
+    }
+
+    /// `t` replayed with [`two_threads`] on [`machine`].
+    fn replay_two_threads(t: &Trace) -> ReplayResult {
+        Replay::new(&machine(), t, two_threads())
+            .unwrap()
+            .run(1)
+            .unwrap()
     }
 
     fn with_sim(algo: RwsemAlgo, f: impl FnOnce(&mut Sim<'_, '_>)) {
