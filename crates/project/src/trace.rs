@@ -1218,6 +1218,9 @@ struct Section {
     /// (instance, 0 the line itself / 1 the list's first entry) written since the last lock
     /// event.
     written: Vec<(u32, u8)>,
+    /// The same for lines only stored to so far: a later store of one is a repeat, but a
+    /// later load or write is kept, since it waits for the line the store has still in flight.
+    stored: Vec<(u32, u8)>,
 }
 
 impl Section {
@@ -1227,6 +1230,7 @@ impl Section {
             Event::Acquire { inst, shared, .. } => {
                 self.held.push((inst, shared));
                 self.written.clear();
+                self.stored.clear();
                 false
             }
             Event::Release { inst, .. } => {
@@ -1234,6 +1238,7 @@ impl Section {
                     self.held.remove(i);
                 }
                 self.written.clear();
+                self.stored.clear();
                 false
             }
             Event::Atomic { inst } => self.access(inst, 0, true),
@@ -1246,14 +1251,26 @@ impl Section {
                 Sym::First => self.access(inst, 1, write),
                 Sym::Entry => false,
             },
-            // A store leaves the line this task's as a write does.
+            // A store once made, the line is this task's for later stores; a later load or
+            // write of it is kept (once), as it waits for the line the store has in flight.
             Event::Store { inst, sym } => match sym {
-                Sym::Here => self.access(inst, 0, true),
-                Sym::First => self.access(inst, 1, true),
+                Sym::Here => self.store(inst, 0),
+                Sym::First => self.store(inst, 1),
                 Sym::Entry => false,
             },
             _ => false,
         }
+    }
+
+    fn store(&mut self, inst: u32, which: u8) -> bool {
+        if !self.exclusive() {
+            return false;
+        }
+        if self.written.contains(&(inst, which)) || self.stored.contains(&(inst, which)) {
+            return true;
+        }
+        self.stored.push((inst, which));
+        false
     }
 
     fn exclusive(&self) -> bool {
@@ -1770,11 +1787,12 @@ pub(crate) mod tests {
         }
     }
 
-    /// A store leaves its line the task's as a write does: a later store or write of it in the
-    /// same exclusive section is a repeat, while every other entry stored to is kept, and the
-    /// section's stores stay stores.
+    /// In an exclusive section a store of a line is kept once: a later store of it is a
+    /// repeat, a later write is kept (it waits for the line the store has in flight) and makes
+    /// the line written, so a store after that is a repeat too; every other entry stored to is
+    /// kept, and stores stay stores.
     #[test]
-    fn stores_in_an_exclusive_section_are_kept_once_per_line_as_writes_are() {
+    fn stores_in_an_exclusive_section_are_kept_once_per_line_and_a_write_after_them_too() {
         static LOCK: LockClass = LockClass::new("lock", Scope::Node);
         static LIST: LockClass = LockClass::new("list", Scope::Node);
         let ev = line_event;
@@ -1819,6 +1837,11 @@ pub(crate) mod tests {
             vec![
                 Event::Store {
                     inst: 1,
+                    sym: Sym::Here
+                },
+                Event::Line {
+                    inst: 1,
+                    write: true,
                     sym: Sym::Here
                 },
                 Event::Store {

@@ -42,6 +42,21 @@ pub static FREE_AREA: pagelab_sync::LockClass =
 pub static NR_FREE_PAGES: pagelab_sync::LockClass =
     pagelab_sync::LockClass::new("NR_FREE_PAGES", pagelab_sync::Scope::Node);
 
+/// The kernel's update of `NR_FREE_PAGES` under `zone->lock` (`__mod_zone_page_state`,
+/// `__mod_zone_freepage_state`) adds to a per-CPU delta, with no locked instruction; the zone's
+/// line is written (by a locked add) only when the delta passes the zone's `stat_threshold`,
+/// every few holds at page_fault1's rates. The trace keeps one write of the zone's line per
+/// hold for it, as a store the CPU does not wait for (until 2026-11-28 an atomic, which made the
+/// replay drain the store buffer in the middle of every hold).
+#[inline]
+fn trace_nr_free_pages(nr_free: &AtomicI64) {
+    trace::line_store(
+        &NR_FREE_PAGES,
+        nr_free as *const AtomicI64 as usize,
+        Sym::Here,
+    );
+}
+
 /// Largest block order (`MAX_PAGE_ORDER`): 4 MiB blocks.
 pub const MAX_ORDER: u32 = 10;
 /// Orders above this are "costly" (`PAGE_ALLOC_COSTLY_ORDER`); pcp lists stop here.
@@ -324,7 +339,17 @@ impl Zone {
         fa.nr_free[order as usize] += 1;
     }
 
-    fn del_from_free_list(&self, fa: &mut FreeArea, pages: &PageArray, pfn: Pfn, order: u32) {
+    /// Take the free block `pfn` of `order` off its list: `pop` when it is taken as the list's
+    /// first block (`__rmqueue_smallest`, `__rmqueue_fallback`: the head is read to find it),
+    /// not when a merge or a move reaches it through its own page (`page_is_buddy`).
+    fn del_from_free_list(
+        &self,
+        fa: &mut FreeArea,
+        pages: &PageArray,
+        pfn: Pfn,
+        order: u32,
+        pop: bool,
+    ) {
         let p = &pages[pfn];
         let mt = p.index.load(Relaxed) as usize;
         if trace::active() {
@@ -337,15 +362,22 @@ impl Zone {
             // task pushed in this same hold (an `expand` half, a buddy it just freed) is its
             // own line and is not recorded.
             //
-            // The CPU waits for the loads: the head (for its first block), the popped block
-            // (for its links), a buddy (`page_is_buddy` reads it before it is unlinked). The
-            // next block's link and `nr_free` are stores it does not wait for (`Kind::Store`).
+            // The CPU waits for the loads: the head of a pop (read for its first block), the
+            // block itself (read for its links; a buddy, read by `page_is_buddy`). The next
+            // block's link, the head's link when a merge unlinks the first block, and `nr_free`
+            // are stores it does not wait for (`Kind::Store`: the counter's load only feeds its
+            // store, which the out-of-order core overlaps).
             let list = &fa.lists[order as usize][mt];
             let head = list as *const PageList as usize;
             let first = list.first() == Some(pfn);
             if first {
-                trace::line_write(&FREE_AREA, head);
-                trace::line_sym_write(&FREE_AREA, head, Sym::First);
+                if pop {
+                    trace::line_write(&FREE_AREA, head);
+                    trace::line_sym_write(&FREE_AREA, head, Sym::First);
+                } else {
+                    trace::line_sym_write(&FREE_AREA, head, Sym::First);
+                    trace::line_store(&FREE_AREA, head, Sym::Here);
+                }
                 let next = pages[pfn].next.load(Relaxed);
                 if next != Pfn::NIL && !free_runs::this_hold(Pfn(next)) {
                     trace::line_store(&FREE_AREA, head, Sym::Entry);
@@ -386,7 +418,7 @@ impl Zone {
             if !self.is_buddy(pages, buddy, order) {
                 break;
             }
-            self.del_from_free_list(fa, pages, buddy, order);
+            self.del_from_free_list(fa, pages, buddy, order, false);
             pfn = Pfn(pfn.0 & buddy.0);
             order += 1;
         }
@@ -400,7 +432,7 @@ impl Zone {
             self.pageblock_migratetype(pfn)
         };
         self.add_to_free_list(fa, pages, pfn, order, mt);
-        trace::atomic(&NR_FREE_PAGES, &self.nr_free as *const AtomicI64 as usize);
+        trace_nr_free_pages(&self.nr_free);
         self.nr_free.fetch_add(nr, Relaxed);
     }
 
@@ -430,7 +462,7 @@ impl Zone {
     ) -> Option<Pfn> {
         for o in order..=MAX_ORDER {
             if let Some(pfn) = fa.lists[o as usize][mt as usize].first() {
-                self.del_from_free_list(fa, pages, pfn, o);
+                self.del_from_free_list(fa, pages, pfn, o, true);
                 self.expand(fa, pages, pfn, order, o, mt);
                 return Some(pfn);
             }
@@ -455,7 +487,7 @@ impl Zone {
                 };
                 if o >= PAGEBLOCK_ORDER {
                     // Whole pageblocks: retype them all, then serve from the new type.
-                    self.del_from_free_list(fa, pages, pfn, o);
+                    self.del_from_free_list(fa, pages, pfn, o, true);
                     for b in 0..(1u32 << (o - PAGEBLOCK_ORDER)) {
                         self.set_pageblock_migratetype(pfn.offset(b << PAGEBLOCK_ORDER), mt);
                     }
@@ -465,7 +497,7 @@ impl Zone {
                 }
                 // Serve from the (possibly retyped) block at `pfn`.
                 let cur_mt = MigrateType::from_u8(pages[pfn].index.load(Relaxed) as u8);
-                self.del_from_free_list(fa, pages, pfn, o);
+                self.del_from_free_list(fa, pages, pfn, o, true);
                 self.expand(fa, pages, pfn, order, o, cur_mt);
                 return Some(pfn);
             }
@@ -484,7 +516,7 @@ impl Zone {
             if page.test(pg::BUDDY) {
                 let o = page.order();
                 if page.index.load(Relaxed) != mt as u64 {
-                    self.del_from_free_list(fa, pages, p, o);
+                    self.del_from_free_list(fa, pages, p, o, false);
                     self.add_to_free_list(fa, pages, p, o, mt);
                 }
                 p = p.offset(1 << o);
@@ -508,7 +540,7 @@ impl Zone {
             *fallback_used = true;
             self.rmqueue_fallback(fa, pages, order, mt)
         })?;
-        trace::atomic(&NR_FREE_PAGES, &self.nr_free as *const AtomicI64 as usize);
+        trace_nr_free_pages(&self.nr_free);
         self.nr_free.fetch_sub(1 << order, Relaxed);
         Some(pfn)
     }

@@ -131,6 +131,18 @@ impl Lruvec {
                 let sym = if front { Sym::First } else { Sym::Entry };
                 trace::line_store(&LRU_LIST, self.head_addr(lru), sym);
             }
+            self.trace_len_of(lru);
+        }
+    }
+
+    /// The size counter's update as recorded: a store the CPU does not wait for (a plain
+    /// `+=` under `lru_lock`, its load feeding only its store), or under batch locks a locked
+    /// add ([`Self::add_len`]), which waits for its line and drains the store buffer.
+    #[inline]
+    fn trace_len_of(&self, lru: LruList) {
+        if self.batches.is_some() {
+            trace::atomic(&LRU_LIST, self.len_addr(lru));
+        } else {
             trace::line_store(&LRU_LIST, self.len_addr(lru), Sym::Here);
         }
     }
@@ -204,7 +216,7 @@ impl Lruvec {
                 }
                 Some(_) => {}
             }
-            trace::line_store(&LRU_LIST, self.len_addr(lru), Sym::Here);
+            self.trace_len_of(lru);
             link_runs::unlinked(pfn);
         }
         let list = self.list(pages, lru);
