@@ -228,7 +228,7 @@ pub enum Kind {
     /// A store to a shared line, or to the line a symbolic reference names, that the CPU does
     /// not wait for: a store whose address came from lines already loaded (the neighbours'
     /// links a `list_del` rewrites, the first entry's `prev` a `list_add` rewrites) or an update
-    /// of a counter that nothing reads before the critical section ends (`nr_free`, an LRU
+    /// of a counter whose load feeds only its store (`nr_free`, an LRU
     /// size). On x86 it waits in the store buffer while its line is fetched, and the CPU goes
     /// on; a locked instruction, or the release of a lock (a store that TSO orders after every
     /// earlier one), waits until it has its line. A [`Kind::Line`] write is a load and then a
