@@ -371,11 +371,13 @@ impl Zone {
             let head = list as *const PageList as usize;
             let first = list.first() == Some(pfn);
             if first {
+                // A pop reads the head first; a merge reaches the block through its own page
+                // and then only stores the head's link.
                 if pop {
                     trace::line_write(&FREE_AREA, head);
-                    trace::line_sym_write(&FREE_AREA, head, Sym::First);
-                } else {
-                    trace::line_sym_write(&FREE_AREA, head, Sym::First);
+                }
+                trace::line_sym_write(&FREE_AREA, head, Sym::First);
+                if !pop {
                     trace::line_store(&FREE_AREA, head, Sym::Here);
                 }
                 let next = pages[pfn].next.load(Relaxed);
