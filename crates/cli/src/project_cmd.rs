@@ -329,6 +329,13 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
         } => eprintln!(
             "pagelab: {total_label}: capturing a trace of {profile} on the engine ({round}/{rounds})"
         ),
+        Progress::Pacing {
+            profiles,
+            round,
+            rounds,
+        } => eprintln!(
+            "pagelab: {total_label}: timing the {profiles} profiles side by side ({round}/{rounds})"
+        ),
         Progress::Replayed { done, total } => {
             eprintln!("pagelab: {total_label}: replayed {done}/{total} rows")
         }

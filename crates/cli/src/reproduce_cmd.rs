@@ -222,6 +222,13 @@ pub(crate) fn project_and_store(
         } => eprintln!(
             "pagelab: {what}: capturing a trace of {profile} on the engine ({round}/{rounds})"
         ),
+        pagelab_project::project::Progress::Pacing {
+            profiles,
+            round,
+            rounds,
+        } => eprintln!(
+            "pagelab: {what}: timing the {profiles} profiles side by side ({round}/{rounds})"
+        ),
         pagelab_project::project::Progress::Replayed { done, total } => {
             eprintln!("pagelab: {what}: replayed {done}/{total} rows")
         }

@@ -69,6 +69,7 @@ use pagelab_workloads::{Mode, WorkloadError, WorkloadKind, engine};
 use crate::error::CaptureError;
 use crate::trace::{CaptureGuard, Pinning, Trace, TraceMeta, Window};
 
+pub mod pace;
 mod rounds;
 
 /// What to capture.
@@ -98,6 +99,9 @@ pub struct CaptureSpec {
     pub kvcache_window: Option<usize>,
 }
 
+/// pft's bytes a capture records by default: 16 384 faults.
+pub const PFT_BYTES: u64 = 64 << 20;
+
 impl CaptureSpec {
     /// The defaults: two iterations of will-it-scale, 64 MiB of pft.
     pub fn new(workload: WorkloadKind, profile: Profile, kernel_cpus: usize) -> Self {
@@ -106,7 +110,7 @@ impl CaptureSpec {
             profile,
             kernel_cpus,
             cycles: 2,
-            pft_bytes: 64 << 20,
+            pft_bytes: PFT_BYTES,
             companions: 0,
             kvcache: None,
             kvcache_window: None,
@@ -697,9 +701,80 @@ impl<V: Vm> Vm for TracedVm<V> {
 
 /// Captures `spec`'s trace. Takes a few seconds (the workload runs seven to nine times over).
 pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
+    if spec.workload == WorkloadKind::Kvcache {
+        shape(spec.workload)?;
+        return crate::kvcapture::capture(spec);
+    }
+    Ok(capture_raw(spec)?.build())
+}
+
+/// What a capture recorded, before its trace is built: the trace's compute is set from the
+/// untraced window when it is built ([`Trace::from_raw_with_fallbacks`]), and a comparison's
+/// captures may first have that set from their profiles timed side by side ([`pace`],
+/// [`RawCapture::pace_to`]).
+pub struct RawCapture {
+    meta: TraceMeta,
+    events: Vec<raw::Event>,
+    fallbacks: Vec<Vec<raw::Event>>,
+    rwsem: pagelab_sync::RwsemAlgo,
+}
+
+impl RawCapture {
+    /// Operations in the recorded window (the untraced windows ran the same work).
+    fn ops(&self) -> u64 {
+        self.events
+            .iter()
+            .map(|e| match e.kind {
+                raw::Kind::Ops(n) => u64::from(n),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The engine's compute per operation in the kept untraced window: its CPU time less its
+    /// page writes. `None` when its writes could not be timed (every one stalled).
+    pub fn compute_per_op(&self) -> Option<f64> {
+        let ops = self.ops();
+        let w = self.meta.untraced_write_ns?;
+        (ops > 0).then(|| (self.meta.untraced_ns - w) / ops as f64)
+    }
+
+    /// Sets the compute the trace adds up to, `compute_ns` an operation, from the pacing
+    /// of `relative` (this profile's compute over the paced profiles' geometric mean): the
+    /// untraced window's CPU time becomes its writes plus that compute. Does nothing when the
+    /// window's writes were not timed.
+    pub fn pace_to(&mut self, compute_ns: f64, relative: f64, turns: usize) {
+        let (Some(measured), Some(w)) = (self.compute_per_op(), self.meta.untraced_write_ns) else {
+            return;
+        };
+        if !(compute_ns.is_finite() && compute_ns > 0.0) {
+            return;
+        }
+        self.meta.untraced_ns = w + compute_ns * self.ops() as f64;
+        self.meta.paced = Some(crate::trace::PacedCompute {
+            measured_ns: measured,
+            compute_ns,
+            relative,
+            turns,
+        });
+    }
+
+    /// The trace.
+    pub fn build(self) -> Trace {
+        let mut trace = Trace::from_raw_with_fallbacks(self.meta, &self.events, &self.fallbacks);
+        trace.set_rwsem(self.rwsem);
+        trace
+    }
+}
+
+/// [`capture`] up to the trace's construction, for the workloads [`pace::paceable`] or
+/// round-based (not kvcache, not netpipe).
+pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
     let (window, pinning, shared_vma) = shape(spec.workload)?;
     if spec.workload == WorkloadKind::Kvcache {
-        return crate::kvcapture::capture(spec);
+        return Err(CaptureError::Unsupported(
+            "kvcache is captured whole (pagelab_project::kvcapture::capture)".into(),
+        ));
     }
     if spec.workload == WorkloadKind::Netpipe {
         return Err(CaptureError::Unsupported(
@@ -848,14 +923,18 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         event_cost_ns: None,
         compute_scale: 1.0,
         guard: Some(guard),
+        paced: None,
     };
     let fallbacks: Vec<Vec<raw::Event>> = std::mem::take(&mut *ctl.fallbacks.lock().unwrap())
         .into_iter()
         .map(|(events, _)| events)
         .collect();
-    let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
-    trace.set_rwsem(spec.profile.policy.locks.rwsem);
-    Ok(trace)
+    Ok(RawCapture {
+        meta,
+        events,
+        fallbacks,
+        rwsem: spec.profile.policy.locks.rwsem,
+    })
 }
 
 #[cfg(test)]

@@ -184,6 +184,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
+        paced: None,
     };
     let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
     trace.set_rwsem(policy.locks.rwsem);

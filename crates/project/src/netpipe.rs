@@ -430,6 +430,7 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
+        paced: None,
     };
     let mut trace = Trace::from_raw_pair(meta, &sender, &receiver);
     trace.set_rwsem(spec.profile.policy.locks.rwsem);

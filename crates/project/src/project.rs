@@ -18,7 +18,7 @@ use pagelab_bench::stats::{amean, hmean};
 use pagelab_bench::store::Store;
 use pagelab_workloads::{Mode, WorkloadKind};
 
-use crate::capture::{CaptureSpec, capture, shape};
+use crate::capture::{CaptureSpec, PFT_BYTES, RawCapture, capture, capture_raw, pace, shape};
 use crate::error::ProjectError;
 use crate::machine::Machine;
 use crate::replay::{ClassStats, Replay, ReplaySpec};
@@ -200,6 +200,13 @@ pub enum Progress<'a> {
         round: usize,
         rounds: usize,
     },
+    /// The round's profiles run side by side to set their captures' compute
+    /// ([`crate::capture::pace`]).
+    Pacing {
+        profiles: usize,
+        round: usize,
+        rounds: usize,
+    },
     Replayed {
         done: usize,
         total: usize,
@@ -282,6 +289,13 @@ pub fn replay_row(
 /// a shared host slows the captures taken meanwhile, and taking turns spreads that over all
 /// profiles alike (as `reproduce` interleaves its repetitions). Returns each profile's
 /// captures, or `None` when `stop` was set.
+///
+/// A capture lasts seconds, and this host's speed drifts as fast, so after each round of a
+/// workload that [`pace::paceable`], the round's profiles also run side by side in short
+/// turns ([`pace::pace`]), and each capture of the round is given the compute per operation
+/// the pacing says its profile has against the others, at the level the round's captures
+/// measured together ([`pace::Paced::targets`]). Each round is paced on its own, so the
+/// spread between captures still holds the pacing's noise.
 pub fn capture_all(
     spec: &ProjectSpec,
     progress: &mut dyn FnMut(Progress<'_>),
@@ -289,7 +303,9 @@ pub fn capture_all(
 ) -> Result<Option<Vec<Vec<Trace>>>, ProjectError> {
     spec.check()?;
     let mut traces: Vec<Vec<Trace>> = vec![Vec::new(); spec.profiles.len()];
+    let paced = pace::paceable(spec.workload) && spec.profiles.len() >= 2;
     for round in 0..spec.captures {
+        let mut raws: Vec<RawCapture> = Vec::new();
         for (i, p) in spec.profiles.iter().enumerate() {
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
@@ -315,7 +331,37 @@ pub fn capture_all(
             }
             let mut cs = CaptureSpec::new(spec.workload, p.clone(), spec.machine.nr_cpus());
             cs.kvcache = spec.kvcache;
-            traces[i].push(capture(&cs)?);
+            if paced {
+                raws.push(capture_raw(&cs)?);
+            } else {
+                traces[i].push(capture(&cs)?);
+            }
+        }
+        if paced {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            progress(Progress::Pacing {
+                profiles: spec.profiles.len(),
+                round: round + 1,
+                rounds: spec.captures,
+            });
+            let timed = pace::pace(
+                spec.workload,
+                &spec.profiles,
+                spec.machine.nr_cpus(),
+                PFT_BYTES,
+                pace::TURNS,
+            )?;
+            let measured: Vec<Option<f64>> = raws.iter().map(|r| r.compute_per_op()).collect();
+            if let (Some(targets), Some(rel)) = (timed.targets(&measured), timed.relative()) {
+                for ((r, t), rel) in raws.iter_mut().zip(targets).zip(rel) {
+                    r.pace_to(t, rel, pace::TURNS);
+                }
+            }
+            for (i, r) in raws.into_iter().enumerate() {
+                traces[i].push(r.build());
+            }
         }
     }
     Ok(Some(traces))
@@ -596,6 +642,7 @@ mod tests {
                 event_cost_ns: None,
                 compute_scale: 1.0,
                 guard: None,
+                paced: None,
             },
             instances: Vec::new(),
             events: vec![

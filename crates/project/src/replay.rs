@@ -2179,6 +2179,7 @@ ipi_handler_ns = 500.0
                 event_cost_ns: None,
                 compute_scale: 1.0,
                 guard: None,
+                paced: None,
             },
             instances: vec![Instance {
                 class: "mmap_lock".into(),

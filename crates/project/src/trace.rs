@@ -156,6 +156,36 @@ pub struct TraceMeta {
     /// ([`crate::capture`]); absent in traces made before it, or built by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<CaptureGuard>,
+    /// Where the compute was set from the comparison's profiles timed side by side
+    /// ([`crate::capture::pace`]) rather than from this capture's own untraced window alone;
+    /// absent in traces made before 2026-11-29 and in captures made alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced: Option<PacedCompute>,
+}
+
+/// The compute a trace adds up to, set by pacing ([`crate::capture::RawCapture::pace_to`]):
+/// ns an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PacedCompute {
+    /// What the capture's own untraced window measured.
+    pub measured_ns: f64,
+    /// What the trace was given: `relative` times the level of the captures taken with it.
+    pub compute_ns: f64,
+    /// The profile's compute over the geometric mean of the profiles paced with it (the
+    /// median over the rounds).
+    pub relative: f64,
+    /// Timed turns of each profile.
+    pub turns: usize,
+}
+
+impl PacedCompute {
+    /// One line for `pagelab trace` and `validate`.
+    pub fn describe(&self) -> String {
+        format!(
+            "compute {:.1} ns per op from {} turns side by side ({:.3} of the paced profiles' geometric mean; this capture's untraced window measured {:.1})",
+            self.compute_ns, self.turns, self.relative, self.measured_ns
+        )
+    }
 }
 
 /// The scheduler's account of a capture's recorded windows (the main recording and the
@@ -835,6 +865,9 @@ impl Trace {
                 ),
             }
         );
+        if let Some(p) = &m.paced {
+            let _ = writeln!(s, "paced: {}", p.describe());
+        }
         if let Some(g) = &m.guard {
             let _ = writeln!(s, "preemption guard: {}", g.describe());
         }
@@ -1444,6 +1477,7 @@ pub(crate) mod tests {
             event_cost_ns: None,
             compute_scale: 1.0,
             guard: None,
+            paced: None,
         }
     }
 

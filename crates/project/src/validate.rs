@@ -429,8 +429,13 @@ pub struct TableReport {
     pub replay_seconds: f64,
     /// Per capture (each profile's in the order taken): its profile and what its preemption guard
     /// saw (`None` for a capture without one), so that a row the capture noise moved can be
-    /// traced to a capture the host disturbed.
-    pub guards: Vec<(String, Option<crate::trace::CaptureGuard>)>,
+    /// traced to a capture the host disturbed; and where its compute was set by pacing the
+    /// profiles side by side ([`crate::capture::pace`]), what that gave.
+    pub guards: Vec<(
+        String,
+        Option<crate::trace::CaptureGuard>,
+        Option<crate::trace::PacedCompute>,
+    )>,
 }
 
 impl TableReport {
@@ -448,13 +453,16 @@ impl TableReport {
             if self.captures == 1 { "" } else { "s" }
         );
         let _ = writeln!(s, "  {}", self.trap.describe(self.captures));
-        for (profile, g) in &self.guards {
+        for (profile, g, paced) in &self.guards {
             let _ = writeln!(
                 s,
                 "  capture of {profile}: {}",
                 g.as_ref()
                     .map_or("no preemption guard".to_string(), |g| g.describe())
             );
+            if let Some(p) = paced {
+                let _ = writeln!(s, "    paced: {}", p.describe());
+            }
         }
         let _ = writeln!(
             s,
@@ -539,6 +547,26 @@ impl TableReport {
     }
 }
 
+/// The range of the percent change from `base[k]` to `new[k]` over the rounds `k` of paced
+/// captures: the captures of one round share the level their pacing gave them, and a pairing
+/// across rounds would add the host's drift between the rounds, which the pacing took out of
+/// every round alike ([`crate::capture::pace`]). Every pairing ([`change_range`]) when the
+/// two sides do not have one capture per round each.
+pub fn paired_change_range(base: &[f64], new: &[f64]) -> (f64, f64) {
+    if base.len() != new.len() || base.is_empty() {
+        return change_range(base, new);
+    }
+    if base.iter().chain(new).any(|x| !x.is_finite()) {
+        return (f64::NAN, f64::NAN);
+    }
+    base.iter()
+        .zip(new)
+        .map(|(&b, &n)| pct_change(b, n, true))
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), c| {
+            (l.min(c), h.max(c))
+        })
+}
+
 /// The range of the percent change from `base` to `new` over every pairing of one of `base`'s
 /// values with one of `new`'s: `pct_change` is monotonic in each argument, so the extremes come
 /// from the extremes. NaN when either side is empty or not finite.
@@ -574,12 +602,15 @@ pub fn change_range(base: &[f64], new: &[f64]) -> (f64, f64) {
 
 /// Compares projected rows with a published table: `projected(profile, mode, tasks)` is the
 /// projection of that row (`None` if there is none), `base` the baseline profile whose one-task
-/// rows `trap_ns` is fitted to.
+/// rows `trap_ns` is fitted to. `paced`: the k-th captures of all profiles were taken in one
+/// round and their compute set side by side ([`crate::capture::pace`]), so a change's range is
+/// taken over the rounds ([`paired_change_range`]) rather than over every pairing.
 pub fn compare_table(
     p: &Published,
     rows: &[PubRow],
     base: &str,
     projected: &dyn Fn(&str, Mode, usize) -> Option<ProjRow>,
+    paced: bool,
 ) -> Result<(Vec<Compared>, Vec<Change>), ProjectError> {
     let proj = |profile: &str, mode: Mode, tasks: usize, metric: &str| {
         projected(profile, mode, tasks).map(|r| {
@@ -629,7 +660,11 @@ pub fn compare_table(
                 proj(base, r.mode, r.tasks, &r.metric),
             )
         {
-            let (low, high) = change_range(&qb_caps, &q_caps);
+            let (low, high) = if paced {
+                paired_change_range(&qb_caps, &q_caps)
+            } else {
+                change_range(&qb_caps, &q_caps)
+            };
             changes.push(Change {
                 profile: r.profile.clone(),
                 mode: r.mode.to_string(),
@@ -794,7 +829,10 @@ pub fn validate_table(
             .find(|r| r.mode == mode && r.tasks == tasks)
             .cloned()
     };
-    let (compared, changes) = compare_table(p, &rows, &e.profiles[0].name, &projected)?;
+    let paced = proj
+        .iter()
+        .all(|p| p.traces.iter().all(|t| t.meta.paced.is_some()));
+    let (compared, changes) = compare_table(p, &rows, &e.profiles[0].name, &projected, paced)?;
     Ok(TableReport {
         table: p.name.to_string(),
         experiment: p.experiment.to_string(),
@@ -811,7 +849,7 @@ pub fn validate_table(
             .flat_map(|p| {
                 p.traces
                     .iter()
-                    .map(|t| (p.profile.name.clone(), t.meta.guard.clone()))
+                    .map(|t| (p.profile.name.clone(), t.meta.guard.clone(), t.meta.paced))
             })
             .collect(),
         replay_seconds: proj
@@ -1327,6 +1365,7 @@ mod tests {
                 event_cost_ns: None,
                 compute_scale: 1.0,
                 guard: None,
+                paced: None,
             },
             instances: Vec::new(),
             events,
@@ -1476,6 +1515,26 @@ mod tests {
         }
     }
 
+    /// Two rounds whose levels differ by a fifth, each with the column 2% above the baseline:
+    /// paired by round the range is the 2% of both rounds; every pairing would add the drift.
+    #[test]
+    fn paced_captures_range_over_their_rounds_not_over_every_pairing() {
+        let (base, new) = ([100.0, 120.0], [102.0, 122.4]);
+        let (lo, hi) = paired_change_range(&base, &new);
+        assert!(
+            (lo - 2.0).abs() < 1e-9 && (hi - 2.0).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = change_range(&base, &new);
+        assert!(lo < -14.0 && hi > 22.0, "{lo} {hi}");
+        // Unequal counts fall back on every pairing; a NaN capture makes the range NaN.
+        assert_eq!(
+            paired_change_range(&[100.0], &new),
+            change_range(&[100.0], &new)
+        );
+        assert!(paired_change_range(&[100.0, f64::NAN], &new).0.is_nan());
+    }
+
     #[test]
     fn changes_report_sign_and_points() {
         let c = change(-9.51, -4.0, true);
@@ -1580,7 +1639,7 @@ b,processes,8,faults/sec,8080,100
                 _ => proj_row(8, &[&[8080.0]]),
             })
         };
-        let (compared, changes) = compare_table(&TABLE, &rows, "a", &projected).unwrap();
+        let (compared, changes) = compare_table(&TABLE, &rows, "a", &projected, false).unwrap();
         let s = Summaries::of(&compared, &changes);
         assert_eq!(s.fitted_rows, ["a processes 1 faults/sec"]);
         assert_eq!(s.failed_rows, ["b processes 4 faults/sec"]);
@@ -1627,7 +1686,7 @@ b,processes,8,faults/sec,8080,100
             r.mode = mode;
             Some(r)
         };
-        let (compared, changes) = compare_table(t, &rows, "linux-4.15", &projected).unwrap();
+        let (compared, changes) = compare_table(t, &rows, "linux-4.15", &projected, false).unwrap();
         assert!(compared.iter().all(|c| c.projected == 2e6), "{compared:?}");
         assert!(
             compared
@@ -1671,8 +1730,14 @@ b,processes,8,faults/sec,8080,100
                         kept_preempted: 1,
                         ..Default::default()
                     }),
+                    Some(crate::trace::PacedCompute {
+                        measured_ns: 700.0,
+                        compute_ns: 650.31,
+                        relative: 1.0204,
+                        turns: 10,
+                    }),
                 ),
-                ("old".into(), None),
+                ("old".into(), None, None),
             ],
         };
         let s = r.render();
@@ -1681,6 +1746,10 @@ b,processes,8,faults/sec,8080,100
             "{s}"
         );
         assert!(s.contains("capture of old: no preemption guard"), "{s}");
+        assert!(
+            s.contains("    paced: compute 650.3 ns per op from 10 turns side by side (1.020 of the paced profiles' geometric mean; this capture's untraced window measured 700.0)"),
+            "{s}"
+        );
         assert!(
             s.contains("kernel.trap_ns 789 ns, the machine file's (--trap-from-file)"),
             "{s}"

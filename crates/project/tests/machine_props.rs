@@ -221,6 +221,7 @@ fn trace(window: Window) -> Trace {
             event_cost_ns: None,
             compute_scale: 1.0,
             guard: None,
+            paced: None,
         },
         instances: vec![
             inst("zone->lock", Scope::Node, LockModel::Queued, false),

@@ -104,5 +104,6 @@ pub fn meta(window: Window, ops: u64) -> TraceMeta {
         event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
+        paced: None,
     }
 }
