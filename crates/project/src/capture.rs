@@ -712,6 +712,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
 /// untraced window when it is built ([`Trace::from_raw_with_fallbacks`]), and a comparison's
 /// captures may first have that set from their profiles timed side by side ([`pace`],
 /// [`RawCapture::pace_to`]).
+#[derive(Clone)]
 pub struct RawCapture {
     meta: TraceMeta,
     events: Vec<raw::Event>,

@@ -879,6 +879,11 @@ pub struct SelfRow {
     /// The transfer of a line between two cores the row was replayed with, ns
     /// (`latency.core_ns`, measured beside the engine's run: [`Beside`]).
     pub core_ns: f64,
+    /// The engine's compute per operation the row's trace was given, ns: the profile timed
+    /// alone just before and after the engine's run ([`crate::capture::pace`]), where the
+    /// capture's own untraced window was timed a minute away. `None` where it could not be
+    /// timed (the capture's own then stands).
+    pub compute_ns: Option<f64>,
 }
 
 /// The self-consistency check.
@@ -922,7 +927,7 @@ impl SelfCheck {
         );
         let _ = writeln!(
             s,
-            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8} {:>8}",
+            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8} {:>8} {:>10}",
             "workload",
             "mode",
             "tasks",
@@ -932,12 +937,13 @@ impl SelfCheck {
             "error",
             "cpu share",
             "wait ms",
-            "xfer ns"
+            "xfer ns",
+            "compute ns"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2} {:>8.1}",
+                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2} {:>8.1} {:>10}",
                 r.workload,
                 r.mode,
                 r.tasks,
@@ -947,7 +953,9 @@ impl SelfCheck {
                 r.error_pct,
                 r.share,
                 r.wait_ns / 1e6,
-                r.core_ns
+                r.core_ns,
+                r.compute_ns
+                    .map_or("capture's".to_string(), |c| format!("{c:.1}"))
             );
         }
         let med = median(
@@ -961,6 +969,10 @@ impl SelfCheck {
         s
     }
 }
+
+/// Timed turns of the profile alone on each side of a self-check row's engine run (about 0.3 s
+/// of page_fault1, 0.05 s of pft).
+pub const SELF_CHECK_TURNS: usize = 3;
 
 /// Projects this host at 1 and 2 tasks and measures the engine here with the same profile:
 /// page_fault1 in both modes, pft in threads mode. The host is measured first
@@ -1010,7 +1022,21 @@ pub fn self_check_on(
         // few milliseconds a self-check row replays, so a row would hold a turn or two and
         // its rate would be the luck of its phase; the measured waits are reported instead.
         let window = std::time::Duration::from_millis(300);
-        let mut measured: Vec<(Measured, Beside)> = Vec::new();
+        // The engine's compute per operation drifts on this host by tens of percent within
+        // seconds (docs/model.md, "The profiles side by side"), and the capture below times
+        // its own a minute after the rows ran: each row's trace is given the compute of the
+        // profile timed alone just before and just after its run instead.
+        let compute_beside = || -> Result<Option<f64>, ProjectError> {
+            let paced = crate::capture::pace::pace(
+                w,
+                std::slice::from_ref(&profile),
+                machine.nr_cpus(),
+                crate::capture::PFT_BYTES,
+                SELF_CHECK_TURNS,
+            )?;
+            Ok(paced.median(0))
+        };
+        let mut measured: Vec<(Measured, Beside, Option<f64>)> = Vec::new();
         for &mode in &modes {
             for tasks in [1, 2] {
                 let req = RunRequest {
@@ -1036,29 +1062,41 @@ pub fn self_check_on(
                     lock_stat: true,
                 };
                 let before = Beside::measure(&machine, tasks, window);
+                let c0 = compute_beside()?;
                 let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
+                let c1 = compute_beside()?;
                 let beside = before.mean(&Beside::measure(&machine, tasks, window));
+                let compute = match (c0, c1) {
+                    (Some(a), Some(b)) => Some((a + b) / 2.0),
+                    (a, b) => a.or(b),
+                };
                 measured.extend(rows.into_iter().map(|r| {
                     let m = Measured {
                         mode: r.mode,
                         tasks: r.tasks,
                         metrics: r.metrics.into_iter().map(|m| (m.name, m.samples)).collect(),
                     };
-                    (m, beside)
+                    (m, beside, compute)
                 }));
             }
         }
         progress(&format!("capturing and replaying {w}"));
-        let trace = crate::capture::capture(&crate::capture::CaptureSpec::new(
+        let raw = crate::capture::capture_raw(&crate::capture::CaptureSpec::new(
             w,
             profile.clone(),
             machine.nr_cpus(),
         ))?;
-        for (m, beside) in measured {
+        for (m, beside, compute) in measured {
             let host = beside.host(&machine, m.tasks);
+            let mut r = raw.clone();
+            if let Some(c) = compute {
+                r.pace_to(c, 1.0, SELF_CHECK_TURNS);
+            }
+            let trace = r.build();
             let mut rows = project_measured(&host, &trace, std::slice::from_ref(&m), seed)?;
             for r in &mut rows {
                 r.wait_ns = beside.wait_ns;
+                r.compute_ns = trace.meta.paced.map(|p| p.compute_ns);
             }
             out.rows.extend(rows);
         }
@@ -1183,6 +1221,7 @@ pub fn project_measured(
                 share,
                 wait_ns: wait,
                 core_ns: machine.latency.core_ns,
+                compute_ns: None,
             });
         }
     }
@@ -1397,6 +1436,37 @@ mod tests {
                 r.measured
             );
         }
+    }
+
+    /// Each self-check row says which compute its trace was given: the profile's timed beside
+    /// the row, or the capture's own where that could not be timed.
+    #[test]
+    fn the_self_check_names_the_compute_each_row_was_replayed_with() {
+        let host = injected_host();
+        let row = |compute_ns| SelfRow {
+            workload: "page_fault1".into(),
+            mode: "processes".into(),
+            tasks: 1,
+            metric: "faults/sec".into(),
+            measured: 500_000.0,
+            projected: 510_000.0,
+            error_pct: 2.0,
+            share: 1.0,
+            wait_ns: 0.0,
+            core_ns: 31.0,
+            compute_ns,
+        };
+        let c = SelfCheck {
+            machine: host.name.clone(),
+            profile: "linux-6.7".into(),
+            host,
+            rows: vec![row(Some(612.34)), row(None)],
+        };
+        let s = c.render();
+        assert!(s.contains("compute ns"), "{s}");
+        let lines: Vec<&str> = s.lines().filter(|l| l.starts_with("page_fault1")).collect();
+        assert!(lines[0].ends_with(" 612.3"), "{s}");
+        assert!(lines[1].ends_with("capture's"), "{s}");
     }
 
     #[test]

@@ -109,6 +109,14 @@ impl Paced {
     }
 }
 
+impl Paced {
+    /// Profile `p`'s compute per operation, the median over its turns: with one profile,
+    /// what the engine spends now (the self-check measures it beside each row it runs).
+    pub fn median(&self, p: usize) -> Option<f64> {
+        median(self.compute_ns.get(p)?)
+    }
+}
+
 /// The median (the mean of the middle two of an even count); `None` for no values.
 fn median(v: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
