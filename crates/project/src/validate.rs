@@ -1026,7 +1026,10 @@ pub fn self_check_on(
         // seconds (docs/model.md, "The profiles side by side"), and the capture below times
         // its own a minute after the rows ran: each row's trace is given the compute of the
         // profile timed alone just before and just after its run instead.
-        let compute_beside = || -> Result<Option<f64>, ProjectError> {
+        // Timed with lock statistics as the row's run counts them (the run leaves the
+        // process-wide switch as it set it), so that both pay the same per acquisition.
+        let compute_beside = |lock_stat: bool| -> Result<Option<f64>, ProjectError> {
+            pagelab_sync::stats::set_enabled(lock_stat);
             let paced = crate::capture::pace::pace(
                 w,
                 std::slice::from_ref(&profile),
@@ -1062,9 +1065,9 @@ pub fn self_check_on(
                     lock_stat: true,
                 };
                 let before = Beside::measure(&machine, tasks, window);
-                let c0 = compute_beside()?;
+                let c0 = compute_beside(req.lock_stat)?;
                 let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
-                let c1 = compute_beside()?;
+                let c1 = compute_beside(req.lock_stat)?;
                 let beside = before.mean(&Beside::measure(&machine, tasks, window));
                 let compute = match (c0, c1) {
                     (Some(a), Some(b)) => Some((a + b) / 2.0),
