@@ -254,7 +254,16 @@ impl CaptureGuard {
 impl TraceMeta {
     /// Traced over untraced wall time, less one: what recording cost.
     pub fn capture_overhead(&self) -> f64 {
-        self.traced_ns / self.untraced_ns - 1.0
+        self.traced_ns / self.untraced_measured_ns() - 1.0
+    }
+
+    /// The untraced window's time as measured: `untraced_ns` unless pacing replaced its
+    /// compute ([`PacedCompute`]).
+    pub fn untraced_measured_ns(&self) -> f64 {
+        match self.paced {
+            Some(p) => self.untraced_ns - (p.compute_ns - p.measured_ns) * self.ops as f64,
+            None => self.untraced_ns,
+        }
     }
 }
 
@@ -689,6 +698,18 @@ impl Trace {
             }
             meta.event_cost_ns = Some(b.overhead);
             meta.compute_scale = sums(&out).0 / compute;
+        } else if meta.paced.is_some() && target > compute && compute > 0.0 {
+            // A paced capture whose compute the pacing puts above what its traced window
+            // holds: the traced window ran on a faster stretch of the host than the pacing's
+            // rounds. A drift is a change of speed, so every gap takes it in proportion.
+            let f = target / compute;
+            meta.compute_scale = f;
+            let segments = fallbacks.iter_mut().flat_map(|f| f.segments.iter_mut());
+            for e in out.iter_mut().chain(segments.flatten()) {
+                if let Event::Compute { ns } = e {
+                    *ns *= f;
+                }
+            }
         } else if target <= 0.0 && meta.untraced_ns > 0.0 && compute + writes > 0.0 {
             // The untraced CPU time does not even cover the writes: the traced window was
             // preempted during its writes as well (clearing a page takes the same CPU time
@@ -849,7 +870,7 @@ impl Trace {
             s,
             "host time {:.1} ns per op (untraced {:.1}, of which writes {}; traced {:.1}); capture overhead {:+.1}%; {}",
             self.host_ns() / ops,
-            m.untraced_ns / ops,
+            m.untraced_measured_ns() / ops,
             m.untraced_write_ns
                 .map_or("not timed".to_string(), |w| format!("{:.1}", w / ops)),
             m.traced_ns / ops,

@@ -411,24 +411,32 @@ fn a_pft_capture_records_its_preemption_guard() {
     assert_eq!(back.meta.guard, Some(g));
 }
 
-/// Pacing runs each profile's engine in turns on one CPU and times every turn, and a capture
-/// paced to a compute carries it into its trace: two profiles, two timed turns each, every
-/// turn a compute per fault; then a capture given four fifths of its own compute adds up to
-/// that.
+/// Pacing runs each profile's engine in turns on one CPU and times every turn, on both
+/// shapes of turn (pft's repetitions, page_fault1's iterations), and a capture paced to a
+/// compute carries it into its trace, below what its recording holds (a cost per event taken
+/// out) and above it (every gap scaled up).
 #[test]
 fn profiles_paced_side_by_side_time_every_turn_and_set_a_captures_compute() {
     use pagelab_project::capture::{capture_raw, pace};
     let _turn = one_capture_at_a_time();
     let a = profiles::load("mm-unstable-20230210").unwrap();
     let b = profiles::load("pvl-v2").unwrap();
-    let paced = pace::pace(WorkloadKind::Pft, &[a.clone(), b], 4, 16 << 20, 2).unwrap();
-    assert_eq!(paced.compute_ns.len(), 2);
-    for turns in &paced.compute_ns {
-        assert_eq!(turns.len(), 2, "{paced:?}");
-        assert!(turns.iter().all(|t| t.is_finite() && *t > 0.0), "{paced:?}");
+    for (w, turns) in [(WorkloadKind::Pft, 2), (WorkloadKind::PageFault1, 1)] {
+        let paced = pace::pace(w, &[a.clone(), b.clone()], 4, 16 << 20, turns).unwrap();
+        assert_eq!(paced.compute_ns.len(), 2);
+        for t in &paced.compute_ns {
+            assert_eq!(t.len(), turns, "{w}: {paced:?}");
+            assert!(
+                t.iter().all(|t| t.is_finite() && *t > 0.0),
+                "{w}: {paced:?}"
+            );
+        }
+        let rel = paced.relative().unwrap();
+        assert!(
+            rel.iter().all(|r| r.is_finite() && *r > 0.0),
+            "{w}: {rel:?}"
+        );
     }
-    let rel = paced.relative().unwrap();
-    assert!(rel.iter().all(|r| r.is_finite() && *r > 0.0), "{rel:?}");
     let e = pace::pace(
         WorkloadKind::Netpipe,
         std::slice::from_ref(&a),
@@ -441,21 +449,41 @@ fn profiles_paced_side_by_side_time_every_turn_and_set_a_captures_compute() {
 
     let mut spec = CaptureSpec::new(WorkloadKind::Pft, a, 4);
     spec.pft_bytes = 16 << 20;
-    let mut raw = capture_raw(&spec).unwrap();
+    let raw = capture_raw(&spec).unwrap();
     let own = raw.compute_per_op().unwrap();
-    raw.pace_to(0.8 * own, rel[0], 2);
-    let t = raw.build();
-    let compute: f64 = t
-        .events
-        .iter()
-        .map(|e| match e {
-            Event::Compute { ns } => *ns,
-            _ => 0.0,
-        })
-        .sum();
-    let per_op = compute / t.meta.ops as f64;
-    assert!((per_op / (0.8 * own) - 1.0).abs() < 0.01, "{per_op} {own}");
-    let p = t.meta.paced.expect("paced");
-    assert_eq!((p.compute_ns, p.measured_ns, p.turns), (0.8 * own, own, 2));
-    assert!(t.summary().contains("paced: compute"), "{}", t.summary());
+    let compute_per_op = |t: &Trace| {
+        let c: f64 = t
+            .events
+            .iter()
+            .map(|e| match e {
+                Event::Compute { ns } => *ns,
+                _ => 0.0,
+            })
+            .sum();
+        c / t.meta.ops as f64
+    };
+    // What the trace holds unpaced: at most the recording's gaps, at least nothing.
+    let unpaced = compute_per_op(&raw.clone().build());
+    assert!(unpaced > 0.0);
+    for target in [0.5 * unpaced, 3.0 * unpaced.max(own)] {
+        let mut r = raw.clone();
+        r.pace_to(target, 1.0, 2);
+        let t = r.build();
+        let per_op = compute_per_op(&t);
+        assert!((per_op / target - 1.0).abs() < 0.01, "{per_op} {target}");
+        let p = t.meta.paced.expect("paced");
+        assert_eq!((p.compute_ns, p.measured_ns, p.turns), (target, own, 2));
+        // The capture's overhead and its summary still speak of what was measured.
+        let measured = t.meta.untraced_measured_ns() / t.meta.ops as f64;
+        assert!(
+            (measured - own - raw_writes(&t)).abs() < 1e-6 * measured,
+            "{measured} {own}"
+        );
+        assert!(t.summary().contains("paced: compute"), "{}", t.summary());
+    }
+}
+
+/// The untraced window's page writes per operation, as kept in the trace's meta.
+fn raw_writes(t: &Trace) -> f64 {
+    t.meta.untraced_write_ns.unwrap() / t.meta.ops as f64
 }

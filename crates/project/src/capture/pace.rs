@@ -113,7 +113,14 @@ impl Paced {
     /// Profile `p`'s compute per operation, the median over its turns: with one profile,
     /// what the engine spends now (the self-check measures it beside each row it runs).
     pub fn median(&self, p: usize) -> Option<f64> {
-        median(self.compute_ns.get(p)?)
+        let v: Vec<f64> = self
+            .compute_ns
+            .get(p)?
+            .iter()
+            .copied()
+            .filter(|t| *t > 0.0)
+            .collect();
+        median(&v)
     }
 }
 
@@ -161,6 +168,17 @@ impl Baton {
     }
 }
 
+/// Breaks the baton when dropped armed (a run that failed or unwound).
+struct BreakOnExit<'a>(&'a Baton, bool);
+
+impl Drop for BreakOnExit<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.break_off();
+        }
+    }
+}
+
 /// One profile's task: its stores count as operations, and its turns start at the first store
 /// after its baton arrives and end at the workload's boundary (after the `per_turn`-th unmap
 /// of page_fault1, before a pft repetition's unmap, as the capture's windows do).
@@ -200,12 +218,13 @@ impl<V: Vm> PacedVm<V> {
         Ok(())
     }
 
-    fn boundary(&self) {
+    /// Counts a boundary; ends the turn (timing it) at its last one, and says whether it did.
+    fn end_turn(&self) -> bool {
         if !self.in_turn.load(Ordering::Relaxed) {
-            return;
+            return false;
         }
         if self.boundaries.fetch_add(1, Ordering::Relaxed) + 1 < self.per_turn {
-            return;
+            return false;
         }
         let cpu = pft::thread_cpu_ns().saturating_sub(self.cpu0.load(Ordering::Relaxed)) as f64;
         let w = raw::time_writes(None);
@@ -226,7 +245,7 @@ impl<V: Vm> PacedVm<V> {
         if k + 1 >= self.turns {
             self.stop.store(true, Ordering::Relaxed);
         }
-        self.baton.pass();
+        true
     }
 }
 
@@ -257,15 +276,16 @@ impl<V: Vm> Vm for PacedVm<V> {
         self.inner.store(addr)
     }
 
+    /// A turn of page_fault1 ends after its unmap (the capture's windows hold the unmaps), a
+    /// pft turn before it (pft does not time its unmap); either way the baton passes only once
+    /// the unmap is done, so that no profile's unmap runs on the CPU in another's turn.
     fn munmap(&self, addr: u64, len: u64) -> Result<(), WorkloadError> {
-        if self.unmap_ends {
-            self.inner.munmap(addr, len)?;
-            self.boundary();
-            Ok(())
-        } else {
-            self.boundary();
-            self.inner.munmap(addr, len)
+        let ended = !self.unmap_ends && self.end_turn();
+        let r = self.inner.munmap(addr, len);
+        if ended || (self.unmap_ends && r.is_ok() && self.end_turn()) {
+            self.baton.pass();
         }
+        r
     }
 
     fn idle(&self) {
@@ -315,6 +335,9 @@ pub fn pace(
             .map(|(me, profile)| {
                 let baton = baton.clone();
                 s.spawn(move || {
+                    // Breaks the baton if this run ends any other way than with all its turns
+                    // taken, a panic included, so that no other profile waits for it forever.
+                    let mut guard = BreakOnExit(&baton, true);
                     let r = run_one(
                         workload,
                         profile,
@@ -326,9 +349,7 @@ pub fn pace(
                         turns,
                         &baton,
                     );
-                    if r.is_err() {
-                        baton.break_off();
-                    }
+                    guard.1 = r.is_err();
                     r
                 })
             })
@@ -412,6 +433,28 @@ fn run_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run that panics before its turn breaks the baton: the profile waiting for the turn
+    /// after it is told so instead of waiting forever.
+    #[test]
+    fn a_run_that_panics_breaks_the_baton_for_the_others() {
+        let baton = Baton::default();
+        std::thread::scope(|s| {
+            let b = &baton;
+            let first = s.spawn(move || {
+                let _guard = BreakOnExit(b, true);
+                panic!("the engine failed inside its turn");
+            });
+            let second = s.spawn(move || b.wait_for(1));
+            assert!(first.join().is_err());
+            assert!(!second.join().unwrap(), "the second run was not told");
+        });
+        // A run that ends with its turns taken leaves the baton whole.
+        let baton = Baton::default();
+        drop(BreakOnExit(&baton, false));
+        baton.pass();
+        assert!(baton.wait_for(1));
+    }
 
     /// Two profiles whose ratio is 1.1 in every round while the host's speed halves and
     /// doubles between rounds: the pacing keeps the ratio and none of the drift.
