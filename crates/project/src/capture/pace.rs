@@ -24,7 +24,8 @@
 //! pft-vma-per-thread, lameter): kvcache, netpipe and the research benchmarks keep their own
 //! untraced time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use pagelab_bench::profiles::Profile;
@@ -192,17 +193,20 @@ struct PacedVm<V> {
     unmap_ends: bool,
     baton: Arc<Baton>,
     stop: Arc<AtomicBool>,
-    turn: AtomicUsize,
-    in_turn: AtomicBool,
-    boundaries: AtomicUsize,
-    ops: AtomicU64,
-    cpu0: AtomicU64,
+    // Only the task's own thread touches these (the workload moves the task to one thread):
+    // plain cells, so that a turn's faults pay no locked instruction the capture's untraced
+    // windows do not pay.
+    turn: Cell<usize>,
+    in_turn: Cell<bool>,
+    boundaries: Cell<usize>,
+    ops: Cell<u64>,
+    cpu0: Cell<u64>,
     out: Arc<Mutex<Vec<f64>>>,
 }
 
 impl<V: Vm> PacedVm<V> {
     fn begin(&self) -> Result<(), WorkloadError> {
-        let k = self.turn.load(Ordering::Relaxed);
+        let k = self.turn.get();
         if !self.baton.wait_for(k * self.profiles + self.me) {
             self.stop.store(true, Ordering::Relaxed);
             return Err(WorkloadError::Config(
@@ -211,26 +215,28 @@ impl<V: Vm> PacedVm<V> {
         }
         raw::write_timing_cost();
         raw::time_writes(Some(CaptureGuard::STALL_NS));
-        self.boundaries.store(0, Ordering::Relaxed);
-        self.ops.store(0, Ordering::Relaxed);
-        self.in_turn.store(true, Ordering::Relaxed);
-        self.cpu0.store(pft::thread_cpu_ns(), Ordering::Relaxed);
+        self.boundaries.set(0);
+        self.ops.set(0);
+        self.in_turn.set(true);
+        self.cpu0.set(pft::thread_cpu_ns());
         Ok(())
     }
 
     /// Counts a boundary; ends the turn (timing it) at its last one, and says whether it did.
     fn end_turn(&self) -> bool {
-        if !self.in_turn.load(Ordering::Relaxed) {
+        if !self.in_turn.get() {
             return false;
         }
-        if self.boundaries.fetch_add(1, Ordering::Relaxed) + 1 < self.per_turn {
+        self.boundaries.set(self.boundaries.get() + 1);
+        if self.boundaries.get() < self.per_turn {
             return false;
         }
-        let cpu = pft::thread_cpu_ns().saturating_sub(self.cpu0.load(Ordering::Relaxed)) as f64;
+        let cpu = pft::thread_cpu_ns().saturating_sub(self.cpu0.get()) as f64;
         let w = raw::time_writes(None);
-        self.in_turn.store(false, Ordering::Relaxed);
-        let k = self.turn.fetch_add(1, Ordering::Relaxed);
-        let ops = self.ops.load(Ordering::Relaxed);
+        self.in_turn.set(false);
+        let k = self.turn.get();
+        self.turn.set(k + 1);
+        let ops = self.ops.get();
         if k > 0 && ops > 0 {
             // As the capture's untraced windows: the timing's own cost out of the CPU time,
             // and what of it fell inside the spans out of the writes.
@@ -269,10 +275,10 @@ impl<V: Vm> Vm for PacedVm<V> {
     }
 
     fn store(&self, addr: u64) -> Result<(), WorkloadError> {
-        if !self.in_turn.load(Ordering::Relaxed) {
+        if !self.in_turn.get() {
             self.begin()?;
         }
-        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.ops.set(self.ops.get() + 1);
         self.inner.store(addr)
     }
 
@@ -395,11 +401,11 @@ fn run_one(
         unmap_ends: !once,
         baton: baton.clone(),
         stop: stop.clone(),
-        turn: AtomicUsize::new(0),
-        in_turn: AtomicBool::new(false),
-        boundaries: AtomicUsize::new(0),
-        ops: AtomicU64::new(0),
-        cpu0: AtomicU64::new(0),
+        turn: Cell::new(0),
+        in_turn: Cell::new(false),
+        boundaries: Cell::new(0),
+        ops: Cell::new(0),
+        cpu0: Cell::new(0),
         out: out.clone(),
     };
     pagelab_workloads::pin::pin_to_core(0);
