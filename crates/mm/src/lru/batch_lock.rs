@@ -143,14 +143,21 @@ impl PageTags {
         self.words[id as usize].store(tag | s, Relaxed);
     }
 
+    /// `page->lru_sentinel = true`: a plain store, as the kernel's. Every writer of a page's
+    /// byte holds `lru_lock` (adders; and a sentinel's remover, the only remover that writes
+    /// its neighbours'), so a load and a store lose no update; the batch lock's holders and
+    /// `release_pages`' first pass only read it.
     #[inline]
     fn set_sentinel(&self, id: u32) {
-        self.words[id as usize].fetch_or(SENTINEL, Relaxed);
+        let w = &self.words[id as usize];
+        w.store(w.load(Relaxed) | SENTINEL, Relaxed);
     }
 
+    /// `page->lru_sentinel = false`, under `lru_lock` ([`Self::set_sentinel`]).
     #[inline]
     fn clear_sentinel(&self, id: u32) {
-        self.words[id as usize].fetch_and(!SENTINEL, Relaxed);
+        let w = &self.words[id as usize];
+        w.store(w.load(Relaxed) & !SENTINEL, Relaxed);
     }
 }
 

@@ -27,7 +27,12 @@
 //! The list links of every page on the lruvec's lists and the lists' heads: written only with
 //! the lock held exclusively, or by `smp_del` with it held shared. The per-list page counts:
 //! written by the exclusive holder (plain load and store), or by shared holders with an atomic
-//! subtraction (the RFC made `update_lru_size` atomic for the same reason). `PG_active` and
+//! subtraction (the RFC made `update_lru_size` atomic for the same reason). Under batch locks
+//! (RFC v1) a removal that holds only its batch lock counts itself in that lock's own tally,
+//! with a plain load and store too ([`Lruvec::del`]): 4.15 kept the LRU sizes the fault path
+//! updates in per-CPU vmstat deltas (`__mod_node_page_state`, `__mod_zone_page_state`), which
+//! take no locked instruction and share no line, and the v1 patches as this project read them
+//! (the cover letter and patch titles of 31 Jan 2018) give no sign of a shared atomic counter. `PG_active` and
 //! `PG_swapbacked` of a page with `PG_lru` set, which say which list it is on: changed only
 //! under the exclusive lock (activation moves the page at the same time).
 //!
@@ -45,7 +50,7 @@ use pagelab_sync::trace::{self, Sym};
 use pagelab_sync::{LockKind, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, SpinLock};
 
 use super::LruList;
-use super::batch_lock::{BatchedLruLock, ListBatches};
+use super::batch_lock::{BatchedLruLock, ListBatches, NUM_LRU_BATCH_LOCKS};
 use super::smp_list::{List, ListHead, LocalChain};
 use crate::page::{PageArray, Pfn};
 use crate::policy::LruRelease;
@@ -57,6 +62,10 @@ pub struct Lruvec {
     len: [AtomicU64; LruList::COUNT],
     /// Under `release = "batch-locks"`, the lists' batch bookkeeping ([`super::batch_lock`]).
     batches: Option<ListBatches>,
+    /// Under `release = "batch-locks"`, per batch lock, the pages its holders took off each
+    /// list without `lru_lock` (wrapping): written only under that batch lock, so a plain load
+    /// and store. A list's size is its `len` less these ([`Lruvec::len`]).
+    batch_removed: Box<[[AtomicU64; LruList::COUNT]]>,
 }
 
 impl Lruvec {
@@ -68,6 +77,9 @@ impl Lruvec {
     pub fn with_batches(batches: ListBatches) -> Self {
         Lruvec {
             batches: Some(batches),
+            batch_removed: (0..NUM_LRU_BATCH_LOCKS)
+                .map(|_| Default::default())
+                .collect(),
             ..Self::default()
         }
     }
@@ -85,7 +97,12 @@ impl Lruvec {
     /// Pages on `lru` (a racy snapshot when read without the lock).
     #[inline]
     pub fn len(&self, lru: LruList) -> u64 {
-        self.len[lru as usize].load(Relaxed)
+        let i = lru as usize;
+        self.batch_removed
+            .iter()
+            .fold(self.len[i].load(Relaxed), |n, r| {
+                n.wrapping_sub(r[i].load(Relaxed))
+            })
     }
 
     /// Whether every list is empty (a racy snapshot when read without the lock).
@@ -93,17 +110,13 @@ impl Lruvec {
         LruList::ALL.iter().all(|&l| self.len(l) == 0)
     }
 
-    /// Counter update by the exclusive holder: a plain load and store, no locked instruction.
-    /// Under batch locks no one lock covers every writer (adders hold `lru_lock`, removers of
-    /// non-sentinels a batch lock), so the update is atomic there.
+    /// Counter update by the holder of `lru_lock` (exclusively): a plain load and store, no
+    /// locked instruction, as the kernel's `update_lru_size` under the lock. A removal under a
+    /// batch lock alone counts in that lock's tally instead ([`Self::del`]).
     #[inline]
     fn add_len(&self, lru: LruList, delta: i64) {
         let c = &self.len[lru as usize];
-        if self.batches.is_some() {
-            c.fetch_add(delta as u64, Relaxed);
-        } else {
-            c.store(c.load(Relaxed).wrapping_add_signed(delta), Relaxed);
-        }
+        c.store(c.load(Relaxed).wrapping_add_signed(delta), Relaxed);
     }
 
     /// The address of `lru`'s head (its line is the list's instance in traces).
@@ -135,16 +148,12 @@ impl Lruvec {
         }
     }
 
-    /// The size counter's update as recorded: a store the CPU does not wait for (a plain
-    /// `+=` under `lru_lock`, its load feeding only its store), or under batch locks a locked
-    /// add ([`Self::add_len`]), which waits for its line and drains the store buffer.
+    /// The size counter's update under `lru_lock` as recorded: a store the CPU does not wait
+    /// for (a plain `+=`, its load feeding only its store). A removal under a batch lock alone
+    /// records none: its tally is its own lock's, and the kernel's was a per-CPU delta.
     #[inline]
     fn trace_len_of(&self, lru: LruList) {
-        if self.batches.is_some() {
-            trace::atomic(&LRU_LIST, self.len_addr(lru));
-        } else {
-            trace::line_store(&LRU_LIST, self.len_addr(lru), Sym::Here);
-        }
+        trace::line_store(&LRU_LIST, self.len_addr(lru), Sym::Here);
     }
 
     /// `lruvec_add_folio`: link `pfn` at the hot end of `lru`.
@@ -216,10 +225,14 @@ impl Lruvec {
                 }
                 Some(_) => {}
             }
-            self.trace_len_of(lru);
+            if self.batch_tally(pfn).is_none() {
+                self.trace_len_of(lru);
+            }
             link_runs::unlinked(pfn);
         }
         let list = self.list(pages, lru);
+        // Read before `unlinking`, which may make this page's neighbours sentinels (not it).
+        let tally = self.batch_tally(pfn);
         if let Some(b) = &self.batches {
             // A neighbour that is the head (`None`) is the head's links.
             b.link_written(lru, list.prev_of(pfn.0));
@@ -228,7 +241,22 @@ impl Lruvec {
             b.unlinking(&list, pfn.0);
         }
         list.remove(pfn.0);
-        self.add_len(lru, -1);
+        match tally {
+            Some(r) => {
+                let c = &r[lru as usize];
+                c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+            }
+            None => self.add_len(lru, -1),
+        }
+    }
+
+    /// Under batch locks, the tally a removal of `pfn` counts in when its caller may hold only
+    /// the page's batch lock: a non-sentinel's (a sentinel's remover holds `lru_lock` too, and
+    /// counts in `len`). Whoever holds every lock (`lru_lock_all`) may use either.
+    #[inline]
+    fn batch_tally(&self, pfn: Pfn) -> Option<&[AtomicU64; LruList::COUNT]> {
+        let tags = self.batches.as_ref()?.tags();
+        (!tags.is_sentinel(pfn.0)).then(|| &self.batch_removed[tags.tag(pfn.0)])
     }
 
     /// Splice a local chain onto the hot end of `lru` in O(1).
@@ -573,5 +601,82 @@ mod tests {
         assert_eq!(del(2), 1, "now next to 4");
         assert_eq!(del(5), 0, "6 and 4: one run");
         drop(g);
+    }
+    /// Under the RFC v1's batch locks, the LRU size is kept as the kernel kept it: no locked
+    /// instruction and, for a removal holding only its batch lock, no shared line. The sizes
+    /// still add up over both kinds of removal.
+    #[test]
+    fn batch_lock_removals_count_without_a_shared_atomic_and_the_sizes_add_up() {
+        use std::sync::Arc;
+
+        use super::super::batch_lock::{LRU_BATCH_MAX, PageTags};
+        use pagelab_sync::trace::Kind;
+
+        const N: u32 = 3 * LRU_BATCH_MAX;
+        let pages = PageArray::new(N as usize);
+        let tags = Arc::new(PageTags::new(N as usize));
+        let lock = LruLock::new(
+            LruRelease::BatchLocks,
+            LockKind::Queued,
+            1,
+            false,
+            Some(&tags),
+            7,
+        );
+        let lru = LruList::InactiveAnon;
+        let len_line = lock.lock()[0].len_addr(lru);
+        let size_events = |ev: &[trace::Event]| {
+            let atomics = ev
+                .iter()
+                .filter(|e| e.class.name == "lru list" && e.kind == Kind::Atomic)
+                .count();
+            let stores = ev
+                .iter()
+                .filter(|e| {
+                    e.class.name == "lru list"
+                        && e.kind == Kind::Store { sym: Sym::Here }
+                        && e.instance == len_line
+                })
+                .count();
+            (atomics, stores)
+        };
+        trace::start(4096);
+        {
+            let g = lock.lock_for_add();
+            for p in 0..N {
+                g[0].add_front(&pages, lru, Pfn(p));
+            }
+        }
+        assert_eq!(
+            size_events(&trace::stop()),
+            (0, N as usize),
+            "adds: plain stores"
+        );
+        let g = lock.lock();
+        assert_eq!(g[0].len(lru), u64::from(N));
+        // Full batches' inner pages are no sentinels; the pages at their edges are.
+        let inner = (0..N)
+            .find(|&p| !tags.is_sentinel(p))
+            .expect("an inner page");
+        let edge = (0..N).find(|&p| tags.is_sentinel(p)).expect("a sentinel");
+        trace::start(64);
+        g[0].del(&pages, lru, Pfn(inner));
+        assert_eq!(
+            size_events(&trace::stop()),
+            (0, 0),
+            "a batch lock's own tally"
+        );
+        trace::start(64);
+        g[0].del(&pages, lru, Pfn(edge));
+        assert_eq!(size_events(&trace::stop()), (0, 1), "under lru_lock");
+        assert_eq!(g[0].len(lru), u64::from(N) - 2);
+        assert_eq!(g[0].check_list(&pages, lru), Ok(u64::from(N) - 2));
+        for p in 0..N {
+            if p != inner && p != edge {
+                g[0].del(&pages, lru, Pfn(p));
+            }
+        }
+        assert_eq!(g[0].len(lru), 0);
+        assert_eq!(g[0].check_list(&pages, lru), Ok(0));
     }
 }
