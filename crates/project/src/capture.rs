@@ -925,6 +925,13 @@ pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
         compute_scale: 1.0,
         guard: Some(guard),
         paced: None,
+        // page_fault1..3 record `cycles` whole iterations; the research benchmarks' windows
+        // are rounds of operations, replayed whole as one cycle.
+        iterations: if window == Window::Cycle && !rounds::is_research(spec.workload) {
+            u32::try_from(spec.cycles).unwrap_or(u32::MAX)
+        } else {
+            1
+        },
     };
     let fallbacks: Vec<Vec<raw::Event>> = std::mem::take(&mut *ctl.fallbacks.lock().unwrap())
         .into_iter()

@@ -185,6 +185,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         compute_scale: 1.0,
         guard: None,
         paced: None,
+        iterations: spec.cycles as u32,
     };
     let mut trace = Trace::from_raw_with_fallbacks(meta, &events, &fallbacks);
     trace.set_rwsem(policy.locks.rwsem);

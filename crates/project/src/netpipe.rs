@@ -431,6 +431,7 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         compute_scale: 1.0,
         guard: None,
         paced: None,
+        iterations: 1,
     };
     let mut trace = Trace::from_raw_pair(meta, &sender, &receiver);
     trace.set_rwsem(spec.profile.policy.locks.rwsem);

@@ -643,6 +643,7 @@ mod tests {
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,
+                iterations: 1,
             },
             instances: Vec::new(),
             events: vec![

@@ -544,6 +544,17 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
 }
 
 impl<'a> Replay<'a> {
+    /// The events of program `prog` a CPU runs for one cycle of a cyclic trace: one
+    /// iteration's share ([`TraceMeta::iterations`](crate::trace::TraceMeta::iterations)),
+    /// which holds one period of the loop whatever the point it starts from. Replaying a
+    /// two-iteration page_fault1 trace for one iteration a CPU instead of two gave the same
+    /// faults/s within 0.6% from 1 to 64 processes and threads on broadwell-2s-44c at half
+    /// the events (docs/model.md, section 3, "Metrics").
+    fn cycle_len(&self, prog: usize) -> u64 {
+        let len = self.progs[prog].len() as u64;
+        (len / u64::from(self.trace.meta.iterations.max(1))).max(1)
+    }
+
     /// Compiles `trace` for `spec.tasks` tasks on `machine`.
     pub fn new(
         machine: &'a Machine,
@@ -997,10 +1008,10 @@ impl<'r, 'a> Sim<'r, 'a> {
                     .sum()
             };
             let (pc, start, left) = if cyclic {
-                // Start at a random operation of the cycle (holding nothing); run one whole
-                // cycle's worth of events.
+                // Start at a random operation of the trace (holding nothing); run one cycle's
+                // worth of events.
                 let st = &r.starts[prog];
-                (st[rng.gen_range(0..st.len())], 0, len as u64)
+                (st[rng.gen_range(0..st.len())], 0, r.cycle_len(prog))
             } else {
                 let prog_i = prog;
                 let prog = &r.progs[prog];
@@ -1850,7 +1861,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 // A CPU that completed its cycle goes on (the load stays the same); the run
                 // ends when half the CPUs have completed theirs, so that a lucky first CPU
                 // does not cut short what a convoy needs to settle.
-                cpu.left = self.r.progs[cpu.prog].len() as u64;
+                cpu.left = self.r.cycle_len(cpu.prog);
                 self.cycled += usize::from(first);
                 if self.cycled * 2 >= self.cpus.len() && self.stop_at.is_none() {
                     self.stop_at = Some(t);
@@ -2180,6 +2191,7 @@ ipi_handler_ns = 500.0
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,
+                iterations: 1,
             },
             instances: vec![Instance {
                 class: "mmap_lock".into(),

@@ -161,6 +161,13 @@ pub struct TraceMeta {
     /// absent in traces made before 2026-11-29 and in captures made alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paced: Option<PacedCompute>,
+    /// Iterations of the workload's loop the trace holds (`Window::Cycle`: a page_fault
+    /// capture records two). A replayed CPU's cycle is one iteration's share of the trace, from
+    /// a random point of it: one period of the loop, unmap included ([`crate::replay`]). 1 in
+    /// traces made before 2026-11-29, whose whole trace was one cycle, and in every other
+    /// window.
+    #[serde(default = "TraceMeta::one_iteration")]
+    pub iterations: u32,
 }
 
 /// The compute a trace adds up to, set by pacing ([`crate::capture::RawCapture::pace_to`]):
@@ -252,6 +259,10 @@ impl CaptureGuard {
 }
 
 impl TraceMeta {
+    fn one_iteration() -> u32 {
+        1
+    }
+
     /// Traced over untraced wall time, less one: what recording cost.
     pub fn capture_overhead(&self) -> f64 {
         self.traced_ns / self.untraced_measured_ns() - 1.0
@@ -1499,6 +1510,7 @@ pub(crate) mod tests {
             compute_scale: 1.0,
             guard: None,
             paced: None,
+            iterations: 1,
         }
     }
 

@@ -1415,6 +1415,7 @@ mod tests {
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,
+                iterations: 1,
             },
             instances: Vec::new(),
             events,

@@ -222,6 +222,7 @@ fn trace(window: Window) -> Trace {
             compute_scale: 1.0,
             guard: None,
             paced: None,
+            iterations: 1,
         },
         instances: vec![
             inst("zone->lock", Scope::Node, LockModel::Queued, false),

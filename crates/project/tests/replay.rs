@@ -693,3 +693,41 @@ fn range_vm_node_locks_are_shared_only_by_the_cpus_that_take_them() {
         "a shared node serialises: {shared}"
     );
 }
+
+/// A cyclic trace of two iterations runs each CPU for one iteration's share of it
+/// (`TraceMeta::iterations`): the same throughput from half the events.
+#[test]
+fn a_cycle_is_one_iteration_of_the_trace() {
+    let m = machine(4, 50.0, 5.0, 10.0, 40.0);
+    let mut t = Trace {
+        meta: meta(Window::Cycle),
+        instances: vec![inst("rss", Scope::Cpu, LockModel::Line, false)],
+        events: Vec::new(),
+        fallbacks: Vec::new(),
+    };
+    for _ in 0..2 * 500 {
+        t.events.push(Event::Trap);
+        t.events.push(Event::Compute { ns: 150.0 });
+        t.events.push(Event::Atomic { inst: 0 });
+        t.events.push(Event::Ops { n: 1 });
+    }
+    t.meta.ops = 2 * 500;
+    let run = |t: &Trace| Replay::new(&m, t, spec(3, false)).unwrap().run(5).unwrap();
+    let whole = run(&t);
+    t.meta.iterations = 2;
+    let one = run(&t);
+    // Each CPU stops after its cycle, the run when half of them have completed theirs.
+    assert!(
+        one.events * 2 <= whole.events + 8 && one.events * 2 + 8 >= whole.events,
+        "{} against {}",
+        one.events,
+        whole.events
+    );
+    let rate = |r: &pagelab_project::ReplayResult| r.ops as f64 / r.span_ns;
+    assert!(
+        (rate(&one) / rate(&whole) - 1.0).abs() < 0.01,
+        "{} against {} ops/ns",
+        rate(&one),
+        rate(&whole)
+    );
+}

@@ -105,5 +105,6 @@ pub fn meta(window: Window, ops: u64) -> TraceMeta {
         compute_scale: 1.0,
         guard: None,
         paced: None,
+        iterations: 1,
     }
 }
