@@ -13,7 +13,9 @@
 //! `REPLAY_PREFETCH_AS=none|write` drops the prefetches for writing or replays each as a
 //! plain write the CPU waits for; `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
-//! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock).
+//! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock);
+//! `REPLAY_WHOLE_TRACE=1` makes each CPU's cycle the whole trace (the rule before 2026-11-29)
+//! and `REPLAY_SEEDS=N` prints each row's mean rate over seeds 1 to N and its spread.
 
 use std::path::Path;
 
@@ -112,6 +114,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
+    if std::env::var_os("REPLAY_WHOLE_TRACE").is_some() {
+        // Each CPU's cycle the whole trace, as before 2026-11-29 (then a page_fault trace's
+        // two iterations were one cycle).
+        t.meta.iterations = 1;
+    }
+    // `REPLAY_SEEDS=N`: the mean rate over seeds 1..=N and its spread, after each row.
+    let seeds: u64 = match std::env::var("REPLAY_SEEDS") {
+        Ok(n) => n.parse().map_err(|e| format!("REPLAY_SEEDS `{n}`: {e}"))?,
+        Err(_) => 0,
+    };
     let m = Machine::load(machine)?;
     let (mut events, mut cpu) = (0u64, 0.0);
     for n in tasks {
@@ -137,8 +149,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 c,
                 out.events as f64 / 1e6 / c.max(1e-9)
             );
+            let rate_of = |o: &pagelab_project::ReplayResult| {
+                o.samples.iter().sum::<f64>() / o.samples.len().max(1) as f64
+            };
+            if seeds > 0 {
+                let rates = (1..=seeds)
+                    .map(|s| r.run(s).map(|o| rate_of(&o)))
+                    .collect::<Result<Vec<f64>, _>>()?;
+                let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+                let sd = (rates.iter().map(|x| (x - mean).powi(2)).sum::<f64>()
+                    / (rates.len().max(2) - 1) as f64)
+                    .sqrt();
+                println!("     seeds 1..={seeds}: {mean:.0} ops/s, sd {sd:.0}");
+            }
             if std::env::var_os("REPLAY_CLASSES").is_some() {
-                let rate = out.samples.iter().sum::<f64>() / out.samples.len().max(1) as f64;
+                let rate = rate_of(&out);
                 println!("     {rate:.0} ops/s");
                 for k in &out.classes {
                     println!(

@@ -546,10 +546,9 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
 impl<'a> Replay<'a> {
     /// The events of program `prog` a CPU runs for one cycle of a cyclic trace: one
     /// iteration's share ([`TraceMeta::iterations`](crate::trace::TraceMeta::iterations)),
-    /// which holds one period of the loop whatever the point it starts from. Replaying a
-    /// two-iteration page_fault1 trace for one iteration a CPU instead of two gave the same
-    /// faults/s within 0.6% from 1 to 64 processes and threads on broadwell-2s-44c at half
-    /// the events (docs/model.md, section 3, "Metrics").
+    /// which holds one period of the loop whatever the point it starts from. The run still
+    /// lasts until the cycles completed add up to the whole trace, so one CPU replays all of
+    /// it (docs/model.md, section 3, "Metrics").
     fn cycle_len(&self, prog: usize) -> u64 {
         let len = self.progs[prog].len() as u64;
         (len / u64::from(self.trace.meta.iterations.max(1))).max(1)
@@ -978,6 +977,8 @@ struct Sim<'r, 'a> {
     stop_at: Option<u64>,
     /// Cyclic runs: CPUs that have completed their cycle.
     cycled: usize,
+    /// Cyclic runs: cycles completed, by all CPUs together.
+    cycles_done: u64,
     /// Events this run may process: [`EVENTS_PER_PASS`] passes of every CPU's program, at
     /// most [`MAX_EVENTS`].
     budget: u64,
@@ -1142,6 +1143,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             ops_total: 0,
             stop_at: None,
             cycled: 0,
+            cycles_done: 0,
             budget,
         }
     }
@@ -1860,10 +1862,16 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 // A CPU that completed its cycle goes on (the load stays the same); the run
                 // ends when half the CPUs have completed theirs, so that a lucky first CPU
-                // does not cut short what a convoy needs to settle.
+                // does not cut short what a convoy needs to settle, and not before the cycles
+                // completed add up to the whole trace (one or two CPUs replay all of it, as
+                // when a cycle was the whole trace).
                 cpu.left = self.r.cycle_len(cpu.prog);
                 self.cycled += usize::from(first);
-                if self.cycled * 2 >= self.cpus.len() && self.stop_at.is_none() {
+                self.cycles_done += 1;
+                if self.cycled * 2 >= self.cpus.len()
+                    && self.cycles_done >= u64::from(self.r.trace.meta.iterations)
+                    && self.stop_at.is_none()
+                {
                     self.stop_at = Some(t);
                     return;
                 }

@@ -695,7 +695,8 @@ fn range_vm_node_locks_are_shared_only_by_the_cpus_that_take_them() {
 }
 
 /// A cyclic trace of two iterations runs each CPU for one iteration's share of it
-/// (`TraceMeta::iterations`): the same throughput from half the events.
+/// (`TraceMeta::iterations`): the same throughput from half the events; one CPU still replays
+/// the whole trace.
 #[test]
 fn a_cycle_is_one_iteration_of_the_trace() {
     let m = machine(4, 50.0, 5.0, 10.0, 40.0);
@@ -730,4 +731,9 @@ fn a_cycle_is_one_iteration_of_the_trace() {
         rate(&one),
         rate(&whole)
     );
+    // One CPU: the cycles completed must add up to the trace, so it replays all of it.
+    let alone = |t: &Trace| Replay::new(&m, t, spec(1, false)).unwrap().run(5).unwrap();
+    let two = alone(&t);
+    t.meta.iterations = 1;
+    assert_eq!(two, alone(&t));
 }
