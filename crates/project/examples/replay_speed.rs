@@ -153,9 +153,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 o.samples.iter().sum::<f64>() / o.samples.len().max(1) as f64
             };
             if seeds > 0 {
-                let rates = (1..=seeds)
-                    .map(|s| r.run(s).map(|o| rate_of(&o)))
-                    .collect::<Result<Vec<f64>, _>>()?;
+                let mut rates = Vec::new();
+                for s in 1..=seeds {
+                    rates.push(rate_of(&r.run(s)?));
+                }
                 let mean = rates.iter().sum::<f64>() / rates.len() as f64;
                 let sd = (rates.iter().map(|x| (x - mean).powi(2)).sum::<f64>()
                     / (rates.len().max(2) - 1) as f64)
