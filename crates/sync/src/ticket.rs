@@ -1,10 +1,10 @@
 //! FIFO ticket spinlock, as x86 `arch_spinlock_t` was before Linux 4.2.
 //!
 //! Models the ticket spinlocks of arch/x86/include/asm/spinlock.h (Linux 2.6.25 –
-//! 4.1), which qspinlocks (kernel/locking/qspinlock.c) replaced. The lock holds two
-//! tickets: `next` and `owner`. `lock` draws a ticket with one `fetch_add` on `next` and
-//! waits until `owner` reaches it; `unlock` advances `owner`. Waiters are served strictly in
-//! arrival order.
+//! 4.1), which qspinlocks (kernel/locking/qspinlock.c) replaced. One 32-bit word holds
+//! two 16-bit tickets: `next` (high half) and `owner` (low half). `lock` draws a ticket
+//! with one `fetch_add` on `next` and waits until `owner` reaches it; `unlock` advances
+//! `owner`. Waiters are served strictly in arrival order.
 //!
 //! pagelab keeps it because its cost profile is the instructive one: every waiter spins
 //! on the same word, so each release invalidates that cache line in every waiting core
@@ -13,13 +13,9 @@
 //! the next ticket holder is descheduled, nobody behind it can proceed (waiters yield
 //! via [`Backoff`], which bounds but does not remove this).
 //!
-//! Only the holder modifies `owner`, so unlock is a plain store of the next ticket, with no
-//! locked instruction: x86's `__ticket_spin_unlock` incremented the `owner` half-word without
-//! a `lock` prefix. The kernel kept both tickets in one 32-bit word and drew a ticket with one
-//! `xadd` that returned both; Rust's memory model does not allow the half-word store beside
-//! word-sized atomics on the same location, so here they are two words on one cache line,
-//! and a draw reads `owner` after its `fetch_add` (a hit on the line it just took). Tickets
-//! are 32-bit and wrap; only equality and differences of tickets are used.
+//! Only the holder modifies `owner`, so unlock is one `fetch_add(1)` on the word, except
+//! when `owner` is `0xffff`, where the holder subtracts `0xffff` instead so the
+//! wrap-around does not carry into `next`.
 
 use core::fmt;
 use core::mem::ManuallyDrop;
@@ -32,15 +28,24 @@ use crate::shim::cell::{MutPtr, UnsafeCell};
 use crate::stats::{self, Side, Slot, WaitTimer};
 use crate::trace::UNCLASSIFIED_TICKET;
 
-/// The lock's words, and nothing else: statistics live in per-thread blocks ([`stats`]), so
-/// counting never writes this line. Aligned to its size so that both words are always on one
-/// cache line, as the kernel's one word is.
-#[repr(C, align(8))]
+const OWNER_MASK: u32 = 0xffff;
+const NEXT_SHIFT: u32 = 16;
+const NEXT_ONE: u32 = 1 << NEXT_SHIFT;
+
+#[inline]
+fn owner(word: u32) -> u16 {
+    (word & OWNER_MASK) as u16
+}
+
+#[inline]
+fn next(word: u32) -> u16 {
+    (word >> NEXT_SHIFT) as u16
+}
+
+/// The lock word, and nothing else: statistics live in per-thread blocks ([`stats`]), so
+/// counting never writes this line.
 struct Header {
-    /// The ticket being served; written only by its holder.
-    owner: AtomicU32,
-    /// The next ticket to draw.
-    next: AtomicU32,
+    word: AtomicU32,
 }
 
 /// A FIFO ticket spinlock protecting a `T`.
@@ -68,8 +73,7 @@ impl<T> TicketLock<T> {
     pub fn new(data: T) -> Self {
         Self {
             hdr: Header {
-                owner: AtomicU32::new(0),
-                next: AtomicU32::new(0),
+                word: AtomicU32::new(0),
             },
             data: UnsafeCell::new(data),
         }
@@ -84,9 +88,9 @@ impl<T> TicketLock<T> {
     /// [`TicketLock::lock`], counted in the class whose slot is `slot`.
     #[inline]
     pub(crate) fn lock_as(&self, slot: Slot) -> TicketGuard<'_, T> {
-        let ticket = self.hdr.next.fetch_add(1, Relaxed);
-        // Acquire: the previous holder's critical section happens before ours.
-        if self.hdr.owner.load(Acquire) == ticket {
+        let old = self.hdr.word.fetch_add(NEXT_ONE, Acquire);
+        let ticket = next(old);
+        if owner(old) == ticket {
             stats::record_at(slot, Side::Exclusive);
         } else {
             self.wait_for_turn(ticket, slot);
@@ -96,10 +100,10 @@ impl<T> TicketLock<T> {
 
     #[cold]
     #[inline(never)]
-    fn wait_for_turn(&self, ticket: u32, slot: Slot) {
+    fn wait_for_turn(&self, ticket: u16, slot: Slot) {
         let timer = WaitTimer::start();
         let mut backoff = Backoff::new();
-        while self.hdr.owner.load(Acquire) != ticket {
+        while owner(self.hdr.word.load(Acquire)) != ticket {
             backoff.snooze();
         }
         stats::record_contended_at(slot, Side::Exclusive, timer);
@@ -114,16 +118,14 @@ impl<T> TicketLock<T> {
     /// [`TicketLock::try_lock`], counted in the class whose slot is `slot`.
     #[inline]
     pub(crate) fn try_lock_as(&self, slot: Slot) -> Option<TicketGuard<'_, T>> {
-        // `owner` first: it only grows towards `next`, so if `next` then equals it the lock
-        // was free when `next` was read, and stays free until someone draws `next`, which
-        // the exchange would see. Acquire: the previous holder's release of `owner`.
-        let ticket = self.hdr.owner.load(Acquire);
-        if self.hdr.next.load(Relaxed) != ticket {
+        let word = self.hdr.word.load(Relaxed);
+        let ticket = next(word);
+        if owner(word) != ticket {
             return None;
         }
         self.hdr
-            .next
-            .compare_exchange(ticket, ticket.wrapping_add(1), Relaxed, Relaxed)
+            .word
+            .compare_exchange(word, word.wrapping_add(NEXT_ONE), Acquire, Relaxed)
             .ok()?;
         stats::record_at(slot, Side::Exclusive);
         Some(TicketGuard::new(self, ticket))
@@ -132,14 +134,15 @@ impl<T> TicketLock<T> {
     /// Whether the lock is held (a snapshot).
     #[inline]
     pub fn is_locked(&self) -> bool {
-        self.hdr.owner.load(Relaxed) != self.hdr.next.load(Relaxed)
+        let word = self.hdr.word.load(Relaxed);
+        owner(word) != next(word)
     }
 
     /// Whether someone is waiting for the lock (`spin_is_contended`; a snapshot).
     #[inline]
     pub fn is_contended(&self) -> bool {
-        let owner = self.hdr.owner.load(Relaxed);
-        self.hdr.next.load(Relaxed).wrapping_sub(owner) > 1
+        let word = self.hdr.word.load(Relaxed);
+        next(word).wrapping_sub(owner(word)) > 1
     }
 
     /// Mutable access without locking: `&mut self` proves exclusivity.
@@ -154,8 +157,13 @@ impl<T> TicketLock<T> {
 
     /// Serves the next ticket. `ticket` is the holder's, i.e. the current `owner`.
     #[inline]
-    fn unlock(&self, ticket: u32) {
-        self.hdr.owner.store(ticket.wrapping_add(1), Release);
+    fn unlock(&self, ticket: u16) {
+        if ticket == u16::MAX {
+            // owner == 0xffff: wrap it to 0 without carrying into `next`.
+            self.hdr.word.fetch_sub(OWNER_MASK, Release);
+        } else {
+            self.hdr.word.fetch_add(1, Release);
+        }
     }
 }
 
@@ -167,10 +175,10 @@ impl<T: Default> Default for TicketLock<T> {
 
 impl<T> fmt::Debug for TicketLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (owner, next) = (self.hdr.owner.load(Relaxed), self.hdr.next.load(Relaxed));
+        let word = self.hdr.word.load(Relaxed);
         f.debug_struct("TicketLock")
-            .field("next", &next)
-            .field("owner", &owner)
+            .field("next", &next(word))
+            .field("owner", &owner(word))
             .finish_non_exhaustive()
     }
 }
@@ -181,12 +189,12 @@ pub struct TicketGuard<'a, T> {
     lock: &'a TicketLock<T>,
     /// Tracked exclusive access; ended in `drop` before the lock is released.
     data: ManuallyDrop<MutPtr<T>>,
-    ticket: u32,
+    ticket: u16,
 }
 
 impl<'a, T> TicketGuard<'a, T> {
     #[inline]
-    fn new(lock: &'a TicketLock<T>, ticket: u32) -> Self {
+    fn new(lock: &'a TicketLock<T>, ticket: u16) -> Self {
         Self {
             lock,
             data: ManuallyDrop::new(lock.data.get_mut()),
@@ -234,13 +242,14 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// The lock is its two words, on one line: no counter shares the line the lock path
-    /// writes.
+    /// The lock is its word: no counter shares the line the lock path writes.
     #[test]
     fn lock_holds_no_instrumentation() {
-        assert_eq!(core::mem::size_of::<Header>(), 8);
-        assert_eq!(core::mem::align_of::<Header>(), 8);
-        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 8);
+        assert_eq!(
+            core::mem::size_of::<Header>(),
+            core::mem::size_of::<AtomicU32>()
+        );
+        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 4);
     }
 
     #[test]
@@ -271,23 +280,17 @@ mod tests {
         assert_eq!(lock.into_inner(), vec![1, 2]);
     }
 
-    /// Tickets wrap: a lock whose tickets pass `u32::MAX` is served as before.
     #[test]
-    fn tickets_wrap() {
+    fn owner_wraps_without_carrying_into_next() {
         let lock = TicketLock::new(0u32);
-        lock.hdr.owner.store(u32::MAX - 2, Relaxed);
-        lock.hdr.next.store(u32::MAX - 2, Relaxed);
-        for _ in 0..5 {
-            let g = lock.lock();
-            assert!(lock.is_locked());
-            assert!(!lock.is_contended());
-            assert!(lock.try_lock().is_none());
-            drop(g);
+        for _ in 0..(3 * 0x1_0000 + 5) {
+            *lock.lock() += 1;
             assert!(!lock.is_locked());
         }
-        assert_eq!(lock.hdr.owner.load(Relaxed), 2);
-        assert_eq!(lock.hdr.next.load(Relaxed), 2);
-        assert_eq!(*lock.lock(), 0);
+        let word = lock.hdr.word.load(Relaxed);
+        assert_eq!(owner(word), 5);
+        assert_eq!(next(word), 5);
+        assert_eq!(*lock.lock(), 3 * 0x1_0000 + 5);
     }
 
     #[test]
@@ -300,7 +303,7 @@ mod tests {
                 let (lock, order) = (&lock, &order);
                 s.spawn(move || lock.lock().push(id));
                 // Wait until this thread has drawn its ticket before starting the next.
-                while lock.hdr.next.load(Relaxed) != u32::from(id) + 1 {
+                while next(lock.hdr.word.load(Relaxed)) != id + 1 {
                     std::thread::yield_now();
                 }
                 order.lock().unwrap().push(id);

@@ -62,9 +62,10 @@ pub struct Lruvec {
     len: [AtomicU64; LruList::COUNT],
     /// Under `release = "batch-locks"`, the lists' batch bookkeeping ([`super::batch_lock`]).
     batches: Option<ListBatches>,
-    /// Under `release = "batch-locks"`, per batch lock, the pages its holders took off each
-    /// list without `lru_lock` (wrapping): written only under that batch lock, so a plain load
-    /// and store. A list's size is its `len` less these ([`Lruvec::len`]).
+    /// Under `release = "batch-locks"`, per batch lock, the non-sentinel pages its holders
+    /// took off each list (wrapping; also by holders of every lock, `lru_lock_all`): written
+    /// only under that batch lock, so a plain load and store. A list's size is its `len` less
+    /// these ([`Lruvec::len`]).
     batch_removed: Box<[[AtomicU64; LruList::COUNT]]>,
 }
 

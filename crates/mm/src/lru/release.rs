@@ -72,8 +72,10 @@ struct BatchHold<'a> {
 impl<'a> BatchHold<'a> {
     /// Hold what unlinking `pfn` (tag `tag`, under lru_lock `lock`) needs, keeping what is
     /// already held when it is the same batch lock; returns the number of lock acquisitions.
-    /// The sentinel flag is read with the batch lock held: only holders of that lock (or
-    /// adders under `lru_lock`, on pages of the batch in progress, all sentinels) change it.
+    /// The sentinel flag is read with the batch lock held: a page that is no sentinel becomes
+    /// one only when a neighbour of its own batch leaves, under this same lock, and every
+    /// write of a flag holds `lru_lock` (adders; a sentinel's remover, which may set the
+    /// already-set flag of a neighbour in another batch).
     fn relock(
         held: &mut Option<BatchHold<'a>>,
         b: &'a BatchedLruLock,
