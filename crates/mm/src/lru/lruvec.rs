@@ -32,9 +32,9 @@
 //! with a plain load and store too ([`Lruvec::del`]): 4.15 kept the LRU sizes the fault path
 //! updates in per-CPU vmstat deltas (`__mod_node_page_state`, `__mod_zone_page_state`), which
 //! take no locked instruction and share no line, and the v1 patches as this project read them
-//! (the cover letter and patch titles of 31 Jan 2018) give no sign of a shared atomic counter. `PG_active` and
-//! `PG_swapbacked` of a page with `PG_lru` set, which say which list it is on: changed only
-//! under the exclusive lock (activation moves the page at the same time).
+//! (the cover letter and patch titles of 31 Jan 2018) give no sign of a shared atomic counter.
+//! `PG_active` and `PG_swapbacked` of a page with `PG_lru` set, which say which list it is on:
+//! changed only under the exclusive lock (activation moves the page at the same time).
 //!
 //! # Invariants (checked by [`Lruvec::check_list`], called from `Lru::check`)
 //!
