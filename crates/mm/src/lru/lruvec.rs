@@ -198,6 +198,8 @@ impl Lruvec {
     /// ([`super::batch_lock`]).
     #[inline]
     pub fn del(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+        // Read before `unlinking`, which may make this page's neighbours sentinels (not it).
+        let tally = self.batch_tally(pfn);
         if trace::active() {
             // `list_del` rewrites both neighbours' links. Taking off the first entry rewrites
             // the head and the next entry's link, the last entry the head's `prev`. A
@@ -226,14 +228,12 @@ impl Lruvec {
                 }
                 Some(_) => {}
             }
-            if self.batch_tally(pfn).is_none() {
+            if tally.is_none() {
                 self.trace_len_of(lru);
             }
             link_runs::unlinked(pfn);
         }
         let list = self.list(pages, lru);
-        // Read before `unlinking`, which may make this page's neighbours sentinels (not it).
-        let tally = self.batch_tally(pfn);
         if let Some(b) = &self.batches {
             // A neighbour that is the head (`None`) is the head's links.
             b.link_written(lru, list.prev_of(pfn.0));
