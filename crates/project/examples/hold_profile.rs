@@ -21,6 +21,8 @@ struct Sum {
     acquires: HashMap<String, u64>,
     atomics: u64,
     lines: u64,
+    /// Line events by class, kind and symbol.
+    line_kinds: HashMap<String, u64>,
     ops: u64,
 }
 
@@ -43,7 +45,25 @@ impl Sum {
                 *self.acquires.entry(k).or_default() += 1;
             }
             Event::Atomic { .. } => self.atomics += 1,
-            Event::Line { .. } | Event::Prefetch { .. } | Event::Store { .. } => self.lines += 1,
+            Event::Line { inst, write, sym } => {
+                self.lines += 1;
+                let k = format!(
+                    "{} {} {sym:?}",
+                    t.instances[inst as usize].class,
+                    if write { "write" } else { "read" }
+                );
+                *self.line_kinds.entry(k).or_default() += 1;
+            }
+            Event::Store { inst, sym } => {
+                self.lines += 1;
+                let k = format!("{} store {sym:?}", t.instances[inst as usize].class);
+                *self.line_kinds.entry(k).or_default() += 1;
+            }
+            Event::Prefetch { inst } => {
+                self.lines += 1;
+                let k = format!("{} prefetch", t.instances[inst as usize].class);
+                *self.line_kinds.entry(k).or_default() += 1;
+            }
             Event::Ops { n } => self.ops += u64::from(n),
             Event::Release { .. } => {}
         }
@@ -94,7 +114,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for k in keys {
         let s = &inside[&k];
         println!(
-            "{} {}: {} holds; inside: compute {:.3} ms ({:.1} ns per hold), {} traps, {} bytes written ({:.3} ms host), {} flushes, {} atomics, {} line events, acquires {:?}",
+            "{} {}: {} holds; inside: compute {:.3} ms ({:.1} ns per hold), {} traps, {} bytes written ({:.3} ms host), {} flushes, {} atomics, {} line events {:?}, acquires {:?}",
             k.0,
             if k.1 { "shared" } else { "exclusive" },
             s.holds,
@@ -106,6 +126,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s.flushes,
             s.atomics,
             s.lines,
+            s.line_kinds,
             s.acquires
         );
     }

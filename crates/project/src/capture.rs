@@ -319,6 +319,15 @@ pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
     v
 }
 
+/// What an untraced window measured: its CPU time, ns, its page writes' time when they were
+/// timed, and its unmaps' CPU time when it held any.
+#[derive(Clone, Copy, Debug)]
+struct Untimed {
+    cpu: f64,
+    writes: Option<f64>,
+    unmaps: Option<f64>,
+}
+
 /// The best recording so far: whether the guard found it disturbed, time lost to preemption
 /// (wall less CPU time), CPU time, events, and the guard's check.
 type Best = Option<(bool, f64, f64, Vec<raw::Event>, WindowCheck)>;
@@ -341,9 +350,11 @@ struct Ctl {
     opened: Mutex<Option<(Instant, u64, Option<SchedAccount>)>>,
     /// Windows accepted so far, and what the guard saw (the continuous loops and pft).
     plan: Mutex<Plan>,
-    /// CPU time of each untraced window, ns, and its page writes' time when they were timed
-    /// ([`raw::time_writes`]).
-    untraced: Mutex<Vec<(f64, Option<f64>)>>,
+    /// CPU time of each untraced window, ns, its page writes' time when they were timed
+    /// ([`raw::time_writes`]), and its unmaps' CPU time (the will-it-scale loops).
+    untraced: Mutex<Vec<Untimed>>,
+    /// CPU time of the unmaps in the open untraced window so far, ns.
+    unmap_ns: Mutex<f64>,
     best: Mutex<Best>,
     overhead: Mutex<Option<f64>>,
     capacity: usize,
@@ -378,6 +389,7 @@ impl Ctl {
             opened: Mutex::new(None),
             plan: Mutex::new(Plan::default()),
             untraced: Mutex::new(Vec::new()),
+            unmap_ns: Mutex::new(0.0),
             best: Mutex::new(None),
             overhead: Mutex::new(None),
             capacity,
@@ -423,6 +435,7 @@ impl Ctl {
             Slot::Untraced => {
                 raw::write_timing_cost();
                 raw::time_writes(Some(CaptureGuard::STALL_NS));
+                *self.unmap_ns.lock().unwrap() = 0.0;
             }
             Slot::Recorded => {
                 let mut o = self.overhead.lock().unwrap();
@@ -471,7 +484,12 @@ impl Ctl {
             cpu = (cpu - all * n).max(0.0);
             // Every write stalled: their time is not known (the trace's own writes stand).
             let w = w.ns().map(|ns| (ns - inside * n).max(0.0));
-            self.untraced.lock().unwrap().push((cpu, w));
+            let unmaps = std::mem::take(&mut *self.unmap_ns.lock().unwrap());
+            self.untraced.lock().unwrap().push(Untimed {
+                cpu,
+                writes: w,
+                unmaps: (unmaps > 0.0).then_some(unmaps),
+            });
         }
         self.accept(slot, events, wall, cpu, check);
         if self
@@ -679,11 +697,22 @@ impl<V: Vm> Vm for TracedVm<V> {
         if c.window == Window::Once && c.in_window.swap(false, Ordering::Relaxed) {
             c.pft_window(c.maps.load(Ordering::Relaxed), false);
         }
-        self.inner.munmap(addr, len)?;
         if c.window == Window::Cycle {
+            // The unmap is timed in an untraced window and marked in a recorded one, so that
+            // the recording's cost is taken out of it on its own ([`TraceMeta::untraced_unmap_ns`]).
+            let untraced = c.plan.lock().unwrap().current == Some(Slot::Untraced);
+            let t0 = untraced.then(pft::thread_cpu_ns);
+            raw::unmap(true);
+            let r = self.inner.munmap(addr, len);
+            raw::unmap(false);
+            if let Some(t0) = t0 {
+                *c.unmap_ns.lock().unwrap() += pft::thread_cpu_ns().saturating_sub(t0) as f64;
+            }
+            r?;
             c.cycle_boundary();
+            return Ok(());
         }
-        Ok(())
+        self.inner.munmap(addr, len)
     }
 
     fn idle(&self) {
@@ -892,13 +921,15 @@ pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
     };
     // The least disturbed untraced window, and its own writes' time: the compute the trace
     // must add up to is that window's CPU time less its writes, both from one run.
-    let (untraced_ns, untraced_write_ns) = ctl
+    let kept = ctl
         .untraced
         .lock()
         .unwrap()
         .iter()
         .copied()
-        .fold((f64::INFINITY, None), |a, b| if b.0 < a.0 { b } else { a });
+        .min_by(|a, b| a.cpu.total_cmp(&b.cpu));
+    let (untraced_ns, untraced_write_ns, untraced_unmap_ns) =
+        kept.map_or((f64::INFINITY, None, None), |u| (u.cpu, u.writes, u.unmaps));
     if events.is_empty() || !untraced_ns.is_finite() {
         return Err(CaptureError::Incomplete(
             "the workload ended before its untraced windows were timed",
@@ -922,6 +953,8 @@ pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
         untraced_ns,
         untraced_write_ns,
         event_cost_ns: None,
+        untraced_unmap_ns,
+        unmap_event_cost_ns: None,
         compute_scale: 1.0,
         guard: Some(guard),
         paced: None,

@@ -428,6 +428,8 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         untraced_ns,
         untraced_write_ns: None,
         event_cost_ns: None,
+        untraced_unmap_ns: None,
+        unmap_event_cost_ns: None,
         compute_scale: 1.0,
         guard: None,
         paced: None,

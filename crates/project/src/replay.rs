@@ -2196,6 +2196,8 @@ ipi_handler_ns = 500.0
                 untraced_ns: 1.0,
                 untraced_write_ns: None,
                 event_cost_ns: None,
+                untraced_unmap_ns: None,
+                unmap_event_cost_ns: None,
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,

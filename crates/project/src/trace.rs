@@ -147,6 +147,19 @@ pub struct TraceMeta {
     /// to take (then `overhead_ns_per_event` was subtracted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_cost_ns: Option<f64>,
+    /// The CPU time of the unmaps inside the untraced window `untraced_ns` was read from
+    /// (thread CPU time around each `munmap`, nothing recorded). With it, the recording's
+    /// cost is taken out of the gaps inside the recorded unmaps so that they add up to this
+    /// (`unmap_event_cost_ns`), and out of the other gaps so that they add up to the rest:
+    /// recording costs more per event in an unmap than in a fault, and one cost for both
+    /// left an unmap, which holds `mmap_lock` for writing, up to 40% longer than it ran.
+    /// Absent in traces made before 2026-11-29 and in captures whose windows hold no unmap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untraced_unmap_ns: Option<f64>,
+    /// What recording one event cost inside the recorded unmaps, ns (as `event_cost_ns`
+    /// elsewhere); absent when the unmaps were not timed apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmap_event_cost_ns: Option<f64>,
     /// The trace's compute over what the gaps less `overhead_ns_per_event` added up to:
     /// before 2026-11-25 every gap was multiplied by it; since, it is what the in-place
     /// per-event cost (`event_cost_ns`) took out, as a ratio, unless the untraced writes
@@ -388,9 +401,25 @@ const MAGIC: &[u8; 8] = b"PLTRACE5";
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
     tpn: f64,
+    /// What recording cost per event, taken out of every gap...
     overhead: f64,
+    /// ... but those inside an unmap (between [`raw::Kind::Unmap`] marks), which lose this.
+    unmap_overhead: f64,
+    /// A capture's recording (one with a guard) drops every gap of
+    /// [`CaptureGuard::STALL_NS`] or more: the host's, not the engine's.
+    drop_stalls: bool,
+    /// Gaps dropped so far.
+    stalls: u32,
     ids: HashMap<(usize, *const LockClass), u32>,
     instances: Vec<Instance>,
+}
+
+/// The recording's gaps, less the tight-loop overhead, split by where they fall: inside the
+/// task's unmaps or elsewhere ([`Builder::gaps`]).
+#[derive(Default)]
+struct Gaps {
+    rest: Vec<f64>,
+    unmap: Vec<f64>,
 }
 
 impl Builder {
@@ -399,6 +428,9 @@ impl Builder {
         Builder {
             tpn: raw::ticks_per_ns(),
             overhead: meta.overhead_ns_per_event,
+            unmap_overhead: meta.overhead_ns_per_event,
+            drop_stalls: meta.guard.is_some(),
+            stalls: 0,
             ids: HashMap::new(),
             instances: Vec::new(),
         }
@@ -453,29 +485,49 @@ impl Builder {
         (out, fallbacks)
     }
 
-    /// The gaps `convert` turns into compute, each less the overhead; with `guarded`, not
-    /// those a capture's stall removal drops ([`remove_stalls`]).
-    fn gaps(&self, events: &[raw::Event], guarded: bool) -> Vec<f64> {
+    /// The gaps `convert` turns into compute, each less the overhead of where it falls; with
+    /// `guarded`, not those a capture's stall removal drops ([`remove_stalls`]).
+    fn gaps(&self, events: &[raw::Event], guarded: bool) -> Gaps {
         let mut prev: Option<u64> = None;
-        let mut out = Vec::with_capacity(events.len());
+        let mut out = Gaps::default();
+        let mut in_unmap = false;
         for e in events {
             if let Some(p) = prev {
-                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead;
+                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead_in(in_unmap);
                 if !(guarded && gap >= CaptureGuard::STALL_NS) {
-                    out.push(gap.max(0.0));
+                    let to = if in_unmap {
+                        &mut out.unmap
+                    } else {
+                        &mut out.rest
+                    };
+                    to.push(gap.max(0.0));
                 }
             }
             prev = Some(match e.kind {
                 raw::Kind::Write { end, .. } => end,
                 _ => e.t,
             });
+            if let raw::Kind::Unmap { begin } = e.kind {
+                in_unmap = begin;
+            }
         }
         out
     }
 
+    /// The overhead a gap loses: the gap before an event belongs to the stretch the previous
+    /// event left the task in.
+    fn overhead_in(&self, in_unmap: bool) -> f64 {
+        if in_unmap {
+            self.unmap_overhead
+        } else {
+            self.overhead
+        }
+    }
+
     /// Appends `events` to `out`, the gap before each (from `prev`, the time stamp the
     /// stretch starts at) as compute less the recording overhead. Returns the operations
-    /// counted. A trylock failure marker becomes no event (its gaps stay compute).
+    /// counted. A trylock failure marker and an unmap mark become no event (their gaps stay
+    /// compute).
     fn convert(
         &mut self,
         events: &[raw::Event],
@@ -484,16 +536,28 @@ impl Builder {
     ) -> u64 {
         let mut ops = 0u64;
         let mut section = Section::default();
+        let mut in_unmap = false;
         for e in events {
             if let Some(p) = prev {
-                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead;
-                push_compute(out, gap.max(0.0));
+                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead_in(in_unmap);
+                // A stall is dropped here, one gap at a time: once gaps are merged into one
+                // compute event (around an event that records nothing, or a repeat), a
+                // stretch of ordinary gaps can add up to more than a stall.
+                if self.drop_stalls && gap >= CaptureGuard::STALL_NS {
+                    self.stalls += 1;
+                } else {
+                    push_compute(out, gap.max(0.0));
+                }
             }
             prev = Some(match e.kind {
                 raw::Kind::Write { end, .. } => end,
                 _ => e.t,
             });
             let ev = match e.kind {
+                raw::Kind::Unmap { begin } => {
+                    in_unmap = begin;
+                    None
+                }
                 raw::Kind::Acquire { access, trylock } => Some(Event::Acquire {
                     inst: self.intern(e),
                     shared: access == Access::Shared,
@@ -565,7 +629,27 @@ fn extra_event_cost(gaps: &[f64], target: f64) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// Takes the stalls (module docs of [`CaptureGuard`]) out of `events`; returns how many.
+/// What the recorded unmaps' gaps must add up to: the untraced window's unmap time, scaled as
+/// the pacing scaled the window's compute (`PacedCompute`: the unmaps are compute, with no
+/// page writes). `None` when the unmaps were not timed, the recording holds no unmap, or the
+/// unmap time is not below the whole `target` (then one cost per event is taken out of
+/// every gap, as before the unmaps were timed).
+fn unmap_target(meta: &TraceMeta, gaps: &Gaps, target: f64) -> Option<f64> {
+    let measured = meta.untraced_unmap_ns?;
+    if gaps.unmap.is_empty() {
+        return None;
+    }
+    let pace = meta
+        .paced
+        .filter(|p| p.measured_ns > 0.0)
+        .map_or(1.0, |p| p.compute_ns / p.measured_ns);
+    let unmap = measured * pace;
+    (unmap > 0.0 && unmap < target).then_some(unmap)
+}
+
+/// Takes the stalled page writes (module docs of [`CaptureGuard`]) out of `events`, costing
+/// each at the window's own clearing rate; returns how many. (Stalled gaps are dropped by
+/// [`Builder::convert`], before any merging of gaps.)
 fn remove_stalls(out: &mut [Event], fallbacks: &mut [Fallback]) -> u32 {
     let (mut bytes, mut ns) = (0.0, 0.0);
     let all = out
@@ -587,16 +671,11 @@ fn remove_stalls(out: &mut [Event], fallbacks: &mut [Fallback]) -> u32 {
             .flat_map(|f| f.segments.iter_mut().flatten()),
     );
     for e in all {
-        match e {
-            Event::Compute { ns } if *ns >= CaptureGuard::STALL_NS => {
-                *ns = 0.0;
-                n += 1;
-            }
-            Event::Write { bytes, host_ns } if *host_ns >= CaptureGuard::STALL_NS => {
-                *host_ns = per_byte * f64::from(*bytes);
-                n += 1;
-            }
-            _ => {}
+        if let Event::Write { bytes, host_ns } = e
+            && *host_ns >= CaptureGuard::STALL_NS
+        {
+            *host_ns = per_byte * f64::from(*bytes);
+            n += 1;
         }
     }
     n
@@ -672,9 +751,9 @@ impl Trace {
         // whatever lock the thread held, and a preempted page write shrinks the compute the
         // scaling below leaves. A stalled gap is dropped (the engine's few instructions in it
         // are then spread by the scaling); a stalled write is costed at the window's own
-        // clearing rate.
+        // clearing rate. (The gaps were dropped as they were converted, by the builder.)
         if let Some(g) = meta.guard.as_mut() {
-            g.stalls_removed = remove_stalls(&mut out, &mut fallbacks);
+            g.stalls_removed = b.stalls + remove_stalls(&mut out, &mut fallbacks);
         }
         // What recording costs beyond the tight-loop overhead (the buffer's stores, a
         // kilobyte a fault, evicting the engine's lines and taking memory bandwidth) is a cost
@@ -695,17 +774,35 @@ impl Trace {
         // only have the traced window's, which the recording slowed.
         let untraced_writes = meta.untraced_write_ns.unwrap_or(writes);
         let target = meta.untraced_ns - untraced_writes;
+        meta.unmap_event_cost_ns = None;
         if target > 0.0 && compute > target {
             let guarded = meta.guard.is_some();
             let gaps = b.gaps(events, guarded);
-            let extra = extra_event_cost(&gaps, target);
             let mut b2 = Builder::new(&meta);
-            b2.overhead += extra;
+            match unmap_target(&meta, &gaps, target) {
+                // The unmaps and the rest each add up to their own untraced time.
+                // Recording only adds work: a stretch whose gaps already add up to less than
+                // its untraced time (the untraced one ran slowly) keeps them, and the other
+                // takes what is left of `target`.
+                Some(unmap) => {
+                    let (rest, all) = (gaps.rest.iter().sum::<f64>(), gaps.unmap.iter().sum());
+                    let unmap = unmap.min(all).max((target - rest).max(0.0));
+                    b2.overhead += extra_event_cost(&gaps.rest, target - unmap);
+                    b2.unmap_overhead += extra_event_cost(&gaps.unmap, unmap);
+                    meta.unmap_event_cost_ns = Some(b2.unmap_overhead);
+                }
+                None => {
+                    let all: Vec<f64> = gaps.rest.iter().chain(&gaps.unmap).copied().collect();
+                    let extra = extra_event_cost(&all, target);
+                    b2.overhead += extra;
+                    b2.unmap_overhead += extra;
+                }
+            }
             let (o, fb) = b2.build(events, fallback_windows);
             (out, fallbacks) = (o, fb);
             b = b2;
             if let Some(g) = meta.guard.as_mut() {
-                g.stalls_removed = remove_stalls(&mut out, &mut fallbacks);
+                g.stalls_removed = b.stalls + remove_stalls(&mut out, &mut fallbacks);
             }
             meta.event_cost_ns = Some(b.overhead);
             meta.compute_scale = sums(&out).0 / compute;
@@ -897,6 +994,13 @@ impl Trace {
                 ),
             }
         );
+        if let (Some(u), Some(c)) = (m.untraced_unmap_ns, m.unmap_event_cost_ns) {
+            let _ = writeln!(
+                s,
+                "unmaps timed apart: {:.1} ns per op untraced, {c:.1} ns per recorded event subtracted inside them",
+                u / ops
+            );
+        }
         if let Some(p) = &m.paced {
             let _ = writeln!(s, "paced: {}", p.describe());
         }
@@ -1507,6 +1611,8 @@ pub(crate) mod tests {
             untraced_ns: 1.0,
             untraced_write_ns: None,
             event_cost_ns: None,
+            untraced_unmap_ns: None,
+            unmap_event_cost_ns: None,
             compute_scale: 1.0,
             guard: None,
             paced: None,
@@ -2125,6 +2231,123 @@ pub(crate) mod tests {
             writes.iter().all(|&w| (w - 100.0).abs() < 5.0),
             "{writes:?}"
         );
+    }
+
+    /// A stall is one gap of `STALL_NS` or more, not a stretch of short gaps that the build
+    /// merged into one compute event (here around unmap marks, which record nothing): an
+    /// unmap that records few events lost half a millisecond of its own compute this way
+    /// until 2026-11-29.
+    #[test]
+    fn merged_short_gaps_are_no_stall() {
+        static C: LockClass = LockClass::new("c", Scope::Mm);
+        let tpn = raw::ticks_per_ns();
+        let ev = |ns: f64, kind: raw::Kind| raw::Event {
+            t: (ns * tpn) as u64,
+            kind,
+            class: &C,
+            instance: 0xa0,
+            model: LockModel::Line,
+        };
+        // 60 us, a mark, 60 us, a mark, 60 us: 180 us of compute between two atomics.
+        let raw_events = [
+            ev(0.0, raw::Kind::Atomic),
+            ev(60_000.0, raw::Kind::Unmap { begin: true }),
+            ev(120_000.0, raw::Kind::Unmap { begin: false }),
+            ev(180_000.0, raw::Kind::Atomic),
+            ev(180_000.0, raw::Kind::Ops(1)),
+        ];
+        let mut m = meta();
+        m.untraced_ns = 1e9;
+        m.guard = Some(CaptureGuard::default());
+        let t = Trace::from_raw(m, &raw_events);
+        assert_eq!(t.meta.guard.as_ref().unwrap().stalls_removed, 0);
+        let compute: f64 = t
+            .events
+            .iter()
+            .map(|e| match *e {
+                Event::Compute { ns } => ns,
+                _ => 0.0,
+            })
+            .sum();
+        assert!((compute - 180_000.0).abs() < 10.0, "{:?}", t.events);
+    }
+
+    /// With the untraced window's unmaps timed apart, the recording's cost is taken out of
+    /// the gaps inside the recorded unmaps until they add up to the untraced unmap time, and
+    /// out of the other gaps until they add up to the rest; without, one cost for every gap
+    /// leaves the unmap, whose recording costs more per event, too long.
+    #[test]
+    fn unmaps_timed_apart_add_up_to_their_own_untraced_time() {
+        static C: LockClass = LockClass::new("c", Scope::Mm);
+        let tpn = raw::ticks_per_ns();
+        let ev = |ns: f64, kind: raw::Kind| raw::Event {
+            t: (ns * tpn) as u64,
+            kind,
+            class: &C,
+            instance: 0xa0,
+            model: LockModel::Line,
+        };
+        // Faults: 10 gaps of 1000 ns; an unmap: 99 gaps of 100 ns.
+        let mut raw_events = vec![ev(0.0, raw::Kind::Atomic)];
+        let mut t = 0.0;
+        for _ in 0..10 {
+            t += 1000.0;
+            raw_events.push(ev(t, raw::Kind::Atomic));
+        }
+        raw_events.push(ev(t, raw::Kind::Unmap { begin: true }));
+        for _ in 0..99 {
+            t += 100.0;
+            raw_events.push(ev(t, raw::Kind::Atomic));
+        }
+        raw_events.push(ev(t, raw::Kind::Unmap { begin: false }));
+        raw_events.push(ev(t, raw::Kind::Ops(1)));
+        let mut m = meta();
+        m.overhead_ns_per_event = 0.0;
+        m.untraced_write_ns = Some(0.0);
+        // Untraced: the faults took 9500 ns (recording cost 50 ns an event), the unmap 1980
+        // (80 ns an event).
+        m.untraced_ns = 9_500.0 + 1_980.0;
+        // Compute before the first atomic of the unmap (the 12th), and from it on.
+        let split = |t: &Trace| -> (f64, f64) {
+            let first = t
+                .events
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| matches!(e, Event::Atomic { .. }))
+                .nth(11)
+                .expect("12 atomics")
+                .0;
+            let c = |es: &[Event]| -> f64 {
+                es.iter()
+                    .map(|e| match *e {
+                        Event::Compute { ns } => ns,
+                        _ => 0.0,
+                    })
+                    .sum()
+            };
+            (c(&t.events[..first - 1]), c(&t.events[first - 1..]))
+        };
+        // Without the unmaps' own time: one cost for all 109 gaps, 77.25 ns.
+        let one = Trace::from_raw(m.clone(), &raw_events);
+        assert_eq!(one.meta.unmap_event_cost_ns, None);
+        let (faults, unmap) = split(&one);
+        assert!(
+            (faults + unmap - 11_480.0).abs() < 5.0,
+            "{faults} + {unmap}"
+        );
+        assert!(
+            unmap > 2_200.0,
+            "one cost leaves the unmap too long: {unmap}"
+        );
+        m.untraced_unmap_ns = Some(1_980.0);
+        let two = Trace::from_raw(m, &raw_events);
+        let cost = two.meta.unmap_event_cost_ns.expect("timed apart");
+        assert!((cost - 80.0).abs() < 0.5, "{cost}");
+        let rest = two.meta.event_cost_ns.expect("solved");
+        assert!((rest - 50.0).abs() < 0.5, "{rest}");
+        let (faults, unmap) = split(&two);
+        assert!((faults - 9_500.0).abs() < 5.0, "{faults}");
+        assert!((unmap - 1_980.0).abs() < 5.0, "{unmap}");
     }
 
     #[test]

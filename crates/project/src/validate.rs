@@ -1412,6 +1412,8 @@ mod tests {
                 untraced_ns: 1.0,
                 untraced_write_ns: None,
                 event_cost_ns: None,
+                untraced_unmap_ns: None,
+                unmap_event_cost_ns: None,
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,

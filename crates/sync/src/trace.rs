@@ -240,6 +240,10 @@ pub enum Kind {
     /// CPU goes on while it travels. Only a later access of the same line waits, for what is
     /// left of the transfer, or for a new one if another CPU took the line meanwhile.
     Prefetch,
+    /// The task starts (`begin`) or ends an unmap (`munmap`). Not an event of the trace: the
+    /// capture times its untraced windows' unmaps, and these marks tell which of the
+    /// recording's gaps that time must account for (see [`unmap`]).
+    Unmap { begin: bool },
 }
 
 /// Which cache line a [`Kind::Line`] event touches, relative to its instance.
@@ -511,6 +515,20 @@ pub fn trap() {
 pub fn tlb_flush(class: &'static LockClass, mm: usize) {
     if active() {
         push(Kind::TlbFlush, class, mm, LockModel::Line);
+    }
+}
+
+/// The task starts (`begin`) or ends an unmap. Recording costs more per event in some
+/// stretches of a run than in others (an unmap records a lock, a list and a free event per
+/// page, with no page clearing between them to hide the buffer's stores), so a capture that
+/// took one cost per event out of every gap would misplace compute between the unmap, a
+/// critical section under `mmap_lock` held for writing, and the faults. The capture times
+/// the unmaps of its untraced windows and takes the recording's cost out of each stretch
+/// separately (`pagelab_project::trace`).
+#[inline]
+pub fn unmap(begin: bool) {
+    if active() {
+        push(Kind::Unmap { begin }, &UNCLASSIFIED, 0, LockModel::Line);
     }
 }
 

@@ -352,7 +352,11 @@ impl<'a> Segments<'a> {
                 .unwrap()
                 .push((done.events, check));
         } else if !recorded(w) {
-            self.ctl.untraced.lock().unwrap().push((done.cpu, None));
+            self.ctl.untraced.lock().unwrap().push(super::Untimed {
+                cpu: done.cpu,
+                writes: None,
+                unmaps: None,
+            });
         } else {
             let lost = (done.wall - done.cpu).max(0.0);
             self.ctl
