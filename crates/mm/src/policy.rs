@@ -617,6 +617,23 @@ pub enum LruRelease {
     BatchLocks,
 }
 
+/// When `release_pages` hands the pages whose last reference it dropped to the page
+/// allocator, and how long it holds the lock that takes them off the LRU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReleaseFree {
+    /// 6.9+ (`folios_put_refs`): a batch of 32 pages is freed each time it fills, in the
+    /// order they were released, the lock dropped first.
+    #[default]
+    Batch,
+    /// 3.3 to 6.8 (`free_hot_cold_page_list`, then `free_unref_page_list`): each freed page
+    /// is put on a local list with `list_add`, and the list is freed after the loop, once the
+    /// lock is dropped, so pages reach the per-CPU lists in the reverse of the order they were
+    /// released. The lock is dropped every `SWAP_CLUSTER_MAX` pages looked at (4.15 has it;
+    /// the lru_lock RFC v1 removed it under its batch locks).
+    List,
+}
+
 /// How a memory cgroup's page counter is charged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -677,6 +694,9 @@ pub struct LruPolicy {
     pub batch: u32,
     #[serde(default = "LruPolicy::default_release")]
     pub release: LruRelease,
+    /// When released pages are freed, and how long the release holds its lock.
+    #[serde(default)]
+    pub release_free: ReleaseFree,
     /// The multi-generational LRU (`CONFIG_LRU_GEN`, 6.1+) instead of the active and inactive
     /// lists.
     #[serde(default)]
@@ -708,6 +728,7 @@ impl Default for LruPolicy {
             add: Self::default_add(),
             batch: Self::default_batch(),
             release: Self::default_release(),
+            release_free: ReleaseFree::Batch,
             mglru: false,
             mglru_move: MglruMove::PerFolio,
         }
@@ -1592,6 +1613,14 @@ mod tests {
                 _ => VmaLockFaults::All,
             };
             assert_eq!(p.mm.vma_lock_faults, want, "{name}: vma_lock_faults");
+            // release_pages: a pagevec freed as it fills in 2.6.13, a list freed after the
+            // loop from 3.3 to 6.8, a folio batch freed as it fills from 6.9.
+            let want = if name.starts_with("linux-2.6.") || name == "pvl-refcount" {
+                ReleaseFree::Batch
+            } else {
+                ReleaseFree::List
+            };
+            assert_eq!(p.lru.release_free, want, "{name}: release_free");
             seen += 1;
         }
         assert!(

@@ -40,7 +40,7 @@ use pagelab_mm::lru::smp_list::{List, ListHead, NIL, Nodes};
 use pagelab_mm::lru::{Lru, LruEvent, LruList, mglru};
 use pagelab_mm::page::pg;
 use pagelab_mm::policy::{
-    Count, LruAdd, LruLockScope, LruPolicy, LruRelease, MglruMove, PcpLists, PcpTune,
+    Count, LruAdd, LruLockScope, LruPolicy, LruRelease, MglruMove, PcpLists, PcpTune, ReleaseFree,
 };
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Pfn, Policy};
 use pagelab_sync::LockKind;
@@ -324,6 +324,7 @@ fn setup_mglru(cpus: usize, add: LruAdd, mv: MglruMove) -> (Arc<Mem>, Arc<Lru>) 
         add,
         batch: 2,
         release: LruRelease::Locked,
+        release_free: ReleaseFree::Batch,
         mglru: true,
         mglru_move: mv,
     };

@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use pagelab_mm::arena::ArenaConfig;
 use pagelab_mm::lru::{Lru, LruEvent, LruList};
 use pagelab_mm::page::pg;
-use pagelab_mm::policy::{LruAdd, LruLockScope, LruPolicy, LruRelease};
+use pagelab_mm::policy::{LruAdd, LruLockScope, LruPolicy, LruRelease, ReleaseFree};
 use pagelab_mm::{CpuId, Gfp, Mem, MemConfig, Pfn, Policy};
 use pagelab_sync::LockKind;
 use proptest::prelude::*;
@@ -45,7 +45,12 @@ fn every_policy(batch: u32) -> Vec<LruPolicy> {
     for scope in SCOPES {
         for add in ADDS {
             for release in RELEASES {
-                v.push(lru_policy(scope, add, release, batch));
+                for release_free in [ReleaseFree::Batch, ReleaseFree::List] {
+                    v.push(LruPolicy {
+                        release_free,
+                        ..lru_policy(scope, add, release, batch)
+                    });
+                }
             }
         }
     }
@@ -270,6 +275,47 @@ fn release_frees_each_page_exactly_once() {
         assert_eq!(c.on_lru(), 0, "{p:?}");
         assert_eq!(allocated(&m), base, "{p:?}");
         assert_eq!(lru.stats().get(LruEvent::ReleaseFree), 41, "{p:?}");
+    }
+}
+
+/// A `"list"` release (3.3 to 6.8) frees its pages after the loop, last gathered first: the
+/// page released first is the last one onto the per-CPU list, so the next allocation there
+/// gets it back. A `"batch"` release (6.9+) frees in release order, and the next allocation
+/// gets the page released last. Under batch locks the sentinels are gathered last, so freed
+/// first: still the first released page comes back, unless it was a sentinel.
+#[test]
+fn list_releases_free_their_pages_last_gathered_first() {
+    for release in RELEASES {
+        for (how, want_first) in [(ReleaseFree::Batch, false), (ReleaseFree::List, true)] {
+            let p = LruPolicy {
+                release_free: how,
+                ..lru_policy(LruLockScope::MemcgNode, LruAdd::PerPage, release, 15)
+            };
+            let (m, lru) = setup(&p, 2, 1);
+            let cpu = CpuId(1);
+            let pfns: Vec<Pfn> = (0..10)
+                .map(|_| {
+                    let pfn = fault(&m, cpu, true, 0);
+                    lru.add(cpu, pfn);
+                    pfn
+                })
+                .collect();
+            // Batch locks: the first page added is a sentinel (a batch's edge); release from
+            // the second on, so that the first page released is inside its batch.
+            let released = if release == LruRelease::BatchLocks {
+                &pfns[1..9]
+            } else {
+                &pfns[..]
+            };
+            lru.release_pages(cpu, released);
+            let back = m.alloc_page(cpu, Gfp::USER).unwrap();
+            let want = if want_first {
+                released[0]
+            } else {
+                *released.last().unwrap()
+            };
+            assert_eq!(back, want, "{release:?} {how:?}: {released:?}");
+        }
     }
 }
 

@@ -212,6 +212,8 @@ pub struct Lru {
     mem: Arc<Mem>,
     add_mode: LruAdd,
     release_mode: LruRelease,
+    /// When a release frees its pages ([`crate::policy::ReleaseFree`]).
+    release_free: crate::policy::ReleaseFree,
     scope: LruLockScope,
     batch_size: usize,
     /// MGLRU's move policy when MGLRU replaces the classic lists.
@@ -274,6 +276,7 @@ impl Lru {
         Lru {
             add_mode: policy.add,
             release_mode: policy.release,
+            release_free: policy.release_free,
             scope: policy.lock_scope,
             batch_size: policy.batch as usize,
             mglru: policy.mglru.then_some(policy.mglru_move),

@@ -6,18 +6,25 @@
 //!
 //! For each page: drop one reference (`folio_put_testzero`); a page whose count reached zero
 //! leaves its LRU list if it has `PG_lru`, and is freed with
-//! [`Mem::free_frozen_pages`](crate::Mem::free_frozen_pages) once the lock is dropped
-//! (`free_unref_folios` after the loop). The lock is held across consecutive pages under the
-//! same lock, relocked when the lock changes, and dropped at least every `SWAP_CLUSTER_MAX`
-//! (32) freed pages, when the collected pages are freed (the kernel's `lock_batch` and
-//! `folio_batch` of pages to free).
+//! [`Mem::free_frozen_pages`](crate::Mem::free_frozen_pages) once the lock is dropped. The
+//! lock is held across consecutive pages under the same lock and relocked when the lock
+//! changes. When the freed pages go to the allocator, and so how long a hold lasts, is the
+//! era's (`lru.release_free`, [`ReleaseFree`]):
+//!
+//! * `"batch"` (6.9+, `folios_put_refs`): every `SWAP_CLUSTER_MAX` (32) freed pages the lock
+//!   is dropped and the batch freed, in release order.
+//! * `"list"` (3.3 to 6.8): the freed pages are gathered on a list (`list_add`, so the list
+//!   runs backwards) and freed after the loop (`free_unref_page_list`); the lock is dropped
+//!   every `SWAP_CLUSTER_MAX` pages looked at (`lock_batch`), except by the RFC v1's batch-lock
+//!   release, which removed that. The order matters beyond the lock: the allocator's per-CPU
+//!   lists, and the buddy merges when they drain, see the pages in the order they are freed.
 //!
 //! * `release = "locked"`: the hold is exclusive (the spinlock) and the unlink is `list_del`.
 //! * `release = "batch-locks"` (the lru_lock RFC v1, Jan 2018, patches 10-12; see
 //!   [`super::batch_lock`]): two passes over at most [`LRU_BITMAP_SIZE`] pages, the freed
 //!   non-sentinel pages under their batch lock alone, then the sentinels under batch lock and
-//!   lru_lock, a held lock kept across consecutive pages that need it. The pages are freed per
-//!   `SWAP_CLUSTER_MAX` as in the other modes (4.15 freed them all after the loop).
+//!   lru_lock, a held lock kept across consecutive pages that need it. The RFC kept 4.15's
+//!   list: under `"list"` the sentinels, gathered last, are freed first.
 //! * `release = "concurrent"`: the lock is the lruvec rwsem and the hold is *shared*: any
 //!   number of CPUs unlink freed pages from the same lists at once with
 //!   [`List::smp_del`](super::smp_list::List::smp_del), each locking only the page's and its
@@ -51,13 +58,18 @@ use super::stats::LruEvent;
 use super::{Loc, Lru};
 use crate::cpu::CpuId;
 use crate::page::{Pfn, pg};
-use crate::policy::LruRelease;
+use crate::policy::{LruRelease, ReleaseFree};
 
 /// Pages freed per lock hold at most, and per call to the allocator (`SWAP_CLUSTER_MAX`).
 pub const SWAP_CLUSTER_MAX: usize = 32;
 
 /// Pages per pass of the batch-lock release (`LRU_BITMAP_SIZE`, RFC v1 patch 12).
 pub const LRU_BITMAP_SIZE: usize = 512;
+
+/// Pages a `"list"` release gathers at most before freeing them: the callers' batches are no
+/// larger (an mmu_gather batch, `MAX_GATHER_BATCH` = 510; a batch-lock pass, 512), and a
+/// longer call is released in pieces of this size.
+const LIST_MAX: usize = 512;
 
 /// The batch-lock release's locks (`lru_batch_lock`/`lru_batch_unlock`, RFC v1 patch 10): one
 /// batch lock, and `lru_lock` while the current page is a sentinel.
@@ -108,21 +120,28 @@ impl<'a> BatchHold<'a> {
     }
 }
 
-/// The pages a release has taken off their lists and will free: at most
-/// [`SWAP_CLUSTER_MAX`] at a time, handed to the allocator once the caller has dropped its
-/// lock (the kernel's `folio_batch` of pages to free).
+/// The pages a release has taken off their lists and will free, handed to the allocator once
+/// the caller has dropped its lock: a batch of [`SWAP_CLUSTER_MAX`] freed as it fills (the
+/// kernel's `folio_batch`), or the whole call's, freed last to first (the `pages_to_free` list).
 struct ToFree {
-    pfns: [Pfn; SWAP_CLUSTER_MAX],
+    pfns: [Pfn; LIST_MAX],
     nr: usize,
+    /// Pages gathered before a flush is due.
+    cap: usize,
+    /// A list: freed in the reverse of the order gathered.
+    list: bool,
     /// Pages freed so far.
     freed: u64,
 }
 
 impl ToFree {
-    fn new() -> Self {
+    fn new(how: ReleaseFree) -> Self {
+        let list = how == ReleaseFree::List;
         ToFree {
-            pfns: [Pfn(0); SWAP_CLUSTER_MAX],
+            pfns: [Pfn(0); LIST_MAX],
             nr: 0,
+            cap: if list { LIST_MAX } else { SWAP_CLUSTER_MAX },
+            list,
             freed: 0,
         }
     }
@@ -131,12 +150,16 @@ impl ToFree {
     fn push(&mut self, pfn: Pfn) -> bool {
         self.pfns[self.nr] = pfn;
         self.nr += 1;
-        self.nr == SWAP_CLUSTER_MAX
+        self.nr == self.cap
     }
 
-    /// Frees the batch.
+    /// Frees what was gathered.
     fn flush(&mut self, lru: &Lru, cpu: CpuId) {
-        lru.free_batch(cpu, &self.pfns[..self.nr]);
+        let pfns = &mut self.pfns[..self.nr];
+        if self.list {
+            pfns.reverse();
+        }
+        lru.free_batch(cpu, pfns);
         self.freed += self.nr as u64;
         self.nr = 0;
     }
@@ -160,6 +183,12 @@ impl Lru {
         if pfns.is_empty() {
             return;
         }
+        if pfns.len() > LIST_MAX {
+            for chunk in pfns.chunks(LIST_MAX) {
+                self.release_pages(cpu, chunk);
+            }
+            return;
+        }
         if self.release_mode == LruRelease::BatchLocks {
             for chunk in pfns.chunks(LRU_BITMAP_SIZE) {
                 self.release_batch_locked(cpu, chunk);
@@ -168,10 +197,18 @@ impl Lru {
             return;
         }
         let pages = self.mem.pages();
-        let mut to_free = ToFree::new();
+        let mut to_free = ToFree::new(self.release_free);
         let mut held: Option<(usize, Hold<'_>)> = None;
         let (mut holds, mut waits) = (0u64, 0u64);
+        // Pages looked at under the current hold (`lock_batch`, the `"list"` releases).
+        let mut lock_batch = 0;
         for &pfn in pfns {
+            if self.release_free == ReleaseFree::List && held.is_some() {
+                lock_batch += 1;
+                if lock_batch == SWAP_CLUSTER_MAX {
+                    drop(held.take());
+                }
+            }
             if !self.put_testzero(pfn) {
                 continue;
             }
@@ -182,6 +219,7 @@ impl Lru {
                     drop(held.take());
                     held = Some((lock, self.hold_for_release(lock)));
                     holds += 1;
+                    lock_batch = 0;
                 }
                 let lru = LruList::of(page.flags());
                 match held.as_mut() {
@@ -237,7 +275,7 @@ impl Lru {
         let pages = self.mem.pages();
         let tags = self.tags.as_deref().expect("batch-lock release has tags");
         let mut sentinels = [0u64; LRU_BITMAP_SIZE / 64];
-        let mut to_free = ToFree::new();
+        let mut to_free = ToFree::new(self.release_free);
         let mut held: Option<BatchHold<'_>> = None;
         let (mut holds, mut sentinels_unlinked) = (0u64, 0u64);
         for pass in 0..2 {
