@@ -321,11 +321,13 @@ pub fn fallback_classes(policy: &Policy) -> Vec<&'static LockClass> {
 
 /// What an untraced window measured: its CPU time, ns, its page writes' time when they were
 /// timed, and its unmaps' CPU time when it held any.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Untimed {
     cpu: f64,
     writes: Option<f64>,
     unmaps: Option<f64>,
+    /// Its spinlock holds, per recorded class ([`raw::time_holds`]).
+    holds: Vec<crate::trace::UntracedHold>,
 }
 
 /// The best recording so far: whether the guard found it disturbed, time lost to preemption
@@ -434,7 +436,9 @@ impl Ctl {
         match slot {
             Slot::Untraced => {
                 raw::write_timing_cost();
+                raw::hold_timing_cost();
                 raw::time_writes(Some(CaptureGuard::STALL_NS));
+                raw::time_holds(Some(CaptureGuard::STALL_NS));
                 *self.unmap_ns.lock().unwrap() = 0.0;
             }
             Slot::Recorded => {
@@ -461,9 +465,13 @@ impl Ctl {
         let Some(slot) = self.plan.lock().unwrap().current.take() else {
             return;
         };
-        let (events, writes) = match slot {
-            Slot::Untraced => (Vec::new(), Some(raw::time_writes(None))),
-            _ => (raw::stop(), None),
+        let (events, writes, holds) = match slot {
+            Slot::Untraced => (
+                Vec::new(),
+                Some(raw::time_writes(None)),
+                raw::time_holds(None),
+            ),
+            _ => (raw::stop(), None, Vec::new()),
         };
         if let Slot::Fallback(_) = slot {
             raw::force_trylock_failure(None);
@@ -484,11 +492,31 @@ impl Ctl {
             cpu = (cpu - all * n).max(0.0);
             // Every write stalled: their time is not known (the trace's own writes stand).
             let w = w.ns().map(|ns| (ns - inside * n).max(0.0));
-            let unmaps = std::mem::take(&mut *self.unmap_ns.lock().unwrap());
+            let mut unmaps = std::mem::take(&mut *self.unmap_ns.lock().unwrap());
+            // Timing a hold costs two time-stamp reads and a little bookkeeping: out of the
+            // CPU time (and the unmaps', for the holds inside them), and what of it fell
+            // inside the holds out of theirs.
+            let (all, inside) = raw::hold_timing_cost();
+            let mut untraced_holds = Vec::with_capacity(holds.len());
+            for h in &holds {
+                let n = h.holds as f64;
+                cpu = (cpu - all * n).max(0.0);
+                if h.in_unmap {
+                    unmaps = (unmaps - all * n).max(0.0);
+                }
+                untraced_holds.push(crate::trace::UntracedHold {
+                    class: h.class.to_string(),
+                    in_unmap: h.in_unmap,
+                    ns: (h.ns - inside * n).max(0.0),
+                    holds: h.holds,
+                    event_cost_ns: None,
+                });
+            }
             self.untraced.lock().unwrap().push(Untimed {
                 cpu,
                 writes: w,
                 unmaps: (unmaps > 0.0).then_some(unmaps),
+                holds: untraced_holds,
             });
         }
         self.accept(slot, events, wall, cpu, check);
@@ -926,10 +954,12 @@ pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
         .lock()
         .unwrap()
         .iter()
-        .copied()
-        .min_by(|a, b| a.cpu.total_cmp(&b.cpu));
-    let (untraced_ns, untraced_write_ns, untraced_unmap_ns) =
-        kept.map_or((f64::INFINITY, None, None), |u| (u.cpu, u.writes, u.unmaps));
+        .min_by(|a, b| a.cpu.total_cmp(&b.cpu))
+        .cloned();
+    let (untraced_ns, untraced_write_ns, untraced_unmap_ns, untraced_holds) = kept
+        .map_or((f64::INFINITY, None, None, Vec::new()), |u| {
+            (u.cpu, u.writes, u.unmaps, u.holds)
+        });
     if events.is_empty() || !untraced_ns.is_finite() {
         return Err(CaptureError::Incomplete(
             "the workload ended before its untraced windows were timed",
@@ -955,6 +985,7 @@ pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
         event_cost_ns: None,
         untraced_unmap_ns,
         unmap_event_cost_ns: None,
+        untraced_holds,
         compute_scale: 1.0,
         guard: Some(guard),
         paced: None,

@@ -184,6 +184,7 @@ pub fn capture(spec: &CaptureSpec) -> Result<Trace, CaptureError> {
         event_cost_ns: None,
         untraced_unmap_ns: None,
         unmap_event_cost_ns: None,
+        untraced_holds: Vec::new(),
         compute_scale: 1.0,
         guard: None,
         paced: None,

@@ -430,6 +430,7 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         event_cost_ns: None,
         untraced_unmap_ns: None,
         unmap_event_cost_ns: None,
+        untraced_holds: Vec::new(),
         compute_scale: 1.0,
         guard: None,
         paced: None,

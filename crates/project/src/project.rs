@@ -642,6 +642,7 @@ mod tests {
                 event_cost_ns: None,
                 untraced_unmap_ns: None,
                 unmap_event_cost_ns: None,
+                untraced_holds: Vec::new(),
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,

@@ -2198,6 +2198,7 @@ ipi_handler_ns = 500.0
                 event_cost_ns: None,
                 untraced_unmap_ns: None,
                 unmap_event_cost_ns: None,
+                untraced_holds: Vec::new(),
                 compute_scale: 1.0,
                 guard: None,
                 paced: None,

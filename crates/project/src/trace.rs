@@ -160,6 +160,14 @@ pub struct TraceMeta {
     /// elsewhere); absent when the unmaps were not timed apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unmap_event_cost_ns: Option<f64>,
+    /// The untraced window's spinlock holds, per recorded class, inside unmaps and elsewhere
+    /// (`pagelab_sync::trace::time_holds`): the trace's gaps inside each class's holds add up
+    /// to its time here, as the unmaps' add up to `untraced_unmap_ns`, because recording adds
+    /// work inside holds that is no event (zone->lock's holds in a capture of large-zone-batch
+    /// ran 50% longer than untraced, with one cost per event taken out). Empty in traces made
+    /// before 2026-11-29 and in captures that did not time their holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub untraced_holds: Vec<UntracedHold>,
     /// The trace's compute over what the gaps less `overhead_ns_per_event` added up to:
     /// before 2026-11-25 every gap was multiplied by it; since, it is what the in-place
     /// per-event cost (`event_cost_ns`) took out, as a ratio, unless the untraced writes
@@ -206,6 +214,22 @@ impl PacedCompute {
             self.compute_ns, self.turns, self.relative, self.measured_ns
         )
     }
+}
+
+/// One recorded lock class's exclusive spinlock holds in a capture's untraced window, inside
+/// the unmaps or elsewhere ([`TraceMeta::untraced_holds`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UntracedHold {
+    pub class: String,
+    pub in_unmap: bool,
+    /// CPU time inside them (holds of other recorded classes nested in them left out), ns,
+    /// less the timing's own cost.
+    pub ns: f64,
+    pub holds: u64,
+    /// What recording one event cost inside them in the recorded window, ns, once the trace
+    /// is built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_cost_ns: Option<f64>,
 }
 
 /// The scheduler's account of a capture's recorded windows (the main recording and the
@@ -401,10 +425,12 @@ const MAGIC: &[u8; 8] = b"PLTRACE5";
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
     tpn: f64,
-    /// What recording cost per event, taken out of every gap...
-    overhead: f64,
-    /// ... but those inside an unmap (between [`raw::Kind::Unmap`] marks), which lose this.
-    unmap_overhead: f64,
+    /// What recording cost per event, taken out of every gap of each stretch
+    /// ([`Where::stretch`]): the rest of the run, the unmaps, then each timed hold of
+    /// `TraceMeta::untraced_holds`.
+    overheads: Vec<f64>,
+    /// The timed holds' (class, inside an unmap), in `TraceMeta::untraced_holds`' order.
+    holds: Vec<(String, bool)>,
     /// A capture's recording (one with a guard) drops every gap of
     /// [`CaptureGuard::STALL_NS`] or more: the host's, not the engine's.
     drop_stalls: bool,
@@ -414,21 +440,67 @@ struct Builder {
     instances: Vec<Instance>,
 }
 
-/// The recording's gaps, less the tight-loop overhead, split by where they fall: inside the
-/// task's unmaps or elsewhere ([`Builder::gaps`]).
+/// The stretches every recording has: the rest of the run, and the unmaps.
+const REST: usize = 0;
+const UNMAP: usize = 1;
+
+/// Where the task is while a recording is converted: inside an unmap or not
+/// ([`raw::Kind::Unmap`]), and inside which spinlock holds (innermost last).
 #[derive(Default)]
-struct Gaps {
-    rest: Vec<f64>,
-    unmap: Vec<f64>,
+struct Where {
+    in_unmap: bool,
+    open: Vec<&'static str>,
+}
+
+impl Where {
+    /// After event `e`: the unmap marks, and the spinlock holds it opens or closes.
+    fn update(&mut self, e: &raw::Event) {
+        let spin = matches!(e.model, LockModel::Ticket | LockModel::Queued);
+        match e.kind {
+            raw::Kind::Unmap { begin } => self.in_unmap = begin,
+            raw::Kind::Acquire {
+                access: Access::Exclusive,
+                ..
+            } if spin => self.open.push(e.class.name),
+            raw::Kind::Release {
+                access: Access::Exclusive,
+            } if spin => {
+                if let Some(i) = self.open.iter().rposition(|&c| c == e.class.name) {
+                    self.open.remove(i);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The stretch a gap here belongs to: the innermost spinlock hold, if its class's holds
+    /// were timed where the task is (`holds`, inside an unmap or not), else the unmaps or the
+    /// rest. The untraced timing counts each moment in the innermost hold open, as this does
+    /// ([`raw::time_holds`]).
+    fn stretch(&self, holds: &[(String, bool)]) -> usize {
+        if let Some(&top) = self.open.last()
+            && let Some(i) = holds
+                .iter()
+                .position(|(c, u)| c == top && *u == self.in_unmap)
+        {
+            return 2 + i;
+        }
+        if self.in_unmap { UNMAP } else { REST }
+    }
 }
 
 impl Builder {
     /// A builder for a recording on this host whose events cost `meta`'s overhead each.
     fn new(meta: &TraceMeta) -> Builder {
+        let holds: Vec<(String, bool)> = meta
+            .untraced_holds
+            .iter()
+            .map(|h| (h.class.clone(), h.in_unmap))
+            .collect();
         Builder {
             tpn: raw::ticks_per_ns(),
-            overhead: meta.overhead_ns_per_event,
-            unmap_overhead: meta.overhead_ns_per_event,
+            overheads: vec![meta.overhead_ns_per_event; 2 + holds.len()],
+            holds,
             drop_stalls: meta.guard.is_some(),
             stalls: 0,
             ids: HashMap::new(),
@@ -485,43 +557,27 @@ impl Builder {
         (out, fallbacks)
     }
 
-    /// The gaps `convert` turns into compute, each less the overhead of where it falls; with
-    /// `guarded`, not those a capture's stall removal drops ([`remove_stalls`]).
-    fn gaps(&self, events: &[raw::Event], guarded: bool) -> Gaps {
+    /// The gaps `convert` turns into compute, each less the overhead of its stretch, by
+    /// stretch; with `guarded`, not those a capture's stall removal drops.
+    fn gaps(&self, events: &[raw::Event], guarded: bool) -> Vec<Vec<f64>> {
         let mut prev: Option<u64> = None;
-        let mut out = Gaps::default();
-        let mut in_unmap = false;
+        let mut out = vec![Vec::new(); self.overheads.len()];
+        let mut at = Where::default();
         for e in events {
             if let Some(p) = prev {
-                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead_in(in_unmap);
+                let k = at.stretch(&self.holds);
+                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overheads[k];
                 if !(guarded && gap >= CaptureGuard::STALL_NS) {
-                    let to = if in_unmap {
-                        &mut out.unmap
-                    } else {
-                        &mut out.rest
-                    };
-                    to.push(gap.max(0.0));
+                    out[k].push(gap.max(0.0));
                 }
             }
             prev = Some(match e.kind {
                 raw::Kind::Write { end, .. } => end,
                 _ => e.t,
             });
-            if let raw::Kind::Unmap { begin } = e.kind {
-                in_unmap = begin;
-            }
+            at.update(e);
         }
         out
-    }
-
-    /// The overhead a gap loses: the gap before an event belongs to the stretch the previous
-    /// event left the task in.
-    fn overhead_in(&self, in_unmap: bool) -> f64 {
-        if in_unmap {
-            self.unmap_overhead
-        } else {
-            self.overhead
-        }
     }
 
     /// Appends `events` to `out`, the gap before each (from `prev`, the time stamp the
@@ -536,10 +592,11 @@ impl Builder {
     ) -> u64 {
         let mut ops = 0u64;
         let mut section = Section::default();
-        let mut in_unmap = false;
+        let mut at = Where::default();
         for e in events {
             if let Some(p) = prev {
-                let gap = e.t.saturating_sub(p) as f64 / self.tpn - self.overhead_in(in_unmap);
+                let gap = e.t.saturating_sub(p) as f64 / self.tpn
+                    - self.overheads[at.stretch(&self.holds)];
                 // A stall is dropped here, one gap at a time: once gaps are merged into one
                 // compute event (around an event that records nothing, or a repeat), a
                 // stretch of ordinary gaps can add up to more than a stall.
@@ -553,11 +610,9 @@ impl Builder {
                 raw::Kind::Write { end, .. } => end,
                 _ => e.t,
             });
+            at.update(e);
             let ev = match e.kind {
-                raw::Kind::Unmap { begin } => {
-                    in_unmap = begin;
-                    None
-                }
+                raw::Kind::Unmap { .. } => None,
                 raw::Kind::Acquire { access, trylock } => Some(Event::Acquire {
                     inst: self.intern(e),
                     shared: access == Access::Shared,
@@ -629,22 +684,54 @@ fn extra_event_cost(gaps: &[f64], target: f64) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// What the recorded unmaps' gaps must add up to: the untraced window's unmap time, scaled as
-/// the pacing scaled the window's compute (`PacedCompute`: the unmaps are compute, with no
-/// page writes). `None` when the unmaps were not timed, the recording holds no unmap, or the
-/// unmap time is not below the whole `target` (then one cost per event is taken out of
-/// every gap, as before the unmaps were timed).
-fn unmap_target(meta: &TraceMeta, gaps: &Gaps, target: f64) -> Option<f64> {
-    let measured = meta.untraced_unmap_ns?;
-    if gaps.unmap.is_empty() {
+/// What each stretch's gaps must add up to ([`Where::stretch`]): each timed class's holds
+/// their untraced time, the unmaps theirs less the holds timed inside them, the rest what is
+/// left of `target`; all scaled as the pacing scaled the window's compute (`PacedCompute`:
+/// they are compute, with no page writes). Recording only adds work, so a stretch whose gaps
+/// already add up to less than its untraced time (the untraced one ran slowly) keeps them,
+/// and the rest takes the difference; if the rest's gaps cannot, the others take it back as
+/// far as theirs go. `None` when nothing was timed apart (then one cost per event is taken
+/// out of every gap).
+fn stretch_targets(meta: &TraceMeta, gaps: &[Vec<f64>], target: f64) -> Option<Vec<f64>> {
+    let timed = meta.untraced_unmap_ns.is_some() && !gaps[UNMAP].is_empty();
+    if !timed && meta.untraced_holds.is_empty() {
         return None;
     }
     let pace = meta
         .paced
         .filter(|p| p.measured_ns > 0.0)
         .map_or(1.0, |p| p.compute_ns / p.measured_ns);
-    let unmap = measured * pace;
-    (unmap > 0.0 && unmap < target).then_some(unmap)
+    let sums: Vec<f64> = gaps.iter().map(|g| g.iter().sum()).collect();
+    let mut want = vec![0.0; gaps.len()];
+    let mut in_unmaps = 0.0;
+    for (i, h) in meta.untraced_holds.iter().enumerate() {
+        want[2 + i] = h.ns * pace;
+        if h.in_unmap {
+            in_unmaps += h.ns * pace;
+        }
+    }
+    if timed {
+        let unmaps = meta.untraced_unmap_ns.unwrap_or(0.0) * pace;
+        want[UNMAP] = (unmaps - in_unmaps).max(0.0);
+    } else {
+        want[UNMAP] = sums[UNMAP];
+    }
+    for k in 1..want.len() {
+        want[k] = want[k].min(sums[k]).max(0.0);
+    }
+    let others: f64 = want[1..].iter().sum();
+    want[REST] = (target - others).max(0.0);
+    let mut short = want[REST] - sums[REST];
+    if short > 0.0 {
+        want[REST] = sums[REST];
+        for k in 1..want.len() {
+            let room = sums[k] - want[k];
+            let take = room.min(short);
+            want[k] += take;
+            short -= take;
+        }
+    }
+    Some(want)
 }
 
 /// Takes the stalled page writes (module docs of [`CaptureGuard`]) out of `events`, costing
@@ -775,27 +862,35 @@ impl Trace {
         let untraced_writes = meta.untraced_write_ns.unwrap_or(writes);
         let target = meta.untraced_ns - untraced_writes;
         meta.unmap_event_cost_ns = None;
+        for h in &mut meta.untraced_holds {
+            h.event_cost_ns = None;
+        }
         if target > 0.0 && compute > target {
             let guarded = meta.guard.is_some();
             let gaps = b.gaps(events, guarded);
             let mut b2 = Builder::new(&meta);
-            match unmap_target(&meta, &gaps, target) {
-                // The unmaps and the rest each add up to their own untraced time.
-                // Recording only adds work: a stretch whose gaps already add up to less than
-                // its untraced time (the untraced one ran slowly) keeps them, and the other
-                // takes what is left of `target`.
-                Some(unmap) => {
-                    let (rest, all) = (gaps.rest.iter().sum::<f64>(), gaps.unmap.iter().sum());
-                    let unmap = unmap.min(all).max((target - rest).max(0.0));
-                    b2.overhead += extra_event_cost(&gaps.rest, target - unmap);
-                    b2.unmap_overhead += extra_event_cost(&gaps.unmap, unmap);
-                    meta.unmap_event_cost_ns = Some(b2.unmap_overhead);
+            match stretch_targets(&meta, &gaps, target) {
+                // The unmaps, each timed class's holds and the rest each add up to their own
+                // untraced time.
+                Some(want) => {
+                    for (k, t) in want.iter().enumerate() {
+                        b2.overheads[k] += extra_event_cost(&gaps[k], *t);
+                    }
+                    if !gaps[UNMAP].is_empty() {
+                        meta.unmap_event_cost_ns = Some(b2.overheads[UNMAP]);
+                    }
+                    for (i, h) in meta.untraced_holds.iter_mut().enumerate() {
+                        if !gaps[2 + i].is_empty() {
+                            h.event_cost_ns = Some(b2.overheads[2 + i]);
+                        }
+                    }
                 }
                 None => {
-                    let all: Vec<f64> = gaps.rest.iter().chain(&gaps.unmap).copied().collect();
+                    let all: Vec<f64> = gaps.iter().flatten().copied().collect();
                     let extra = extra_event_cost(&all, target);
-                    b2.overhead += extra;
-                    b2.unmap_overhead += extra;
+                    for o in &mut b2.overheads {
+                        *o += extra;
+                    }
                 }
             }
             let (o, fb) = b2.build(events, fallback_windows);
@@ -804,7 +899,7 @@ impl Trace {
             if let Some(g) = meta.guard.as_mut() {
                 g.stalls_removed = b.stalls + remove_stalls(&mut out, &mut fallbacks);
             }
-            meta.event_cost_ns = Some(b.overhead);
+            meta.event_cost_ns = Some(b.overheads[REST]);
             meta.compute_scale = sums(&out).0 / compute;
         } else if meta.paced.is_some() && target > compute && compute > 0.0 {
             // A paced capture whose compute the pacing puts above what its traced window
@@ -994,6 +1089,18 @@ impl Trace {
                 ),
             }
         );
+        for h in &m.untraced_holds {
+            if let Some(c) = h.event_cost_ns {
+                let _ = writeln!(
+                    s,
+                    "{} holds{} timed apart: {} holds, {:.1} ns each untraced, {c:.1} ns per recorded event subtracted inside them",
+                    h.class,
+                    if h.in_unmap { " in unmaps" } else { "" },
+                    h.holds,
+                    h.ns / h.holds.max(1) as f64
+                );
+            }
+        }
         if let (Some(u), Some(c)) = (m.untraced_unmap_ns, m.unmap_event_cost_ns) {
             let _ = writeln!(
                 s,
@@ -1613,6 +1720,7 @@ pub(crate) mod tests {
             event_cost_ns: None,
             untraced_unmap_ns: None,
             unmap_event_cost_ns: None,
+            untraced_holds: Vec::new(),
             compute_scale: 1.0,
             guard: None,
             paced: None,
@@ -2348,6 +2456,72 @@ pub(crate) mod tests {
         let (faults, unmap) = split(&two);
         assert!((faults - 9_500.0).abs() < 5.0, "{faults}");
         assert!((unmap - 1_980.0).abs() < 5.0, "{unmap}");
+    }
+
+    /// With a class's holds timed in the untraced window, the gaps inside its holds in the
+    /// recording add up to that time, and the rest of the run to what is left: recording
+    /// costs more inside a hold (its events are denser, and some of its work is no event).
+    #[test]
+    fn holds_timed_apart_add_up_to_their_own_untraced_time() {
+        static Z: LockClass = LockClass::new("z", Scope::Node);
+        let tpn = raw::ticks_per_ns();
+        let ev = |ns: f64, kind: raw::Kind| raw::Event {
+            t: (ns * tpn) as u64,
+            kind,
+            class: &Z,
+            instance: 0xa0,
+            model: LockModel::Queued,
+        };
+        let acquire = raw::Kind::Acquire {
+            access: Access::Exclusive,
+            trylock: false,
+        };
+        let release = raw::Kind::Release {
+            access: Access::Exclusive,
+        };
+        // Outside: 10 gaps of 1000 ns. A hold: 20 gaps of 100 ns (line events inside it).
+        let mut raw_events = vec![ev(0.0, raw::Kind::Atomic)];
+        let mut t = 0.0;
+        for _ in 0..10 {
+            t += 1000.0;
+            raw_events.push(ev(t, raw::Kind::Atomic));
+        }
+        raw_events.push(ev(t, acquire));
+        for _ in 0..20 {
+            t += 100.0;
+            raw_events.push(ev(t, raw::Kind::Atomic));
+        }
+        raw_events.push(ev(t, release));
+        raw_events.push(ev(t, raw::Kind::Ops(1)));
+        let mut m = meta();
+        m.overhead_ns_per_event = 0.0;
+        m.untraced_write_ns = Some(0.0);
+        // Untraced: 9500 ns outside (50 ns of recording an event), 800 inside (60 an event).
+        m.untraced_ns = 9_500.0 + 800.0;
+        m.untraced_holds = vec![UntracedHold {
+            class: "z".into(),
+            in_unmap: false,
+            ns: 800.0,
+            holds: 1,
+            event_cost_ns: None,
+        }];
+        let tr = Trace::from_raw(m, &raw_events);
+        let h = &tr.meta.untraced_holds[0];
+        let cost = h.event_cost_ns.expect("timed apart");
+        assert!((cost - 60.0).abs() < 0.5, "{cost}");
+        assert!((tr.meta.event_cost_ns.unwrap() - 50.0).abs() < 0.5);
+        let (mut inside, mut outside, mut held) = (0.0, 0.0, false);
+        for e in &tr.events {
+            match *e {
+                Event::Acquire { .. } => held = true,
+                Event::Release { .. } => held = false,
+                Event::Compute { ns } if held => inside += ns,
+                Event::Compute { ns } => outside += ns,
+                _ => {}
+            }
+        }
+        assert!((inside - 800.0).abs() < 2.0, "{inside}");
+        assert!((outside - 9_500.0).abs() < 2.0, "{outside}");
     }
 
     #[test]

@@ -162,6 +162,39 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
             "{held} of {unmap}"
         );
     }
+    // The untraced window's spinlock holds were timed per class, zone->lock's among them, and
+    // the trace's compute inside zone->lock's holds adds up to what they took untraced (the
+    // innermost hold counts, and zone->lock nests in nothing recorded but pcp->lock).
+    let zone: Vec<_> = t
+        .meta
+        .untraced_holds
+        .iter()
+        .filter(|h| h.class == "zone->lock")
+        .collect();
+    assert!(!zone.is_empty(), "{:?}", t.meta.untraced_holds);
+    if zone.iter().all(|h| h.event_cost_ns.is_some()) {
+        let untraced: f64 = zone.iter().map(|h| h.ns).sum();
+        let zl: Vec<u32> = t
+            .instances
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.class == "zone->lock")
+            .map(|(k, _)| k as u32)
+            .collect();
+        let (mut held, mut inside) = (false, 0.0);
+        for e in &t.events {
+            match *e {
+                Event::Acquire { inst, .. } if zl.contains(&inst) => held = true,
+                Event::Release { inst, .. } if zl.contains(&inst) => held = false,
+                Event::Compute { ns } if held => inside += ns,
+                _ => {}
+            }
+        }
+        assert!(
+            (inside - untraced).abs() <= 0.01 * untraced,
+            "{inside} against {untraced}"
+        );
+    }
     // Every acquire has its release.
     let acq = t
         .events

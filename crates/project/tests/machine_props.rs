@@ -221,6 +221,7 @@ fn trace(window: Window) -> Trace {
             event_cost_ns: None,
             untraced_unmap_ns: None,
             unmap_event_cost_ns: None,
+            untraced_holds: Vec::new(),
             compute_scale: 1.0,
             guard: None,
             paced: None,

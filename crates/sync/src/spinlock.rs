@@ -140,6 +140,9 @@ impl<T> SpinLock<T> {
         if trace::active() {
             trace::acquire(self.class, id, self.model(), Access::Exclusive, trylock);
         }
+        if trace::holds_timed() {
+            trace::hold_begin(self.class);
+        }
         SpinGuard { inner, lock: self }
     }
 
@@ -266,6 +269,9 @@ impl<T> Drop for SpinGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         // Runs before `inner` releases the lock, so the release is stamped inside the hold.
+        if trace::holds_timed() {
+            trace::hold_end(self.lock.class);
+        }
         if trace::active() {
             let l = self.lock;
             trace::release(

@@ -356,6 +356,7 @@ impl<'a> Segments<'a> {
                 cpu: done.cpu,
                 writes: None,
                 unmaps: None,
+                holds: Vec::new(),
             });
         } else {
             let lost = (done.wall - done.cpu).max(0.0);

@@ -104,6 +104,7 @@ pub fn meta(window: Window, ops: u64) -> TraceMeta {
         event_cost_ns: None,
         untraced_unmap_ns: None,
         unmap_event_cost_ns: None,
+        untraced_holds: Vec::new(),
         compute_scale: 1.0,
         guard: None,
         paced: None,
