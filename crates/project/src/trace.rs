@@ -2341,6 +2341,17 @@ pub(crate) mod tests {
         );
     }
 
+    /// A raw event of `class` (instance 0xa0) at `ns` nanoseconds of this host's clock.
+    fn raw_at(ns: f64, kind: raw::Kind, class: &'static LockClass, model: LockModel) -> raw::Event {
+        raw::Event {
+            t: (ns * raw::ticks_per_ns()) as u64,
+            kind,
+            class,
+            instance: 0xa0,
+            model,
+        }
+    }
+
     /// A stall is one gap of `STALL_NS` or more, not a stretch of short gaps that the build
     /// merged into one compute event (here around unmap marks, which record nothing): an
     /// unmap that records few events lost half a millisecond of its own compute this way
@@ -2348,14 +2359,7 @@ pub(crate) mod tests {
     #[test]
     fn merged_short_gaps_are_no_stall() {
         static C: LockClass = LockClass::new("c", Scope::Mm);
-        let tpn = raw::ticks_per_ns();
-        let ev = |ns: f64, kind: raw::Kind| raw::Event {
-            t: (ns * tpn) as u64,
-            kind,
-            class: &C,
-            instance: 0xa0,
-            model: LockModel::Line,
-        };
+        let ev = |ns: f64, kind: raw::Kind| raw_at(ns, kind, &C, LockModel::Line);
         // 60 us, a mark, 60 us, a mark, 60 us: 180 us of compute between two atomics.
         let raw_events = [
             ev(0.0, raw::Kind::Atomic),
@@ -2387,14 +2391,7 @@ pub(crate) mod tests {
     #[test]
     fn unmaps_timed_apart_add_up_to_their_own_untraced_time() {
         static C: LockClass = LockClass::new("c", Scope::Mm);
-        let tpn = raw::ticks_per_ns();
-        let ev = |ns: f64, kind: raw::Kind| raw::Event {
-            t: (ns * tpn) as u64,
-            kind,
-            class: &C,
-            instance: 0xa0,
-            model: LockModel::Line,
-        };
+        let ev = |ns: f64, kind: raw::Kind| raw_at(ns, kind, &C, LockModel::Line);
         // Faults: 10 gaps of 1000 ns; an unmap: 99 gaps of 100 ns.
         let mut raw_events = vec![ev(0.0, raw::Kind::Atomic)];
         let mut t = 0.0;
@@ -2464,14 +2461,7 @@ pub(crate) mod tests {
     #[test]
     fn holds_timed_apart_add_up_to_their_own_untraced_time() {
         static Z: LockClass = LockClass::new("z", Scope::Node);
-        let tpn = raw::ticks_per_ns();
-        let ev = |ns: f64, kind: raw::Kind| raw::Event {
-            t: (ns * tpn) as u64,
-            kind,
-            class: &Z,
-            instance: 0xa0,
-            model: LockModel::Queued,
-        };
+        let ev = |ns: f64, kind: raw::Kind| raw_at(ns, kind, &Z, LockModel::Queued);
         let acquire = raw::Kind::Acquire {
             access: Access::Exclusive,
             trylock: false,

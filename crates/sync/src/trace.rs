@@ -832,10 +832,10 @@ pub fn holds_timed() -> bool {
     HOLD_TIMING.load(Relaxed) != 0
 }
 
-/// A spinlock of `class` was taken (call after [`holds_timed`]): its hold starts now, and the
-/// one it nests in pauses.
+/// Runs `f` on this thread's hold timing, with the time stamp now, when it is on and `class`
+/// is recorded.
 #[inline]
-pub fn hold_begin(class: &'static LockClass) {
+fn with_holds(class: &'static LockClass, f: impl FnOnce(&mut HoldState, u64)) {
     if !class.is_recorded() {
         return;
     }
@@ -843,12 +843,20 @@ pub fn hold_begin(class: &'static LockClass) {
         if let Ok(mut h) = h.0.try_borrow_mut()
             && let Some(st) = h.as_mut()
         {
-            let t = now();
-            if let Some(&(outer, since)) = st.open.last() {
-                st.add(outer, t.wrapping_sub(since), false);
-            }
-            st.open.push((class, t));
+            f(st, now());
         }
+    });
+}
+
+/// A spinlock of `class` was taken (call after [`holds_timed`]): its hold starts now, and the
+/// one it nests in pauses.
+#[inline]
+pub fn hold_begin(class: &'static LockClass) {
+    with_holds(class, |st, t| {
+        if let Some(&(outer, since)) = st.open.last() {
+            st.add(outer, t.wrapping_sub(since), false);
+        }
+        st.open.push((class, t));
     });
 }
 
@@ -856,29 +864,21 @@ pub fn hold_begin(class: &'static LockClass) {
 /// and the one it nested in resumes.
 #[inline]
 pub fn hold_end(class: &'static LockClass) {
-    if !class.is_recorded() {
-        return;
-    }
-    HOLDS.with(|h| {
-        if let Ok(mut h) = h.0.try_borrow_mut()
-            && let Some(st) = h.as_mut()
-        {
-            let t = now();
-            let Some(i) = st.open.iter().rposition(|&(c, _)| std::ptr::eq(c, class)) else {
-                return;
-            };
-            let innermost = i + 1 == st.open.len();
-            let (_, since) = st.open.remove(i);
-            if innermost {
-                st.add(class, t.wrapping_sub(since), true);
-                if let Some(last) = st.open.last_mut() {
-                    last.1 = t;
-                }
-            } else {
-                // Released under a hold taken after it: its time until the inner one began
-                // was counted then.
-                st.add(class, 0, true);
+    with_holds(class, |st, t| {
+        let Some(i) = st.open.iter().rposition(|&(c, _)| std::ptr::eq(c, class)) else {
+            return;
+        };
+        let innermost = i + 1 == st.open.len();
+        let (_, since) = st.open.remove(i);
+        if innermost {
+            st.add(class, t.wrapping_sub(since), true);
+            if let Some(last) = st.open.last_mut() {
+                last.1 = t;
             }
+        } else {
+            // Released under a hold taken after it: its time until the inner one began was
+            // counted then.
+            st.add(class, 0, true);
         }
     });
 }
