@@ -123,8 +123,11 @@ impl<'a> BatchHold<'a> {
 /// The pages a release has taken off their lists and will free, handed to the allocator once
 /// the caller has dropped its lock: a batch of [`SWAP_CLUSTER_MAX`] freed as it fills (the
 /// kernel's `folio_batch`), or the whole call's, freed last to first (the `pages_to_free` list).
-struct ToFree {
-    pfns: [Pfn; LIST_MAX],
+///
+/// `N` pages fit: a call of at most [`SWAP_CLUSTER_MAX`] pages (a `put_page`, a batch flush)
+/// uses a small array, so that it does not clear a list's worth of stack for one page.
+struct ToFree<const N: usize> {
+    pfns: [Pfn; N],
     nr: usize,
     /// Pages gathered before a flush is due.
     cap: usize,
@@ -134,13 +137,13 @@ struct ToFree {
     freed: u64,
 }
 
-impl ToFree {
+impl<const N: usize> ToFree<N> {
     fn new(how: ReleaseFree) -> Self {
         let list = how == ReleaseFree::List;
         ToFree {
-            pfns: [Pfn(0); LIST_MAX],
+            pfns: [Pfn(0); N],
             nr: 0,
-            cap: if list { LIST_MAX } else { SWAP_CLUSTER_MAX },
+            cap: if list { N } else { SWAP_CLUSTER_MAX.min(N) },
             list,
             freed: 0,
         }
@@ -191,13 +194,27 @@ impl Lru {
         }
         if self.release_mode == LruRelease::BatchLocks {
             for chunk in pfns.chunks(LRU_BITMAP_SIZE) {
-                self.release_batch_locked(cpu, chunk);
+                if chunk.len() <= SWAP_CLUSTER_MAX {
+                    self.release_batch_locked::<SWAP_CLUSTER_MAX>(cpu, chunk);
+                } else {
+                    self.release_batch_locked::<LIST_MAX>(cpu, chunk);
+                }
             }
             self.events.count(cpu, LruEvent::Release, pfns.len() as u64);
             return;
         }
+        if pfns.len() <= SWAP_CLUSTER_MAX {
+            self.release_locked::<SWAP_CLUSTER_MAX>(cpu, pfns);
+        } else {
+            self.release_locked::<LIST_MAX>(cpu, pfns);
+        }
+    }
+
+    /// [`Lru::release_pages`] under `release = "locked"` or `"concurrent"`, for at most `N`
+    /// pages.
+    fn release_locked<const N: usize>(&self, cpu: CpuId, pfns: &[Pfn]) {
         let pages = self.mem.pages();
-        let mut to_free = ToFree::new(self.release_free);
+        let mut to_free = ToFree::<N>::new(self.release_free);
         let mut held: Option<(usize, Hold<'_>)> = None;
         let (mut holds, mut waits) = (0u64, 0u64);
         // Pages looked at under the current hold (`lock_batch`, the `"list"` releases).
@@ -271,11 +288,11 @@ impl Lru {
     /// those under batch lock and `lru_lock`. Unlinking sentinels last keeps them from
     /// promoting the pages after them, in the common case of pages released in LRU order,
     /// which would send nearly every page through `lru_lock` (patch 12's motivation).
-    fn release_batch_locked(&self, cpu: CpuId, pfns: &[Pfn]) {
+    fn release_batch_locked<const N: usize>(&self, cpu: CpuId, pfns: &[Pfn]) {
         let pages = self.mem.pages();
         let tags = self.tags.as_deref().expect("batch-lock release has tags");
         let mut sentinels = [0u64; LRU_BITMAP_SIZE / 64];
-        let mut to_free = ToFree::new(self.release_free);
+        let mut to_free = ToFree::<N>::new(self.release_free);
         let mut held: Option<BatchHold<'_>> = None;
         let (mut holds, mut sentinels_unlinked) = (0u64, 0u64);
         for pass in 0..2 {
