@@ -136,12 +136,14 @@ impl<T> SpinLock<T> {
 
     #[inline]
     fn guard<'a>(&'a self, inner: GuardInner<'a, T>, trylock: bool) -> SpinGuard<'a, T> {
-        let id = self as *const Self as usize;
-        if trace::active() {
-            trace::acquire(self.class, id, self.model(), Access::Exclusive, trylock);
-        }
-        if trace::holds_timed() {
-            trace::hold_begin(self.class);
+        if trace::hooked() {
+            if trace::active() {
+                let id = self as *const Self as usize;
+                trace::acquire(self.class, id, self.model(), Access::Exclusive, trylock);
+            }
+            if trace::holds_timed() {
+                trace::hold_begin(self.class);
+            }
         }
         SpinGuard { inner, lock: self }
     }
@@ -269,6 +271,9 @@ impl<T> Drop for SpinGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
         // Runs before `inner` releases the lock, so the release is stamped inside the hold.
+        if !trace::hooked() {
+            return;
+        }
         if trace::holds_timed() {
             trace::hold_end(self.lock.class);
         }

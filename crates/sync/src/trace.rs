@@ -282,7 +282,20 @@ pub struct Event {
     pub model: LockModel,
 }
 
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// What the lock hooks must do, in one word so that a run with nothing to do pays one load per
+/// acquisition and release ([`hooked`]): the threads recording in the low half, the threads
+/// timing their holds ([`time_holds`]) counted in units of [`HOLD_ONE`] in the high half.
+static HOOKS: AtomicUsize = AtomicUsize::new(0);
+
+/// One thread timing its holds, in [`HOOKS`].
+const HOLD_ONE: usize = 1 << (usize::BITS / 2);
+
+/// Whether any thread records or times its holds: the lock hooks' fast path, one `Relaxed`
+/// load; [`active`] and [`holds_timed`] then say which.
+#[inline]
+pub fn hooked() -> bool {
+    HOOKS.load(Relaxed) != 0
+}
 
 /// This thread's recording; a thread that exits while recording gives its count back.
 struct Buf(RefCell<Option<Vec<Event>>>);
@@ -290,7 +303,7 @@ struct Buf(RefCell<Option<Vec<Event>>>);
 impl Drop for Buf {
     fn drop(&mut self) {
         if self.0.get_mut().take().is_some() {
-            ACTIVE.fetch_sub(1, Relaxed);
+            HOOKS.fetch_sub(1, Relaxed);
         }
     }
 }
@@ -302,7 +315,7 @@ thread_local! {
 /// Whether any thread is recording (one `Relaxed` load: the hooks' fast path).
 #[inline]
 pub fn active() -> bool {
-    ACTIVE.load(Relaxed) != 0
+    HOOKS.load(Relaxed) & (HOLD_ONE - 1) != 0
 }
 
 /// Starts recording this thread's events (a no-op if it already records), into a buffer of
@@ -321,7 +334,7 @@ pub fn start(capacity: usize) {
         let mut b = b.0.borrow_mut();
         if b.is_none() {
             *b = Some(resident_buffer(capacity));
-            ACTIVE.fetch_add(1, Relaxed);
+            HOOKS.fetch_add(1, Relaxed);
         }
     });
 }
@@ -348,7 +361,7 @@ fn resident_buffer(capacity: usize) -> Vec<Event> {
 pub fn stop() -> Vec<Event> {
     BUF.with(|b| match b.0.borrow_mut().take() {
         Some(v) => {
-            ACTIVE.fetch_sub(1, Relaxed);
+            HOOKS.fetch_sub(1, Relaxed);
             v
         }
         None => Vec::new(),
@@ -716,8 +729,8 @@ pub fn write_timing_cost() -> (f64, f64) {
     static COST: OnceLock<(f64, f64)> = OnceLock::new();
     *COST.get_or_init(|| {
         let saved = WRITE_TIME.with(|w| w.take());
-        let mut runs: Vec<(f64, f64)> = (0..9)
-            .map(|_| {
+        let cost = median_timing_cost(
+            || {
                 WRITE_TIME.with(|w| {
                     w.set(Some(WriteTime {
                         stall_ticks: u64::MAX,
@@ -725,40 +738,55 @@ pub fn write_timing_cost() -> (f64, f64) {
                     }))
                 });
                 TIMING.fetch_add(1, Relaxed);
-                let t0 = now();
-                for _ in 0..1000 {
-                    write_span().end(std::hint::black_box(0));
-                }
-                let all = now().wrapping_sub(t0) as f64 / ticks_per_ns() / 1000.0;
+            },
+            || write_span().end(std::hint::black_box(0)),
+            || {
                 TIMING.fetch_sub(1, Relaxed);
-                let inside = WRITE_TIME.with(|w| w.take()).map_or(0.0, |t| {
+                WRITE_TIME.with(|w| w.take()).map_or(0.0, |t| {
                     t.ticks as f64 / ticks_per_ns() / t.spans.max(1) as f64
-                });
-                (all, inside)
-            })
-            .collect();
+                })
+            },
+        );
         WRITE_TIME.with(|w| w.set(saved));
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        runs[runs.len() / 2]
+        cost
     })
 }
 
-/// Threads timing their lock holds ([`time_holds`]); the lock guards check it before anything
-/// else, so that a run that times nothing pays one load per acquisition and release.
-static HOLD_TIMING: AtomicUsize = AtomicUsize::new(0);
+/// What timing one thing costs: the median over 9 runs of `start`, 1000 `one`s back to back,
+/// and `inside` (which ends the run and says the part of each timed length the timing
+/// itself added); in all per `one`, and inside, in nanoseconds.
+fn median_timing_cost(
+    mut start: impl FnMut(),
+    mut one: impl FnMut(),
+    mut inside: impl FnMut() -> f64,
+) -> (f64, f64) {
+    let mut runs: Vec<(f64, f64)> = (0..9)
+        .map(|_| {
+            start();
+            let t0 = now();
+            for _ in 0..1000 {
+                one();
+            }
+            let all = now().wrapping_sub(t0) as f64 / ticks_per_ns() / 1000.0;
+            (all, inside())
+        })
+        .collect();
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    runs[runs.len() / 2]
+}
 
 thread_local! {
     static HOLDS: HoldSlot = const { HoldSlot(RefCell::new(None)) };
 }
 
 /// This thread's hold timing while it runs. A thread that exits (or unwinds) with it on gives
-/// its count in [`HOLD_TIMING`] back, as [`WriteTimeSlot`] does.
+/// its count in [`HOOKS`] back, as [`WriteTimeSlot`] does.
 struct HoldSlot(RefCell<Option<HoldState>>);
 
 impl Drop for HoldSlot {
     fn drop(&mut self) {
         if self.0.borrow_mut().take().is_some() {
-            HOLD_TIMING.fetch_sub(1, Relaxed);
+            HOOKS.fetch_sub(HOLD_ONE, Relaxed);
         }
     }
 }
@@ -829,7 +857,7 @@ impl HoldState {
 /// Whether any thread times its holds ([`time_holds`]).
 #[inline]
 pub fn holds_timed() -> bool {
-    HOLD_TIMING.load(Relaxed) != 0
+    HOOKS.load(Relaxed) >= HOLD_ONE
 }
 
 /// Runs `f` on this thread's hold timing, with the time stamp now, when it is on and `class`
@@ -890,7 +918,7 @@ pub fn time_holds(stall_ns: Option<f64>) -> Vec<HoldTime> {
     let tpn = ticks_per_ns();
     let was = HOLDS.with(|h| h.0.borrow_mut().take());
     if was.is_some() {
-        HOLD_TIMING.fetch_sub(1, Relaxed);
+        HOOKS.fetch_sub(HOLD_ONE, Relaxed);
     }
     if let Some(stall) = stall_ns {
         HOLDS.with(|h| {
@@ -902,7 +930,7 @@ pub fn time_holds(stall_ns: Option<f64>) -> Vec<HoldTime> {
                 stall_ticks: (stall * tpn) as u64,
             })
         });
-        HOLD_TIMING.fetch_add(1, Relaxed);
+        HOOKS.fetch_add(HOLD_ONE, Relaxed);
     }
     // Classes of one name (a lockdep class per kind of lock, but statics may repeat a name)
     // are one in the trace: merged here.
@@ -935,30 +963,28 @@ pub fn hold_timing_cost() -> (f64, f64) {
     *COST.get_or_init(|| {
         let saved = HOLDS.with(|h| h.0.borrow_mut().take());
         if saved.is_some() {
-            HOLD_TIMING.fetch_sub(1, Relaxed);
+            HOOKS.fetch_sub(HOLD_ONE, Relaxed);
         }
-        let mut runs: Vec<(f64, f64)> = (0..9)
-            .map(|_| {
+        let cost = median_timing_cost(
+            || {
                 time_holds(Some(f64::MAX));
-                let t0 = now();
-                for _ in 0..1000 {
-                    hold_begin(std::hint::black_box(&PROBE));
-                    hold_end(std::hint::black_box(&PROBE));
-                }
-                let all = now().wrapping_sub(t0) as f64 / ticks_per_ns() / 1000.0;
-                let inside = time_holds(None)
+            },
+            || {
+                hold_begin(std::hint::black_box(&PROBE));
+                hold_end(std::hint::black_box(&PROBE));
+            },
+            || {
+                time_holds(None)
                     .iter()
                     .map(|h| h.ns / h.holds.max(1) as f64)
-                    .sum();
-                (all, inside)
-            })
-            .collect();
+                    .sum()
+            },
+        );
         if let Some(s) = saved {
             HOLDS.with(|h| *h.0.borrow_mut() = Some(s));
-            HOLD_TIMING.fetch_add(1, Relaxed);
+            HOOKS.fetch_add(HOLD_ONE, Relaxed);
         }
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        runs[runs.len() / 2]
+        cost
     })
 }
 
@@ -1092,7 +1118,7 @@ mod tests {
         let outer = SpinLock::new_queued(()).with_class(&OUTER);
         let inner = SpinLock::new_queued(()).with_class(&INNER);
         let own = SpinLock::new_queued(()).with_class(&OWN);
-        let before = HOLD_TIMING.load(Relaxed);
+        let before = HOOKS.load(Relaxed) / HOLD_ONE;
         time_holds(Some(f64::MAX));
         let t0 = Instant::now();
         {
@@ -1113,7 +1139,7 @@ mod tests {
         unmap(false);
         let elapsed = t0.elapsed().as_nanos() as f64;
         let t = time_holds(None);
-        assert_eq!(HOLD_TIMING.load(Relaxed), before);
+        assert_eq!(HOOKS.load(Relaxed) / HOLD_ONE, before);
         let get = |c: &str, u: bool| t.iter().find(|h| h.class == c && h.in_unmap == u);
         assert!(
             get("own", false).is_none(),
@@ -1136,7 +1162,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(HOLD_TIMING.load(Relaxed), before);
+        assert_eq!(HOOKS.load(Relaxed) / HOLD_ONE, before);
     }
 
     #[test]
@@ -1266,7 +1292,11 @@ mod tests {
             std::thread::spawn(|| start(4)).join().unwrap();
         }
         // Other tests of this binary may be recording at the same moment, a few at most.
-        assert!(ACTIVE.load(Relaxed) < 10, "{}", ACTIVE.load(Relaxed));
+        assert!(
+            HOOKS.load(Relaxed) % HOLD_ONE < 10,
+            "{}",
+            HOOKS.load(Relaxed)
+        );
     }
 
     /// The capture's switch fails the trylocks of one class on this thread, and only while
