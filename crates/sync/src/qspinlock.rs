@@ -3,10 +3,11 @@
 //! Models kernel/locking/qspinlock.c and kernel/locking/mcs_spinlock.h, the
 //! `spinlock_t` implementation on x86 and arm64 since Linux 4.2:
 //!
-//! * **Fast path**: an uncontended lock is taken with one compare-and-swap of the lock
-//!   word from `0` to `LOCKED` and released with one atomic op.
+//! * **Fast path**: an uncontended lock is taken with one compare-and-swap, from unlocked to
+//!   locked while nobody is queued, and released with a plain store
+//!   (`queued_spin_unlock` is `smp_store_release(&lock->locked, 0)`: no locked instruction).
 //! * **Queue**: a contended waiter takes an MCS node from a small per-thread pool, links
-//!   itself behind the current queue tail (whose address it swaps into the lock word)
+//!   itself behind the current queue tail (whose address it swaps into the tail word)
 //!   and spins on *its own node* until its predecessor hands it the queue head. Only the
 //!   queue head spins on the lock word. A release therefore disturbs one waiter's cache
 //!   line, not all of them, and handoff cost does not grow with the number of waiters
@@ -25,13 +26,18 @@
 //! # Lock word
 //!
 //! The kernel packs `locked` (byte 0), `pending` (bit 8) and a tail `(cpu, idx)` into
-//! 32 bits so it can name a per-CPU node. pagelab has no CPU numbers, so its word is a
-//! `usize` holding the tail node's *address* (nodes are at least 2-aligned) with bit 0
-//! as `LOCKED`. Enqueueing swaps the address in with a CAS loop that preserves the
-//! locked bit (the kernel's `xchg_tail` exchanges a 16-bit half-word instead, which
-//! Rust's memory model does not allow mixing with the full word). The kernel's
-//! `pending` bit, an optimisation that lets the first contender wait without touching
-//! an MCS node, is not modelled: every contender queues.
+//! 32 bits, and unlocks by storing to the `locked` byte alone while waiters may be
+//! exchanging the tail half-word. Rust's memory model does not allow atomics of different
+//! sizes on one location, so pagelab's lock is two adjacent words on one cache line: `locked`
+//! and `tail` (the tail node's *address*; pagelab has no CPU numbers to name a per-CPU
+//! node). The release is then a plain store to `locked`, as the kernel's, and enqueueing
+//! exchanges `tail` (the kernel's `xchg_tail`). The price of two words is a short window the
+//! kernel does not have: the fast path reads `tail` before its compare-and-swap of `locked`,
+//! so an arrival can take a just-released lock ahead of a waiter that queued in between,
+//! and the queue head therefore takes the lock with a compare-and-swap where the kernel's
+//! stores (`set_locked`). Mutual exclusion never depends on the window. The kernel's
+//! `pending` bit, an optimisation that lets the first contender wait without touching an
+//! MCS node, is not modelled: every contender queues.
 //!
 //! # Oversubscription
 //!
@@ -48,7 +54,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::backoff::Backoff;
 use crate::shim::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use crate::shim::atomic::{AtomicBool, AtomicPtr, AtomicUsize};
+use crate::shim::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize};
 use crate::shim::cell::{MutPtr, UnsafeCell};
 use crate::stats::{self, Side, Slot, WaitTimer};
 use crate::trace::UNCLASSIFIED_QUEUED;
@@ -56,8 +62,7 @@ use crate::trace::UNCLASSIFIED_QUEUED;
 /// Per-thread MCS nodes, one per slow-path nesting level (the kernel's `MAX_NODES`).
 pub const MAX_NODES: usize = 4;
 
-const LOCKED: usize = 1;
-const TAIL_MASK: usize = !LOCKED;
+const LOCKED: u32 = 1;
 
 /// An MCS queue node.
 struct QNode {
@@ -96,10 +101,15 @@ std::thread_local! {
     static QNODES: QNodePool = QNodePool::new();
 }
 
-/// The lock word, and nothing else: statistics live in per-thread blocks ([`stats`]), so
-/// counting never writes this line.
+/// The lock's words, and nothing else: statistics live in per-thread blocks ([`stats`]), so
+/// counting never writes this line. Aligned to its size so that both words are always on one
+/// cache line, as the kernel's one word is.
+#[repr(C, align(16))]
 struct Header {
-    word: AtomicUsize,
+    /// `LOCKED` while held.
+    locked: AtomicU32,
+    /// The last queued waiter's node (its address), 0 when nobody is queued.
+    tail: AtomicUsize,
 }
 
 /// A queued (MCS) spinlock protecting a `T`; the kernel's default `spinlock_t`.
@@ -126,7 +136,8 @@ impl<T> QueuedSpinLock<T> {
     pub fn new(data: T) -> Self {
         Self {
             hdr: Header {
-                word: AtomicUsize::new(0),
+                locked: AtomicU32::new(0),
+                tail: AtomicUsize::new(0),
             },
             data: UnsafeCell::new(data),
         }
@@ -141,12 +152,7 @@ impl<T> QueuedSpinLock<T> {
     /// [`QueuedSpinLock::lock`], counted in the class whose slot is `slot`.
     #[inline]
     pub(crate) fn lock_as(&self, slot: Slot) -> QueuedSpinGuard<'_, T> {
-        if self
-            .hdr
-            .word
-            .compare_exchange(0, LOCKED, Acquire, Relaxed)
-            .is_ok()
-        {
+        if self.try_acquire() {
             stats::record_at(slot, Side::Exclusive);
         } else {
             self.lock_slow(slot);
@@ -174,13 +180,13 @@ impl<T> QueuedSpinLock<T> {
     /// Whether the lock is held (a snapshot; false during a handoff to the queue head).
     #[inline]
     pub fn is_locked(&self) -> bool {
-        self.hdr.word.load(Relaxed) & LOCKED != 0
+        self.hdr.locked.load(Relaxed) != 0
     }
 
     /// Whether threads are queued for the lock (`spin_is_contended`; a snapshot).
     #[inline]
     pub fn is_contended(&self) -> bool {
-        self.hdr.word.load(Relaxed) & TAIL_MASK != 0
+        self.hdr.tail.load(Relaxed) != 0
     }
 
     /// Mutable access without locking: `&mut self` proves exclusivity.
@@ -193,20 +199,38 @@ impl<T> QueuedSpinLock<T> {
         self.data.into_inner()
     }
 
+    /// Takes the lock if it is free and nobody is queued: a read of `tail`, then one
+    /// compare-and-swap of `locked` (the kernel's fast path is one compare-and-swap of its
+    /// whole word). No read of `locked` before the exchange: the exchange reads the latest
+    /// value, where a plain read may return an older one (a trylock retried in a loop could
+    /// then keep seeing a lock that was released long ago, as loom's models do).
     #[inline]
     fn try_acquire(&self) -> bool {
-        self.hdr.word.load(Relaxed) == 0
+        self.hdr.tail.load(Relaxed) == 0
             && self
                 .hdr
-                .word
+                .locked
                 .compare_exchange(0, LOCKED, Acquire, Relaxed)
                 .is_ok()
     }
 
+    /// Takes the lock if it is free, queue or not (the queue head's way in, polled: a read,
+    /// and the exchange only once the lock looks free, so the head's polling keeps the line
+    /// shared while the holder runs).
+    #[inline]
+    fn try_set_locked(&self) -> bool {
+        self.hdr.locked.load(Relaxed) == 0
+            && self
+                .hdr
+                .locked
+                .compare_exchange(0, LOCKED, Acquire, Relaxed)
+                .is_ok()
+    }
+
+    /// `queued_spin_unlock`: a plain store that publishes the critical section.
     #[inline]
     fn unlock(&self) {
-        // An RMW, not a store: the tail bits may be changing under us.
-        self.hdr.word.fetch_and(!LOCKED, Release);
+        self.hdr.locked.store(0, Release);
     }
 
     #[cold]
@@ -245,21 +269,10 @@ impl<T> QueuedSpinLock<T> {
         }
 
         let me = ptr::from_ref(node).expose_provenance();
-        debug_assert_eq!(me & LOCKED, 0, "MCS nodes must be 2-aligned");
 
-        // Become the tail, keeping the locked bit. Release publishes our node's
-        // initialisation to the successor; Acquire gives us our predecessor's.
-        let mut cur = self.hdr.word.load(Relaxed);
-        let prev = loop {
-            match self
-                .hdr
-                .word
-                .compare_exchange_weak(cur, (cur & LOCKED) | me, AcqRel, Relaxed)
-            {
-                Ok(old) => break old & TAIL_MASK,
-                Err(actual) => cur = actual,
-            }
-        };
+        // Become the tail (`xchg_tail`). Release publishes our node's initialisation to the
+        // successor; Acquire gives us our predecessor's.
+        let prev = self.hdr.tail.swap(me, AcqRel);
 
         if prev != 0 {
             let prev: *const QNode = ptr::with_exposed_provenance(prev);
@@ -275,29 +288,25 @@ impl<T> QueuedSpinLock<T> {
             }
         }
 
-        // Queue head: wait for the holder to release. Nobody else can take the lock
-        // now: the fast path and try-lock need a zero word, and the tail is non-zero.
+        // Queue head: wait for the holder to release, and take the lock (an arrival that
+        // read the tail before we queued may take it first: then wait again).
         let mut backoff = Backoff::new();
-        let mut word = self.hdr.word.load(Acquire);
-        while word & LOCKED != 0 {
+        while !self.try_set_locked() {
             backoff.snooze();
-            word = self.hdr.word.load(Acquire);
         }
 
-        // If we are also the tail, take the lock and empty the queue in one step.
-        if word & TAIL_MASK == me
-            && self
-                .hdr
-                .word
-                .compare_exchange(word, LOCKED, Acquire, Relaxed)
-                .is_ok()
+        // If we are also the tail, empty the queue: done.
+        if self
+            .hdr
+            .tail
+            .compare_exchange(me, 0, Release, Relaxed)
+            .is_ok()
         {
             return;
         }
 
-        // Others are queued behind us: take the lock, leave the tail alone, and pass the
-        // queue head on once our successor has finished linking itself.
-        self.hdr.word.fetch_or(LOCKED, Acquire);
+        // Others are queued behind us: pass the queue head on once our successor has
+        // finished linking itself.
         let mut backoff = Backoff::new();
         let next = loop {
             let next = node.next.load(Acquire);
@@ -383,17 +392,13 @@ impl<T: fmt::Debug> fmt::Debug for QueuedSpinGuard<'_, T> {
 mod tests {
     use super::*;
 
-    /// The lock is its word: no counter shares the line the lock path writes.
+    /// The lock is its two words, on one line: no counter shares the line the lock path
+    /// writes.
     #[test]
     fn lock_holds_no_instrumentation() {
-        assert_eq!(
-            core::mem::size_of::<Header>(),
-            core::mem::size_of::<AtomicUsize>()
-        );
-        assert_eq!(
-            core::mem::size_of::<QueuedSpinLock<()>>(),
-            core::mem::size_of::<usize>()
-        );
+        assert_eq!(core::mem::size_of::<Header>(), 16);
+        assert_eq!(core::mem::align_of::<Header>(), 16);
+        assert_eq!(core::mem::size_of::<QueuedSpinLock<()>>(), 16);
     }
 
     #[test]
@@ -424,17 +429,8 @@ mod tests {
         assert_eq!(lock.into_inner(), vec![1, 2]);
     }
 
-    #[test]
-    fn nodes_are_aligned_for_the_tail_encoding() {
-        QNODES.with(|pool| {
-            for node in &pool.nodes {
-                assert_eq!(ptr::from_ref::<QNode>(node).addr() & LOCKED, 0);
-            }
-        });
-    }
-
-    /// Several waiters queue behind a held lock; all get through the queue and the
-    /// word is empty afterwards (tail cleared by the last one).
+    /// Several waiters queue behind a held lock; all get through the queue and both
+    /// words are empty afterwards (the tail cleared by the last one).
     #[test]
     fn queued_waiters_are_handed_the_lock() {
         let lock = QueuedSpinLock::new(0u32);
@@ -448,7 +444,8 @@ mod tests {
             }
             drop(g);
         });
-        assert_eq!(lock.hdr.word.load(Relaxed), 0);
+        assert_eq!(lock.hdr.locked.load(Relaxed), 0);
+        assert_eq!(lock.hdr.tail.load(Relaxed), 0);
         assert_eq!(lock.into_inner(), 4);
     }
 

@@ -1,10 +1,10 @@
 //! FIFO ticket spinlock, as x86 `arch_spinlock_t` was before Linux 4.2.
 //!
 //! Models the ticket spinlocks of arch/x86/include/asm/spinlock.h (Linux 2.6.25 –
-//! 4.1), which qspinlocks (kernel/locking/qspinlock.c) replaced. One 32-bit word holds
-//! two 16-bit tickets: `next` (high half) and `owner` (low half). `lock` draws a ticket
-//! with one `fetch_add` on `next` and waits until `owner` reaches it; `unlock` advances
-//! `owner`. Waiters are served strictly in arrival order.
+//! 4.1), which qspinlocks (kernel/locking/qspinlock.c) replaced. The lock holds two
+//! tickets: `next` and `owner`. `lock` draws a ticket with one `fetch_add` on `next` and
+//! waits until `owner` reaches it; `unlock` advances `owner`. Waiters are served strictly in
+//! arrival order.
 //!
 //! pagelab keeps it because its cost profile is the instructive one: every waiter spins
 //! on the same word, so each release invalidates that cache line in every waiting core
@@ -13,9 +13,13 @@
 //! the next ticket holder is descheduled, nobody behind it can proceed (waiters yield
 //! via [`Backoff`], which bounds but does not remove this).
 //!
-//! Only the holder modifies `owner`, so unlock is one `fetch_add(1)` on the word, except
-//! when `owner` is `0xffff`, where the holder subtracts `0xffff` instead so the
-//! wrap-around does not carry into `next`.
+//! Only the holder modifies `owner`, so unlock is a plain store of the next ticket, with no
+//! locked instruction: x86's `__ticket_spin_unlock` incremented the `owner` half-word without
+//! a `lock` prefix. The kernel kept both tickets in one 32-bit word and drew a ticket with one
+//! `xadd` that returned both; Rust's memory model does not allow the half-word store beside
+//! word-sized atomics on the same location, so here they are two words on one cache line,
+//! and a draw reads `owner` after its `fetch_add` (a hit on the line it just took). Tickets
+//! are 32-bit and wrap; only equality and differences of tickets are used.
 
 use core::fmt;
 use core::mem::ManuallyDrop;
@@ -28,24 +32,15 @@ use crate::shim::cell::{MutPtr, UnsafeCell};
 use crate::stats::{self, Side, Slot, WaitTimer};
 use crate::trace::UNCLASSIFIED_TICKET;
 
-const OWNER_MASK: u32 = 0xffff;
-const NEXT_SHIFT: u32 = 16;
-const NEXT_ONE: u32 = 1 << NEXT_SHIFT;
-
-#[inline]
-fn owner(word: u32) -> u16 {
-    (word & OWNER_MASK) as u16
-}
-
-#[inline]
-fn next(word: u32) -> u16 {
-    (word >> NEXT_SHIFT) as u16
-}
-
-/// The lock word, and nothing else: statistics live in per-thread blocks ([`stats`]), so
-/// counting never writes this line.
+/// The lock's words, and nothing else: statistics live in per-thread blocks ([`stats`]), so
+/// counting never writes this line. Aligned to its size so that both words are always on one
+/// cache line, as the kernel's one word is.
+#[repr(C, align(8))]
 struct Header {
-    word: AtomicU32,
+    /// The ticket being served; written only by its holder.
+    owner: AtomicU32,
+    /// The next ticket to draw.
+    next: AtomicU32,
 }
 
 /// A FIFO ticket spinlock protecting a `T`.
@@ -73,7 +68,8 @@ impl<T> TicketLock<T> {
     pub fn new(data: T) -> Self {
         Self {
             hdr: Header {
-                word: AtomicU32::new(0),
+                owner: AtomicU32::new(0),
+                next: AtomicU32::new(0),
             },
             data: UnsafeCell::new(data),
         }
@@ -88,9 +84,9 @@ impl<T> TicketLock<T> {
     /// [`TicketLock::lock`], counted in the class whose slot is `slot`.
     #[inline]
     pub(crate) fn lock_as(&self, slot: Slot) -> TicketGuard<'_, T> {
-        let old = self.hdr.word.fetch_add(NEXT_ONE, Acquire);
-        let ticket = next(old);
-        if owner(old) == ticket {
+        let ticket = self.hdr.next.fetch_add(1, Relaxed);
+        // Acquire: the previous holder's critical section happens before ours.
+        if self.hdr.owner.load(Acquire) == ticket {
             stats::record_at(slot, Side::Exclusive);
         } else {
             self.wait_for_turn(ticket, slot);
@@ -100,10 +96,10 @@ impl<T> TicketLock<T> {
 
     #[cold]
     #[inline(never)]
-    fn wait_for_turn(&self, ticket: u16, slot: Slot) {
+    fn wait_for_turn(&self, ticket: u32, slot: Slot) {
         let timer = WaitTimer::start();
         let mut backoff = Backoff::new();
-        while owner(self.hdr.word.load(Acquire)) != ticket {
+        while self.hdr.owner.load(Acquire) != ticket {
             backoff.snooze();
         }
         stats::record_contended_at(slot, Side::Exclusive, timer);
@@ -118,14 +114,21 @@ impl<T> TicketLock<T> {
     /// [`TicketLock::try_lock`], counted in the class whose slot is `slot`.
     #[inline]
     pub(crate) fn try_lock_as(&self, slot: Slot) -> Option<TicketGuard<'_, T>> {
-        let word = self.hdr.word.load(Relaxed);
-        let ticket = next(word);
-        if owner(word) != ticket {
+        // `next` first, then `owner`: `owner` never passes `next`, so if it equals the
+        // `next` read before it, every ticket drawn was served and the lock was free; it
+        // stays free until someone draws that ticket, which the exchange would see. Acquire:
+        // the previous holder's release of `owner`. (The other order, `owner` then `next`, is
+        // as sound, but loom's models then never reached a trylock that succeeds right after
+        // another thread's hold, the schedule `batch_drain_races_remote_drain_all` in
+        // crates/mm/tests/loom_lru.rs looks for, and a model that retries a trylock exceeded
+        // loom's branch limit.)
+        let ticket = self.hdr.next.load(Relaxed);
+        if self.hdr.owner.load(Acquire) != ticket {
             return None;
         }
         self.hdr
-            .word
-            .compare_exchange(word, word.wrapping_add(NEXT_ONE), Acquire, Relaxed)
+            .next
+            .compare_exchange(ticket, ticket.wrapping_add(1), Relaxed, Relaxed)
             .ok()?;
         stats::record_at(slot, Side::Exclusive);
         Some(TicketGuard::new(self, ticket))
@@ -134,15 +137,14 @@ impl<T> TicketLock<T> {
     /// Whether the lock is held (a snapshot).
     #[inline]
     pub fn is_locked(&self) -> bool {
-        let word = self.hdr.word.load(Relaxed);
-        owner(word) != next(word)
+        self.hdr.owner.load(Relaxed) != self.hdr.next.load(Relaxed)
     }
 
     /// Whether someone is waiting for the lock (`spin_is_contended`; a snapshot).
     #[inline]
     pub fn is_contended(&self) -> bool {
-        let word = self.hdr.word.load(Relaxed);
-        next(word).wrapping_sub(owner(word)) > 1
+        let owner = self.hdr.owner.load(Relaxed);
+        self.hdr.next.load(Relaxed).wrapping_sub(owner) > 1
     }
 
     /// Mutable access without locking: `&mut self` proves exclusivity.
@@ -157,13 +159,8 @@ impl<T> TicketLock<T> {
 
     /// Serves the next ticket. `ticket` is the holder's, i.e. the current `owner`.
     #[inline]
-    fn unlock(&self, ticket: u16) {
-        if ticket == u16::MAX {
-            // owner == 0xffff: wrap it to 0 without carrying into `next`.
-            self.hdr.word.fetch_sub(OWNER_MASK, Release);
-        } else {
-            self.hdr.word.fetch_add(1, Release);
-        }
+    fn unlock(&self, ticket: u32) {
+        self.hdr.owner.store(ticket.wrapping_add(1), Release);
     }
 }
 
@@ -175,10 +172,10 @@ impl<T: Default> Default for TicketLock<T> {
 
 impl<T> fmt::Debug for TicketLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = self.hdr.word.load(Relaxed);
+        let (owner, next) = (self.hdr.owner.load(Relaxed), self.hdr.next.load(Relaxed));
         f.debug_struct("TicketLock")
-            .field("next", &next(word))
-            .field("owner", &owner(word))
+            .field("next", &next)
+            .field("owner", &owner)
             .finish_non_exhaustive()
     }
 }
@@ -189,12 +186,12 @@ pub struct TicketGuard<'a, T> {
     lock: &'a TicketLock<T>,
     /// Tracked exclusive access; ended in `drop` before the lock is released.
     data: ManuallyDrop<MutPtr<T>>,
-    ticket: u16,
+    ticket: u32,
 }
 
 impl<'a, T> TicketGuard<'a, T> {
     #[inline]
-    fn new(lock: &'a TicketLock<T>, ticket: u16) -> Self {
+    fn new(lock: &'a TicketLock<T>, ticket: u32) -> Self {
         Self {
             lock,
             data: ManuallyDrop::new(lock.data.get_mut()),
@@ -242,14 +239,13 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    /// The lock is its word: no counter shares the line the lock path writes.
+    /// The lock is its two words, on one line: no counter shares the line the lock path
+    /// writes.
     #[test]
     fn lock_holds_no_instrumentation() {
-        assert_eq!(
-            core::mem::size_of::<Header>(),
-            core::mem::size_of::<AtomicU32>()
-        );
-        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 4);
+        assert_eq!(core::mem::size_of::<Header>(), 8);
+        assert_eq!(core::mem::align_of::<Header>(), 8);
+        assert_eq!(core::mem::size_of::<TicketLock<()>>(), 8);
     }
 
     #[test]
@@ -280,17 +276,23 @@ mod tests {
         assert_eq!(lock.into_inner(), vec![1, 2]);
     }
 
+    /// Tickets wrap: a lock whose tickets pass `u32::MAX` is served as before.
     #[test]
-    fn owner_wraps_without_carrying_into_next() {
+    fn tickets_wrap() {
         let lock = TicketLock::new(0u32);
-        for _ in 0..(3 * 0x1_0000 + 5) {
-            *lock.lock() += 1;
+        lock.hdr.owner.store(u32::MAX - 2, Relaxed);
+        lock.hdr.next.store(u32::MAX - 2, Relaxed);
+        for _ in 0..5 {
+            let g = lock.lock();
+            assert!(lock.is_locked());
+            assert!(!lock.is_contended());
+            assert!(lock.try_lock().is_none());
+            drop(g);
             assert!(!lock.is_locked());
         }
-        let word = lock.hdr.word.load(Relaxed);
-        assert_eq!(owner(word), 5);
-        assert_eq!(next(word), 5);
-        assert_eq!(*lock.lock(), 3 * 0x1_0000 + 5);
+        assert_eq!(lock.hdr.owner.load(Relaxed), 2);
+        assert_eq!(lock.hdr.next.load(Relaxed), 2);
+        assert_eq!(*lock.lock(), 0);
     }
 
     #[test]
@@ -303,7 +305,7 @@ mod tests {
                 let (lock, order) = (&lock, &order);
                 s.spawn(move || lock.lock().push(id));
                 // Wait until this thread has drawn its ticket before starting the next.
-                while next(lock.hdr.word.load(Relaxed)) != id + 1 {
+                while lock.hdr.next.load(Relaxed) != u32::from(id) + 1 {
                     std::thread::yield_now();
                 }
                 order.lock().unwrap().push(id);
