@@ -4,7 +4,7 @@
 //! `spinlock_t` implementation on x86 and arm64 since Linux 4.2:
 //!
 //! * **Fast path**: an uncontended lock is taken with one compare-and-swap, from unlocked to
-//!   locked while nobody is queued, and released with a plain store
+//!   locked when nobody was queued as it looked, and released with a plain store
 //!   (`queued_spin_unlock` is `smp_store_release(&lock->locked, 0)`: no locked instruction).
 //! * **Queue**: a contended waiter takes an MCS node from a small per-thread pool, links
 //!   itself behind the current queue tail (whose address it swaps into the tail word)
@@ -160,7 +160,8 @@ impl<T> QueuedSpinLock<T> {
         QueuedSpinGuard::new(self)
     }
 
-    /// Takes the lock only if it is free and nobody is queued.
+    /// Takes the lock only if it is free and nobody was queued when it looked (an arrival
+    /// that read an empty queue can still take a lock a waiter queued for meanwhile).
     #[inline]
     pub fn try_lock(&self) -> Option<QueuedSpinGuard<'_, T>> {
         self.try_lock_as(Slot::of(&UNCLASSIFIED_QUEUED))
@@ -183,7 +184,8 @@ impl<T> QueuedSpinLock<T> {
         self.hdr.locked.load(Relaxed) != 0
     }
 
-    /// Whether threads are queued for the lock (`spin_is_contended`; a snapshot).
+    /// Whether threads are queued for the lock (`spin_is_contended`; a snapshot, which also
+    /// counts a queue head that has just taken the lock and not yet emptied the queue).
     #[inline]
     pub fn is_contended(&self) -> bool {
         self.hdr.tail.load(Relaxed) != 0
@@ -199,7 +201,7 @@ impl<T> QueuedSpinLock<T> {
         self.data.into_inner()
     }
 
-    /// Takes the lock if it is free and nobody is queued: a read of `tail`, then one
+    /// Takes the lock if it is free and nobody was queued: a read of `tail`, then one
     /// compare-and-swap of `locked` (the kernel's fast path is one compare-and-swap of its
     /// whole word). No read of `locked` before the exchange: the exchange reads the latest
     /// value, where a plain read may return an older one (a trylock retried in a loop could

@@ -137,14 +137,27 @@ impl<T> TicketLock<T> {
     /// Whether the lock is held (a snapshot).
     #[inline]
     pub fn is_locked(&self) -> bool {
-        self.hdr.owner.load(Relaxed) != self.hdr.next.load(Relaxed)
+        self.drawn_past_owner() > 0
     }
 
     /// Whether someone is waiting for the lock (`spin_is_contended`; a snapshot).
     #[inline]
     pub fn is_contended(&self) -> bool {
-        let owner = self.hdr.owner.load(Relaxed);
-        self.hdr.next.load(Relaxed).wrapping_sub(owner) > 1
+        self.drawn_past_owner() > 1
+    }
+
+    /// Tickets drawn and not yet served, `next - owner`, compared as signed (wrap-around, and
+    /// a negative difference, read as none). The kernel read both tickets from one word, an
+    /// exact snapshot; here they are two reads, `next` first: on x86, where loads are not
+    /// reordered with each other, `owner` can only have moved on since `next` was read, so the
+    /// difference can miss a ticket drawn between the reads but never counts one that was not
+    /// drawn. (The language's memory model promises less: loom can let either read return an
+    /// older value.) The engine asks these only in assertions made by the holder itself, and
+    /// in tests after a `join`, where both reads are exact.
+    #[inline]
+    fn drawn_past_owner(&self) -> i32 {
+        let next = self.hdr.next.load(Relaxed);
+        (next.wrapping_sub(self.hdr.owner.load(Acquire)) as i32).max(0)
     }
 
     /// Mutable access without locking: `&mut self` proves exclusivity.

@@ -107,6 +107,38 @@ fn ticket_try_lock_against_lock() {
     });
 }
 
+/// Queued spinlock, exhaustive: a trylock racing the holder's release, which is a plain
+/// store. The trylock either fails or takes the lock after the release, never beside the
+/// holder (loom checks the two accesses of the protected cell are ordered), and some
+/// execution takes it.
+#[test]
+fn qspinlock_trylock_races_the_release_store() {
+    static TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    check(None, || {
+        let lock = Arc::new(QueuedSpinLock::new(0u32));
+        let mut g = lock.lock();
+        let l2 = lock.clone();
+        let t = thread::spawn(move || match l2.try_lock() {
+            Some(mut g) => {
+                *g += 10;
+                10
+            }
+            None => 0,
+        });
+        *g += 1;
+        drop(g);
+        let tried = t.join().unwrap();
+        if tried == 10 {
+            TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        assert_eq!(*lock.lock(), 1 + tried);
+    });
+    assert!(
+        TAKEN.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no trylock ever followed the release"
+    );
+}
+
 /// Queued spinlock, 2 threads, exhaustive: fast-path CAS races, and the loser either
 /// succeeds on the slow path's re-try or queues as head (spinning on the lock word)
 /// and takes the lock when the holder releases, clearing the tail because it is the

@@ -268,6 +268,23 @@ impl Zone {
         self.nr_free.fetch_add(delta, Relaxed);
     }
 
+    /// Add `delta` to `NR_FREE_PAGES` while holding `zone->lock` (`fa` is what the lock
+    /// guards: holding it proves the lock is held). A load and a store, no locked
+    /// instruction: with the buddy allocator every writer of the count holds the lock (only
+    /// LLFree's [`Zone::mod_free_pages`] does not, and a zone uses one allocator or the
+    /// other), and lockless readers (watermark checks) read it with a plain load, as they do
+    /// in the kernel. The kernel's own update under the lock (`__mod_zone_freepage_state`)
+    /// adds to a per-CPU delta and writes the zone's count, with a locked add, only every
+    /// `stat_threshold` pages; a locked add per page was a cost the engine had inside every
+    /// `zone->lock` hold and the kernel did not (docs/model.md, section 1). The trace records
+    /// the zone's line once per hold ([`trace_nr_free_pages`]).
+    #[inline]
+    fn mod_free_pages_locked(&self, _fa: &mut FreeArea, delta: i64) {
+        trace_nr_free_pages(&self.nr_free);
+        self.nr_free
+            .store(self.nr_free.load(Relaxed) + delta, Relaxed);
+    }
+
     #[inline]
     pub fn test_flag(&self, f: u32) -> bool {
         self.flags.load(Relaxed) & f != 0
@@ -434,8 +451,7 @@ impl Zone {
             self.pageblock_migratetype(pfn)
         };
         self.add_to_free_list(fa, pages, pfn, order, mt);
-        trace_nr_free_pages(&self.nr_free);
-        self.nr_free.fetch_add(nr, Relaxed);
+        self.mod_free_pages_locked(fa, nr);
     }
 
     /// `expand`: split a block of `high` down to `low`, freeing the upper halves.
@@ -542,8 +558,7 @@ impl Zone {
             *fallback_used = true;
             self.rmqueue_fallback(fa, pages, order, mt)
         })?;
-        trace_nr_free_pages(&self.nr_free);
-        self.nr_free.fetch_sub(1 << order, Relaxed);
+        self.mod_free_pages_locked(fa, -(1 << order));
         Some(pfn)
     }
 

@@ -435,6 +435,12 @@ struct PtlCell {
     node: NodeLock,
 }
 
+// One line, as the comment above says: the split lock (two words since its release became a
+// store), the two fields and the range lock must not spill into a second. (Loom's atomics are
+// larger than the machine's.)
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<PtlCell>() == 64);
+
 /// A held PTE-table lock ([`PageTable::pte_lock`]). When the acquisition was traced as a
 /// shared split lock, the release is traced too, before the lock is let go.
 #[must_use = "the PTE lock is released as soon as the guard is dropped"]
