@@ -208,12 +208,7 @@ impl<T> QueuedSpinLock<T> {
     /// then keep seeing a lock that was released long ago, as loom's models do).
     #[inline]
     fn try_acquire(&self) -> bool {
-        self.hdr.tail.load(Relaxed) == 0
-            && self
-                .hdr
-                .locked
-                .compare_exchange(0, LOCKED, Acquire, Relaxed)
-                .is_ok()
+        self.hdr.tail.load(Relaxed) == 0 && self.set_locked()
     }
 
     /// Takes the lock if it is free, queue or not (the queue head's way in, polled: a read,
@@ -221,12 +216,17 @@ impl<T> QueuedSpinLock<T> {
     /// shared while the holder runs).
     #[inline]
     fn try_set_locked(&self) -> bool {
-        self.hdr.locked.load(Relaxed) == 0
-            && self
-                .hdr
-                .locked
-                .compare_exchange(0, LOCKED, Acquire, Relaxed)
-                .is_ok()
+        self.hdr.locked.load(Relaxed) == 0 && self.set_locked()
+    }
+
+    /// The compare-and-swap of `locked` from free to held; Acquire pairs with the previous
+    /// holder's release store.
+    #[inline]
+    fn set_locked(&self) -> bool {
+        self.hdr
+            .locked
+            .compare_exchange(0, LOCKED, Acquire, Relaxed)
+            .is_ok()
     }
 
     /// `queued_spin_unlock`: a plain store that publishes the critical section.
