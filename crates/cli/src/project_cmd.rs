@@ -13,7 +13,8 @@ use pagelab_bench::stats::Significance;
 use pagelab_project::capture::{CaptureSpec, capture};
 use pagelab_project::machine::{self, Machine};
 use pagelab_project::project::{
-    DEFAULT_CAPTURES, Progress, ProjectSpec, default_label, project, store_projection,
+    DEFAULT_CAPTURES, LockStatLine, Progress, ProjectSpec, Projection, default_label, project,
+    store_projection,
 };
 use pagelab_project::trace::Trace;
 use pagelab_project::validate;
@@ -114,6 +115,13 @@ pub(crate) struct ProjectArgs {
     /// The comparison table's layout.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Also print each profile's projected lock statistics: per row and lock (or line) class,
+    /// acquisitions and wait per operation, the share that waited, the mean hold and the share
+    /// of the run the class was held (what limits the row), as /proc/lock_stat would show
+    /// them on the machine. With --format json the output is one document holding the
+    /// comparison and the statistics; CSV has no layout for them.
+    #[arg(long)]
+    lock_stat: bool,
 }
 
 #[derive(Args)]
@@ -353,6 +361,9 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
     };
     let m = Machine::load(&machine).map_err(|e| e.to_string())?;
     let format = a.format;
+    if a.lock_stat && format == Format::Csv {
+        return Err("--lock-stat has no CSV layout: use --format text, markdown or json".into());
+    }
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
     let mut region_bytes = None;
@@ -490,7 +501,30 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         });
     }
     let c = compare::from_store(&store, &ids, &labels, rule).map_err(|e| e.to_string())?;
+    if a.lock_stat && format == Format::Json {
+        // One document: the comparison as `--format json` prints it, and the statistics.
+        let comparison: serde_json::Value =
+            serde_json::from_str(&c.render_json()).map_err(|e| e.to_string())?;
+        let doc = serde_json::json!({
+            "comparison": comparison,
+            "lock_stat": lock_stat_json(&proj, &labels),
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
     print!("{}", render(&c, format));
+    // JSON and CSV are documents a program reads: nothing may follow them.
+    if matches!(format, Format::Json | Format::Csv) {
+        return Ok(());
+    }
+    if a.lock_stat {
+        for (p, label) in proj.iter().zip(&labels) {
+            print!("{}", render_lock_stat(p, label, format));
+        }
+    }
     for p in &proj {
         let top = p
             .rows
@@ -515,6 +549,118 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// The lines of a row's projected lock statistics worth a reader's eye: classes that waited,
+/// were held or moved lines, or were taken at least once per thousand operations.
+fn shown(l: &LockStatLine) -> bool {
+    l.wait_ns_per_op > 0.0
+        || l.held >= 1e-3
+        || l.line_ns_per_op > 0.0
+        || l.acquisitions_per_op >= 1e-3
+}
+
+/// `project --lock-stat` as text (aligned columns) or markdown: per row, its classes.
+fn render_lock_stat(p: &Projection, label: &str, format: Format) -> String {
+    use std::fmt::Write as _;
+    const HEAD: [&str; 9] = [
+        "mode",
+        "tasks",
+        "class",
+        "acq/op",
+        "contended",
+        "wait ns/op",
+        "hold ns",
+        "held",
+        "lines ns/op",
+    ];
+    let mut rows: Vec<[String; 9]> = Vec::new();
+    for r in &p.rows {
+        for l in r.lock_stat().iter().filter(|l| shown(l)) {
+            rows.push([
+                r.mode.to_string(),
+                r.tasks.to_string(),
+                l.class.clone(),
+                format!("{:.4}", l.acquisitions_per_op),
+                format!("{:.1}%", l.contended * 100.0),
+                format!("{:.1}", l.wait_ns_per_op),
+                l.hold_ns.map_or("-".into(), |h| format!("{h:.1}")),
+                format!("{:.3}", l.held),
+                format!("{:.1}", l.line_ns_per_op),
+            ]);
+        }
+    }
+    let mut out = String::new();
+    let captures = p.traces.len();
+    let intro = format!(
+        "projected lock statistics of {label}, per operation, the {captures} capture(s) merged; \
+         held: the class's hold time over the run, summed over its instances (a class with one \
+         instance per node limits the row as it nears the nodes in use)"
+    );
+    if format == Format::Markdown {
+        let _ = writeln!(out, "\n{intro}\n");
+        let _ = writeln!(out, "| {} |", HEAD.join(" | "));
+        let _ = writeln!(
+            out,
+            "|{}",
+            HEAD.iter()
+                .enumerate()
+                .map(|(i, _)| if i < 3 { "---|" } else { "---:|" })
+                .collect::<String>()
+        );
+        for r in &rows {
+            let _ = writeln!(out, "| {} |", r.join(" | "));
+        }
+        return out;
+    }
+    let widths: Vec<usize> = (0..HEAD.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([HEAD[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: &[&str]| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i < 3 {
+                    format!("{c:<w$}", w = widths[i])
+                } else {
+                    format!("{c:>w$}", w = widths[i])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    };
+    let _ = writeln!(out, "\n{intro}");
+    let _ = writeln!(out, "{}", line(&HEAD));
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        let _ = writeln!(out, "{}", line(&cells));
+    }
+    out
+}
+
+/// `project --lock-stat --format json`'s statistics: per label, per row, every class.
+fn lock_stat_json(proj: &[Projection], labels: &[String]) -> serde_json::Value {
+    proj.iter()
+        .zip(labels)
+        .map(|(p, label)| {
+            serde_json::json!({
+                "label": label,
+                "captures": p.traces.len(),
+                "rows": p.rows.iter().map(|r| serde_json::json!({
+                    "mode": r.mode.to_string(),
+                    "tasks": r.tasks,
+                    "classes": r.lock_stat(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), String> {

@@ -103,6 +103,68 @@ fn compare_prints_intervals_for_projected_columns_not_asterisks() {
     assert!(json.contains("\"repeat\": 1"), "{json}");
 }
 
+/// `project --lock-stat`: each row's lock classes as lock_stat would show them on the machine
+/// (pft on one VMA at 16 threads waits on `mmap_lock`'s line, taken once per fault), as text
+/// and inside one JSON document; `--format json` alone stays one document (the line naming
+/// the most waited-for lock once followed it); CSV has no layout for them.
+#[test]
+fn lock_statistics_come_per_row_and_json_stays_one_document() {
+    let d = Dir::new("proj-lockstat");
+    let db = d.db();
+    let args = |extra: &[&'static str]| {
+        let mut v = vec![
+            "project",
+            "--machine",
+            "icelake-2s-64c",
+            "pft",
+            "--profile",
+            "mm-unstable-20230210",
+            "--tasks",
+            "1,16",
+            "--samples",
+            "2",
+            "--captures",
+            "1",
+            "--ops-per-cpu",
+            "512",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let out = ok(&db, &args(&["--lock-stat"]));
+    assert!(
+        out.contains("projected lock statistics of mm-unstable-20230210@icelake-2s-64c"),
+        "{out}"
+    );
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("threads") && l.contains(" 16 ") && l.contains("mmap_lock"))
+        .unwrap_or_else(|| panic!("no mmap_lock line at 16 threads:\n{out}"));
+    let acq: f64 = row.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!((acq - 1.0).abs() < 0.01, "one mmap_lock per fault: {row}");
+    let json = ok(&db, &args(&["--lock-stat", "--format", "json"]));
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(doc["comparison"].is_object(), "{json}");
+    let rows = doc["lock_stat"][0]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{json}");
+    let at16 = rows.iter().find(|r| r["tasks"] == 16).unwrap();
+    let lock = at16["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["class"] == "mmap_lock")
+        .unwrap();
+    assert!(lock["wait_ns_per_op"].as_f64().unwrap() > 0.0, "{lock}");
+    let plain = ok(&db, &args(&["--format", "json"]));
+    serde_json::from_str::<serde_json::Value>(&plain)
+        .unwrap_or_else(|e| panic!("--format json is not one document ({e}):\n{plain}"));
+    fails(
+        &db,
+        &args(&["--lock-stat", "--format", "csv"]),
+        "--lock-stat has no CSV layout",
+    );
+}
+
 #[test]
 fn bad_projections_are_refused_before_anything_is_stored() {
     let d = Dir::new("proj-bad");

@@ -5,10 +5,14 @@
 //! - [`machine`]: machine descriptions, physical parameters only;
 //! - [`memory`]: each writer's bandwidth on a loaded node, from its loaded-latency curve;
 //! - [`replay`]: N virtual CPUs replaying a trace on a machine as a seeded discrete-event
-//!   simulation.
+//!   simulation;
+//! - [`project`] and [`validate`]: rows for the results store, and the comparison with
+//!   published tables, with [`claims`]: what each posting says limited its kernels, checked
+//!   against the projected lock statistics.
 
 pub mod calibrate;
 pub mod capture;
+pub mod claims;
 mod coherence;
 pub mod error;
 pub mod kvcapture;

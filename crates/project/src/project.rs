@@ -109,6 +109,11 @@ pub struct Row {
     /// `(metric, higher_is_better, samples)`.
     pub metrics: Vec<(String, bool, Vec<f64>)>,
     pub classes: Vec<ClassStats>,
+    /// Operations completed in the measured span, and that span in simulated ns (summed over
+    /// a fixed-work row's seeds): what turns the classes' totals into figures per operation
+    /// and shares of the run ([`ProjRow::lock_stat`]).
+    pub ops: u64,
+    pub span_ns: f64,
     /// Simulated events and the seconds they took (the speed benchmark).
     pub events: u64,
     pub seconds: f64,
@@ -129,7 +134,78 @@ impl Row {
             if c.fallbacks > 0 {
                 out.push((format!("lock:{}:fallbacks", c.name), c.fallbacks as f64));
             }
+            // Exclusive holds and their summed length (lock_stat's holdtime-total).
+            if c.holds > 0 {
+                out.push((format!("lock:{}:holds", c.name), c.holds as f64));
+                out.push((format!("lock:{}:hold_ns", c.name), c.hold_ns));
+            }
         }
+        out
+    }
+}
+
+/// One class's projected lock statistics in one row, over all of the row's replays: the
+/// figures `/proc/lock_stat` gives a kernel developer (acquisitions, contentions, wait time,
+/// hold time), per operation of the workload so that rows of different lengths and task
+/// counts compare, and the share of the run the class was held, which says what limits the
+/// row: a class held nearly all the time on each of its instances is the row's bottleneck.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LockStatLine {
+    pub class: String,
+    /// Acquisitions per operation (lock_stat's `acquisitions` over the operations).
+    pub acquisitions_per_op: f64,
+    /// The share of acquisitions that waited (`contentions / acquisitions`).
+    pub contended: f64,
+    /// What the acquisitions waited per operation, ns (`waittime-total` over the operations).
+    pub wait_ns_per_op: f64,
+    /// The mean exclusive hold, ns (`holdtime-total / holds`); `None` for a class that is
+    /// never held exclusively (a line, a reader-only hold).
+    pub hold_ns: Option<f64>,
+    /// The exclusive hold time of all the class's instances over the run's span: 1.0 is one
+    /// instance held all the time, so a class with one instance per node (`zone->lock`,
+    /// `lru_lock`) reaches the number of nodes the row uses when it limits the row.
+    pub held: f64,
+    /// What the class's cache-line transfers (its named lines and list entries) made CPUs
+    /// wait per operation, ns: where a hold's length comes from beyond its compute.
+    pub line_ns_per_op: f64,
+}
+
+impl ProjRow {
+    /// The row's projected lock statistics, one line per class that was acquired, held or
+    /// transferred, every capture's replay merged (each field is a sum over the replays, so
+    /// the merge reads as one longer run), the classes that waited most first.
+    pub fn lock_stat(&self) -> Vec<LockStatLine> {
+        let mut merged: Vec<ClassStats> = Vec::new();
+        for c in self.captures.iter().flat_map(|r| &r.classes) {
+            match merged.iter_mut().find(|m| m.name == c.name) {
+                Some(m) => m.merge(c),
+                None => merged.push(c.clone()),
+            }
+        }
+        let ops = self.captures.iter().map(|r| r.ops).sum::<u64>().max(1) as f64;
+        let span = self.captures.iter().map(|r| r.span_ns).sum::<f64>();
+        let mut out: Vec<LockStatLine> = merged
+            .into_iter()
+            .filter(|c| c.acquisitions > 0 || c.holds > 0 || c.line_events > 0)
+            .map(|c| LockStatLine {
+                acquisitions_per_op: c.acquisitions as f64 / ops,
+                contended: if c.acquisitions > 0 {
+                    c.contended as f64 / c.acquisitions as f64
+                } else {
+                    0.0
+                },
+                wait_ns_per_op: c.wait_ns / ops,
+                hold_ns: (c.holds > 0).then(|| c.hold_ns / c.holds as f64),
+                held: if span > 0.0 { c.hold_ns / span } else { 0.0 },
+                line_ns_per_op: (c.line_ns + c.entry_ns) / ops,
+                class: c.name,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.wait_ns_per_op
+                .total_cmp(&a.wait_ns_per_op)
+                .then(b.held.total_cmp(&a.held))
+        });
         out
     }
 }
@@ -241,10 +317,13 @@ pub fn replay_row(
     };
     let replay = Replay::new(machine, trace, spec)?;
     let mut events = 0;
+    let (mut ops, mut span_ns) = (0, 0.0);
     let (metrics, classes) = match trace.meta.window {
         Window::Cycle => {
             let r = replay.run(seed)?;
             events += r.events;
+            ops = r.ops;
+            span_ns = r.span_ns;
             // The trace's operations per second: `faults/sec` for will-it-scale, `ops/sec` for
             // kvcache and the research benchmarks' iterations or requests (their measured
             // metric), or a netpipe pair's send size's metric.
@@ -257,6 +336,8 @@ pub fn replay_row(
             for i in 0..samples {
                 let r = replay.run(seed.wrapping_add(i as u64))?;
                 events += r.events;
+                ops += r.ops;
+                span_ns += r.span_ns;
                 per_sec.push(r.samples[0]);
                 per_cpu.push(r.ops_per_cpu_sec.unwrap_or(0.0));
                 for c in r.classes {
@@ -280,6 +361,8 @@ pub fn replay_row(
         tasks,
         metrics,
         classes,
+        ops,
+        span_ns,
         events,
         seconds: t0.elapsed().as_secs_f64(),
     })
@@ -700,6 +783,79 @@ mod tests {
             .to_string();
         assert!(e.contains("lock:zone->lock:wait_ns is NaN"), "{e}");
         assert_eq!(stored(&store), 1, "no run begun for a refused projection");
+    }
+
+    /// A row's lock statistics merge its captures' replays as one longer run: acquisitions
+    /// and waits per operation over both replays' operations, the mean hold over both
+    /// replays' holds, the held share over both spans; classes that were never taken, held
+    /// or transferred are left out, and the classes come in the order of their waits, then
+    /// of their shares held.
+    #[test]
+    fn lock_statistics_merge_the_captures_per_operation() {
+        let class =
+            |name: &str, acq: u64, cont: u64, wait: f64, holds: u64, hold: f64| ClassStats {
+                name: name.into(),
+                acquisitions: acq,
+                contended: cont,
+                wait_ns: wait,
+                holds,
+                hold_ns: hold,
+                ..Default::default()
+            };
+        let row = |ops: u64, span_ns: f64, classes: Vec<ClassStats>| Row {
+            mode: Mode::Processes,
+            tasks: 4,
+            metrics: Vec::new(),
+            classes,
+            ops,
+            span_ns,
+            events: 0,
+            seconds: 0.0,
+        };
+        let mut line = class("free_area", 0, 0, 0.0, 0, 0.0);
+        line.line_events = 30;
+        line.line_ns = 300.0;
+        line.entry_ns = 100.0;
+        let r = ProjRow {
+            mode: Mode::Processes,
+            tasks: 4,
+            captures: vec![
+                row(
+                    1000,
+                    1e6,
+                    vec![
+                        class("zone->lock", 100, 50, 20_000.0, 100, 100_000.0),
+                        class("lru_lock", 200, 0, 0.0, 200, 50_000.0),
+                        class("never", 0, 0, 0.0, 0, 0.0),
+                        line,
+                    ],
+                ),
+                row(
+                    3000,
+                    3e6,
+                    vec![class("zone->lock", 300, 250, 180_000.0, 300, 500_000.0)],
+                ),
+            ],
+        };
+        let s = r.lock_stat();
+        let names: Vec<&str> = s.iter().map(|l| l.class.as_str()).collect();
+        // Waits first, then the share held.
+        assert_eq!(names, ["zone->lock", "lru_lock", "free_area"]);
+        let z = &s[0];
+        assert_eq!(z.acquisitions_per_op, 400.0 / 4000.0);
+        assert_eq!(z.contended, 300.0 / 400.0);
+        assert_eq!(z.wait_ns_per_op, 200_000.0 / 4000.0);
+        assert_eq!(z.hold_ns, Some(600_000.0 / 400.0));
+        assert_eq!(z.held, 600_000.0 / 4e6);
+        assert_eq!(s[1].contended, 0.0);
+        assert_eq!(s[1].held, 50_000.0 / 4e6);
+        assert_eq!(s[2].hold_ns, None);
+        assert_eq!(s[2].line_ns_per_op, 400.0 / 4000.0);
+        // The holds reach the store beside the waits.
+        let counters = r.captures[0].counters();
+        assert!(counters.contains(&("lock:zone->lock:hold_ns".into(), 100_000.0)));
+        assert!(counters.contains(&("lock:lru_lock:holds".into(), 200.0)));
+        assert!(!counters.iter().any(|(k, _)| k == "lock:never:holds"));
     }
 
     /// Two captures of one profile, one twice as slow as the other (a neighbour's load during

@@ -72,6 +72,9 @@ pub struct Published {
     /// The mean its `value` column holds (data/published/README.md says which).
     pub mean: MeanKind,
     pub csv: &'static str,
+    /// What the posting says limited its kernels, checked against the projection's lock
+    /// statistics ([`crate::claims`]).
+    pub claims: &'static [crate::claims::Claim],
 }
 
 /// The shipped tables.
@@ -82,6 +85,7 @@ pub const BUILTIN: &[Published] = &[
         machine: "broadwell-2s-44c",
         mean: MeanKind::Arithmetic,
         csv: include_str!("../../../data/published/page_fault1-2018.csv"),
+        claims: crate::claims::PAGE_FAULT1_2018,
     },
     Published {
         name: "pft-single-vma-2023",
@@ -89,6 +93,7 @@ pub const BUILTIN: &[Published] = &[
         machine: "icelake-2s-64c",
         mean: MeanKind::Harmonic,
         csv: include_str!("../../../data/published/pft-single-vma-2023.csv"),
+        claims: crate::claims::PFT_SINGLE_VMA_2023,
     },
 ];
 
@@ -424,6 +429,10 @@ pub struct TableReport {
     pub rows: Vec<Compared>,
     pub changes: Vec<Change>,
     pub summary: Summaries,
+    /// The posting's own sentences about what limited its kernels, each checked against the
+    /// projected rows' lock statistics: whether the projection is right for the posting's
+    /// reasons.
+    pub claims: Vec<crate::claims::ClaimVerdict>,
     /// Simulated events and replay seconds, for the speed figures.
     pub events: u64,
     pub replay_seconds: f64,
@@ -543,6 +552,23 @@ impl TableReport {
         }
         s.push('\n');
         s.push_str(&self.summary.render(&self.table));
+        if !self.claims.is_empty() {
+            let agreed = self
+                .claims
+                .iter()
+                .filter(|c| c.agrees == Some(true))
+                .count();
+            let _ = writeln!(
+                s,
+                "{}: what the posting says limited its kernels, against the projection's lock statistics: {agreed} of {} agree",
+                self.table,
+                self.claims.len()
+            );
+            for c in &self.claims {
+                let _ = writeln!(s, "  {}: \"{}\" ({})", c.verdict(), c.says, c.source);
+                let _ = writeln!(s, "    projected: {}", c.projected);
+            }
+        }
         s
     }
 }
@@ -833,6 +859,7 @@ pub fn validate_table(
         .iter()
         .all(|p| p.traces.iter().all(|t| t.meta.paced.is_some()));
     let (compared, changes) = compare_table(p, &rows, &e.profiles[0].name, &projected, paced)?;
+    let claims = p.claims.iter().map(|c| c.check(&projected)).collect();
     Ok(TableReport {
         table: p.name.to_string(),
         experiment: p.experiment.to_string(),
@@ -843,6 +870,7 @@ pub fn validate_table(
         summary: Summaries::of(&compared, &changes),
         rows: compared,
         changes,
+        claims,
         events: proj.iter().flat_map(|p| &p.rows).map(ProjRow::events).sum(),
         guards: proj
             .iter()
@@ -1682,6 +1710,8 @@ mod tests {
                     tasks,
                     metrics: vec![("faults/sec".into(), true, v.to_vec())],
                     classes: Vec::new(),
+                    ops: 0,
+                    span_ns: 0.0,
                     events: 0,
                     seconds: 0.0,
                 })
@@ -1702,6 +1732,7 @@ b,processes,4,faults/sec,4400,10
 a,processes,8,faults/sec,8000,100
 b,processes,8,faults/sec,8080,100
 ",
+        claims: &[],
     };
 
     /// A NaN row is a failure, named, counted in its class and never sorted away; the rows
@@ -1803,6 +1834,7 @@ b,processes,8,faults/sec,8080,100
             rows: Vec::new(),
             changes: Vec::new(),
             summary: Summaries::of(&[], &[]),
+            claims: Vec::new(),
             events: 0,
             replay_seconds: 0.0,
             guards: vec![
