@@ -43,6 +43,19 @@ pub enum Check {
         low: f64,
         high: f64,
     },
+    /// In every listed row, `profile` waits less per operation on `class` than `than` does:
+    /// what a patch that says it relieves that lock changes.
+    LessWait(LessWait),
+}
+
+/// A kernel of the series waits less on a class than the kernel it builds on.
+#[derive(Debug)]
+pub struct LessWait {
+    pub profile: &'static str,
+    pub than: &'static str,
+    pub mode: Mode,
+    pub tasks: &'static [usize],
+    pub class: &'static str,
 }
 
 /// One sentence of a posting about what limited its kernels.
@@ -177,6 +190,46 @@ impl Claim {
                     ),
                 }
             }
+            Check::LessWait(LessWait {
+                profile,
+                than,
+                mode,
+                tasks,
+                class,
+            }) => {
+                let wait = |p: &str, t: usize| -> Option<f64> {
+                    let r = row(p, *mode, t)?;
+                    Some(
+                        r.lock_stat()
+                            .into_iter()
+                            .find(|l| l.class == *class)
+                            .map_or(0.0, |l| l.wait_ns_per_op),
+                    )
+                };
+                let mut parts = Vec::new();
+                let mut all = Some(true);
+                for &t in *tasks {
+                    match (wait(profile, t), wait(than, t)) {
+                        (Some(a), Some(b)) => {
+                            parts.push(format!("{t}: {a:.1} against {b:.1}"));
+                            if a >= b {
+                                all = all.map(|_| false);
+                            }
+                        }
+                        _ => {
+                            parts.push(format!("{t}: not projected"));
+                            all = None;
+                        }
+                    }
+                }
+                (
+                    format!(
+                        "{class} wait per operation, ns, {profile} against {than}, {mode}: {}",
+                        parts.join("; ")
+                    ),
+                    all,
+                )
+            }
         };
         ClaimVerdict {
             says: self.says.to_string(),
@@ -189,6 +242,30 @@ impl Claim {
 
 /// The claims of the 2018 lru_lock series (page_fault1 on the 44-core Broadwell).
 pub const PAGE_FAULT1_2018: &[Claim] = &[
+    Claim {
+        says: "the second kernel makes zone->lock more scalable by increasing an order-0 \
+               per-cpu pagelist's batch and high to 310 and 1860",
+        source: "Daniel Jordan, [RFC PATCH v1 13/13], linux-mm, 2018-01-31 (Aaron Lu's patch)",
+        check: Check::LessWait(LessWait {
+            profile: "large-zone-batch",
+            than: "linux-4.15",
+            mode: Mode::Processes,
+            tasks: &[16, 32, 64],
+            class: "zone->lock",
+        }),
+    },
+    Claim {
+        says: "with release_pages scaling, contention on lru_lock grew in the add-to-LRU path; \
+               splicing pre-sorted local lists does more of that work outside the lock",
+        source: "Daniel Jordan, [RFC PATCH v1 13/13], linux-mm, 2018-01-31",
+        check: Check::LessWait(LessWait {
+            profile: "lru-lock-splice",
+            than: "lru-lock-base",
+            mode: Mode::Processes,
+            tasks: &[16, 32, 64],
+            class: "lru_lock",
+        }),
+    },
     Claim {
         says: "the threads case does worse than the processes case, most likely because of \
                mmap_sem acting as a bottleneck",
@@ -304,6 +381,44 @@ mod tests {
         assert_eq!(v.verdict(), "not checked");
         let b = |t: usize| Some(row(t, 1e6, vec![("a", 5.0, 0.0), ("b", 10.0, 0.0)]));
         assert_eq!(claim.check(&|_, _, t| b(t)).agrees, Some(false));
+    }
+
+    /// A relieving kernel must wait less in every listed row; a row either kernel lacks
+    /// leaves the claim unchecked.
+    #[test]
+    fn less_wait_holds_in_every_row() {
+        let claim = Claim {
+            says: "b relieves x",
+            source: "test",
+            check: Check::LessWait(LessWait {
+                profile: "b",
+                than: "a",
+                mode: Mode::Processes,
+                tasks: &[16, 64],
+                class: "x",
+            }),
+        };
+        let rows = |b64: f64| {
+            move |p: &str, _: Mode, t: usize| {
+                let w = match (p, t) {
+                    ("a", _) => 100.0,
+                    ("b", 16) => 20.0,
+                    ("b", 64) => b64,
+                    _ => return None,
+                };
+                Some(row(t, 1e6, vec![("x", w, 0.0)]))
+            }
+        };
+        let v = claim.check(&rows(50.0));
+        assert_eq!(v.agrees, Some(true), "{}", v.projected);
+        assert!(
+            v.projected.contains("64: 50.0 against 100.0"),
+            "{}",
+            v.projected
+        );
+        assert_eq!(claim.check(&rows(100.0)).agrees, Some(false));
+        let v = claim.check(&|p, m, t| (t == 16).then(|| rows(50.0)(p, m, t)).flatten());
+        assert_eq!(v.agrees, None);
     }
 
     /// The wait grows by total wait time, per operation times the rate: twice the wait per

@@ -156,11 +156,15 @@ fn build(means: &Means, labels: &[String]) -> Vec<Table> {
         let value = |name: &str, tasks: u32, label: usize| -> Option<f64> {
             names.get(name)?.get(&tasks)?.get(&label).copied()
         };
-        // Locks: lock:<class>:acquisitions|contended|wait_ns.
+        // Locks: lock:<class>:acquisitions|contended|wait_ns, and for projected rows
+        // hold_ns (lock_stat's holdtime-total; the engine's own counters do not time holds).
         let classes: BTreeSet<&str> = names
             .keys()
             .filter_map(|n| n.strip_prefix("lock:")?.rsplit_once(':').map(|(c, _)| c))
             .collect();
+        let holds = classes
+            .iter()
+            .any(|c| names.contains_key(&format!("lock:{c}:hold_ns")));
         let mut rows = Vec::new();
         for class in &classes {
             let tasks: BTreeSet<u32> = ["acquisitions", "contended", "wait_ns"]
@@ -175,7 +179,7 @@ fn build(means: &Means, labels: &[String]) -> Vec<Table> {
                         let acq = value(&format!("lock:{class}:acquisitions"), t, l);
                         let cont = value(&format!("lock:{class}:contended"), t, l);
                         let wait = value(&format!("lock:{class}:wait_ns"), t, l);
-                        vec![
+                        let mut cells = vec![
                             acq.map_or("-".into(), count),
                             match (cont, acq) {
                                 (Some(c), Some(a)) if a > 0.0 => {
@@ -185,7 +189,12 @@ fn build(means: &Means, labels: &[String]) -> Vec<Table> {
                                 _ => "-".into(),
                             },
                             wait.map_or("-".into(), |w| format!("{:.3}", w / 1e6)),
-                        ]
+                        ];
+                        if holds {
+                            let hold = value(&format!("lock:{class}:hold_ns"), t, l);
+                            cells.push(hold.map_or("-".into(), |h| format!("{:.3}", h / 1e6)));
+                        }
+                        cells
                     })
                     .collect();
                 rows.push(Row {
@@ -196,11 +205,12 @@ fn build(means: &Means, labels: &[String]) -> Vec<Table> {
             }
         }
         if !rows.is_empty() {
-            out.push(table(
-                "Lock contention per lock class",
-                &["acquisitions", "contended", "wait ms"],
-                rows,
-            ));
+            let sub: &[&str] = if holds {
+                &["acquisitions", "contended", "wait ms", "hold ms"]
+            } else {
+                &["acquisitions", "contended", "wait ms"]
+            };
+            out.push(table("Lock contention per lock class", sub, rows));
         }
         let event_rows = |pick: &dyn Fn(&str) -> bool| -> Vec<Row> {
             let mut events: Vec<&str> = names
@@ -291,6 +301,25 @@ mod tests {
         }
     }
 
+    /// Projected rows carry lock_stat's hold time: the lock table gains a hold column, with
+    /// `-` for a label that has none (a measured run).
+    #[test]
+    fn projected_hold_times_get_a_column() {
+        let (labels, runs, samples) = example_parts();
+        let counters = [
+            counter(1, 2, 0, "lock:zone:acquisitions", 1000.0),
+            counter(1, 2, 0, "lock:zone:hold_ns", 1_000_000.0),
+            counter(1, 2, 1, "lock:zone:acquisitions", 3000.0),
+            counter(1, 2, 1, "lock:zone:hold_ns", 3_000_000.0),
+            counter(2, 2, 0, "lock:zone:acquisitions", 500.0),
+        ];
+        let r = Results::from_samples(labels, runs, samples, &counters, Significance::Interval);
+        let t = &tables(&r)[0].tables[0];
+        assert_eq!(t.sub, ["acquisitions", "contended", "wait ms", "hold ms"]);
+        assert_eq!(t.rows[0].cells[0], ["2,000", "-", "-", "2.000"]);
+        assert_eq!(t.rows[0].cells[1], ["500", "-", "-", "-"]);
+    }
+
     #[test]
     fn tables_average_windows_and_put_key_events_first() {
         let (labels, mut runs, samples) = example_parts();
@@ -329,6 +358,11 @@ mod tests {
         assert_eq!(t[0].rows[0].name, "zone");
         assert_eq!(t[0].rows[0].cells[0], ["2,000", "200 (10.0%)", "3.000"]);
         assert_eq!(t[0].rows[0].cells[1], ["500", "-", "-"]);
+        assert_eq!(
+            t[0].sub,
+            ["acquisitions", "contended", "wait ms"],
+            "no hold column"
+        );
         let key: Vec<(&str, &Vec<String>)> = t[1]
             .rows
             .iter()
