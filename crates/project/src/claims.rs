@@ -68,24 +68,60 @@ pub struct Claim {
     pub check: Check,
 }
 
+/// What the projection says of a claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// On every capture's replay.
+    Agrees,
+    /// On none.
+    Disagrees,
+    /// On some captures and not on others: the capture noise decides, the model does not.
+    Mixed,
+    /// A row the check needs was not projected (or projected no figure).
+    NotChecked,
+}
+
 /// One claim's verdict.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClaimVerdict {
     pub says: String,
     pub source: String,
-    /// What the projection shows, row by row.
+    /// What the projection shows, row by row, every capture's replay merged.
     pub projected: String,
-    /// `None`: a row the check needs was not projected (or projected no figure).
-    pub agrees: Option<bool>,
+    /// The check on each capture's replay alone (in capture order), with its figure where the
+    /// check has one (a growth factor): the same noise a change's captures' range shows.
+    pub per_capture: Vec<(Option<bool>, Option<String>)>,
+    pub verdict: Verdict,
 }
 
 impl ClaimVerdict {
     pub fn verdict(&self) -> &'static str {
-        match self.agrees {
-            Some(true) => "agrees",
-            Some(false) => "DISAGREES",
-            None => "not checked",
+        match self.verdict {
+            Verdict::Agrees => "agrees",
+            Verdict::Disagrees => "DISAGREES",
+            Verdict::Mixed => "MIXED",
+            Verdict::NotChecked => "not checked",
         }
+    }
+
+    /// The captures' verdicts, `agrees, DISAGREES (x1.52)`.
+    pub fn per_capture_text(&self) -> String {
+        self.per_capture
+            .iter()
+            .map(|(a, fig)| {
+                let v = match a {
+                    Some(true) => "agrees",
+                    Some(false) => "DISAGREES",
+                    None => "not checked",
+                };
+                match fig {
+                    Some(f) => format!("{v} ({f})"),
+                    None => v.to_string(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -103,9 +139,84 @@ fn rate(r: &ProjRow) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
+/// The wait per operation on `class` in a row, ns (0 when the class never waited there).
+fn wait_per_op(r: &ProjRow, class: &str) -> f64 {
+    r.lock_stat()
+        .into_iter()
+        .find(|l| l.class == class)
+        .map_or(0.0, |l| l.wait_ns_per_op)
+}
+
 impl Claim {
-    /// Checks the claim on the projected rows `row(profile, mode, tasks)` gives.
+    /// Checks the claim on the projected rows `row(profile, mode, tasks)` gives: on every
+    /// capture's replay merged, and on each capture's alone.
     pub fn check(&self, row: &dyn Fn(&str, Mode, usize) -> Option<ProjRow>) -> ClaimVerdict {
+        let (projected, merged, _) = self.evaluate(row);
+        let captures = self
+            .rows()
+            .iter()
+            .filter_map(|&(p, m, t)| row(p, m, t).map(|r| r.captures.len()))
+            .min()
+            .unwrap_or(0);
+        let per_capture: Vec<(Option<bool>, Option<String>)> = (0..captures)
+            .map(|k| {
+                let (_, a, fig) = self.evaluate(&|p, m, t| {
+                    row(p, m, t).map(|mut r| {
+                        r.captures = r.captures.into_iter().skip(k).take(1).collect();
+                        r
+                    })
+                });
+                (a, fig)
+            })
+            .collect();
+        let verdict = match merged {
+            None => Verdict::NotChecked,
+            Some(_) if per_capture.iter().all(|(a, _)| *a == Some(true)) => Verdict::Agrees,
+            Some(_) if per_capture.iter().all(|(a, _)| *a == Some(false)) => Verdict::Disagrees,
+            Some(_) => Verdict::Mixed,
+        };
+        ClaimVerdict {
+            says: self.says.to_string(),
+            source: self.source.to_string(),
+            projected,
+            per_capture,
+            verdict,
+        }
+    }
+
+    /// The rows the check reads: (profile, mode, tasks).
+    fn rows(&self) -> Vec<(&'static str, Mode, usize)> {
+        match &self.check {
+            Check::Costliest {
+                profiles,
+                mode,
+                tasks,
+                ..
+            } => profiles
+                .iter()
+                .flat_map(|p| tasks.iter().map(move |&t| (*p, *mode, t)))
+                .collect(),
+            Check::WaitGrowth {
+                profile,
+                mode,
+                from,
+                to,
+                ..
+            } => vec![(*profile, *mode, *from), (*profile, *mode, *to)],
+            Check::LessWait(l) => [l.profile, l.than]
+                .iter()
+                .flat_map(|p| l.tasks.iter().map(move |&t| (*p, l.mode, t)))
+                .collect(),
+        }
+    }
+
+    /// The check on the rows `row` gives: what they show, whether that agrees (`None`: a row
+    /// is missing), and the check's one figure where it has one.
+    fn evaluate(
+        &self,
+        row: &dyn Fn(&str, Mode, usize) -> Option<ProjRow>,
+    ) -> (String, Option<bool>, Option<String>) {
+        let mut figure = None;
         let (projected, agrees) = match &self.check {
             Check::Costliest {
                 profiles,
@@ -161,16 +272,12 @@ impl Claim {
             } => {
                 let total = |t: usize| -> Option<f64> {
                     let r = row(profile, *mode, t)?;
-                    let w = r
-                        .lock_stat()
-                        .into_iter()
-                        .find(|l| l.class == *class)
-                        .map_or(0.0, |l| l.wait_ns_per_op);
-                    Some(w * rate(&r)? / 1e9)
+                    Some(wait_per_op(&r, class) * rate(&r)? / 1e9)
                 };
                 match (total(*from), total(*to)) {
                     (Some(a), Some(b)) if a > 0.0 && b.is_finite() => {
                         let g = b / a;
+                        figure = Some(format!("x{g:.2}"));
                         (
                             format!(
                                 "{class} wait {a:.3} s/s at {from} {mode}, {b:.3} s/s at {to}: x{g:.2} (band {low}..{high})"
@@ -197,15 +304,7 @@ impl Claim {
                 tasks,
                 class,
             }) => {
-                let wait = |p: &str, t: usize| -> Option<f64> {
-                    let r = row(p, *mode, t)?;
-                    Some(
-                        r.lock_stat()
-                            .into_iter()
-                            .find(|l| l.class == *class)
-                            .map_or(0.0, |l| l.wait_ns_per_op),
-                    )
-                };
+                let wait = |p: &str, t: usize| Some(wait_per_op(&row(p, *mode, t)?, class));
                 let mut parts = Vec::new();
                 let mut all = Some(true);
                 for &t in *tasks {
@@ -231,12 +330,7 @@ impl Claim {
                 )
             }
         };
-        ClaimVerdict {
-            says: self.says.to_string(),
-            source: self.source.to_string(),
-            projected,
-            agrees,
-        }
+        (projected, agrees, figure)
     }
 }
 
@@ -370,17 +464,17 @@ mod tests {
             _ => None,
         };
         let v = claim.check(&|_, _, t| rows(t));
-        assert_eq!(v.agrees, Some(true), "{}", v.projected);
+        assert_eq!(v.verdict, Verdict::Agrees, "{}", v.projected);
         assert!(
             v.projected.contains("p processes 8: a (60 ns/op)"),
             "{}",
             v.projected
         );
         let v = claim.check(&|_, _, t| (t == 4).then(|| rows(4)).flatten());
-        assert_eq!(v.agrees, None, "{}", v.projected);
+        assert_eq!(v.verdict, Verdict::NotChecked, "{}", v.projected);
         assert_eq!(v.verdict(), "not checked");
         let b = |t: usize| Some(row(t, 1e6, vec![("a", 5.0, 0.0), ("b", 10.0, 0.0)]));
-        assert_eq!(claim.check(&|_, _, t| b(t)).agrees, Some(false));
+        assert_eq!(claim.check(&|_, _, t| b(t)).verdict, Verdict::Disagrees);
     }
 
     /// A relieving kernel must wait less in every listed row; a row either kernel lacks
@@ -410,15 +504,15 @@ mod tests {
             }
         };
         let v = claim.check(&rows(50.0));
-        assert_eq!(v.agrees, Some(true), "{}", v.projected);
+        assert_eq!(v.verdict, Verdict::Agrees, "{}", v.projected);
         assert!(
             v.projected.contains("64: 50.0 against 100.0"),
             "{}",
             v.projected
         );
-        assert_eq!(claim.check(&rows(100.0)).agrees, Some(false));
+        assert_eq!(claim.check(&rows(100.0)).verdict, Verdict::Disagrees);
         let v = claim.check(&|p, m, t| (t == 16).then(|| rows(50.0)(p, m, t)).flatten());
-        assert_eq!(v.agrees, None);
+        assert_eq!(v.verdict, Verdict::NotChecked);
     }
 
     /// The wait grows by total wait time, per operation times the rate: twice the wait per
@@ -446,9 +540,27 @@ mod tests {
             }
         };
         let v = claim.check(&rows(200.0));
-        assert_eq!(v.agrees, Some(true), "{}", v.projected);
+        assert_eq!(v.verdict, Verdict::Agrees, "{}", v.projected);
         assert!(v.projected.contains("x3.00"), "{}", v.projected);
-        assert_eq!(claim.check(&rows(110.0)).agrees, Some(false));
-        assert_eq!(claim.check(&rows(400.0)).agrees, Some(false));
+        assert_eq!(v.per_capture_text(), "agrees (x3.00)");
+        assert_eq!(claim.check(&rows(110.0)).verdict, Verdict::Disagrees);
+        assert_eq!(claim.check(&rows(400.0)).verdict, Verdict::Disagrees);
+        // Two captures, one tripling and one not: the capture noise decides, and the verdict
+        // says so whatever the merged figure.
+        let two = |t: usize| {
+            let (r1, r2) = match t {
+                32 => (100.0, 100.0),
+                _ => (200.0, 110.0),
+            };
+            let rate = if t == 32 { 1e7 } else { 1.5e7 };
+            let mut r = row(t, rate, vec![("x", r1, 0.0)]);
+            r.captures
+                .extend(row(t, rate, vec![("x", r2, 0.0)]).captures);
+            Some(r)
+        };
+        let v = claim.check(&|_, _, t| two(t));
+        assert_eq!(v.verdict, Verdict::Mixed, "{}", v.per_capture_text());
+        assert_eq!(v.per_capture_text(), "agrees (x3.00), DISAGREES (x1.65)");
+        assert_eq!(v.verdict(), "MIXED");
     }
 }

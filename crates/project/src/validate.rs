@@ -553,20 +553,22 @@ impl TableReport {
         s.push('\n');
         s.push_str(&self.summary.render(&self.table));
         if !self.claims.is_empty() {
-            let agreed = self
-                .claims
-                .iter()
-                .filter(|c| c.agrees == Some(true))
-                .count();
+            let count =
+                |v: crate::claims::Verdict| self.claims.iter().filter(|c| c.verdict == v).count();
             let _ = writeln!(
                 s,
-                "{}: what the posting says limited its kernels, against the projection's lock statistics: {agreed} of {} agree",
+                "{}: what the posting says limited its kernels, against the projection's lock statistics: {} of {} agree on every capture, {} mixed",
                 self.table,
-                self.claims.len()
+                count(crate::claims::Verdict::Agrees),
+                self.claims.len(),
+                count(crate::claims::Verdict::Mixed)
             );
             for c in &self.claims {
                 let _ = writeln!(s, "  {}: \"{}\" ({})", c.verdict(), c.says, c.source);
                 let _ = writeln!(s, "    projected: {}", c.projected);
+                if c.per_capture.len() > 1 {
+                    let _ = writeln!(s, "    per capture: {}", c.per_capture_text());
+                }
             }
         }
         s
@@ -1834,7 +1836,16 @@ b,processes,8,faults/sec,8080,100
             rows: Vec::new(),
             changes: Vec::new(),
             summary: Summaries::of(&[], &[]),
-            claims: Vec::new(),
+            claims: vec![crate::claims::ClaimVerdict {
+                says: "x nearly tripled".into(),
+                source: "a post".into(),
+                projected: "x wait ... x2.10".into(),
+                per_capture: vec![
+                    (Some(true), Some("x3.00".into())),
+                    (Some(false), Some("x1.65".into())),
+                ],
+                verdict: crate::claims::Verdict::Mixed,
+            }],
             events: 0,
             replay_seconds: 0.0,
             guards: vec![
@@ -1862,6 +1873,13 @@ b,processes,8,faults/sec,8080,100
             "{s}"
         );
         assert!(s.contains("capture of old: no preemption guard"), "{s}");
+        // A claim the captures split on is MIXED, with each capture's figure.
+        assert!(s.contains("0 of 1 agree on every capture, 1 mixed"), "{s}");
+        assert!(s.contains("  MIXED: \"x nearly tripled\" (a post)"), "{s}");
+        assert!(
+            s.contains("    per capture: agrees (x3.00), DISAGREES (x1.65)"),
+            "{s}"
+        );
         assert!(
             s.contains("    paced: compute 650.3 ns per op from 10 turns side by side (1.020 of the paced profiles' geometric mean; this capture's untraced window measured 700.0)"),
             "{s}"
