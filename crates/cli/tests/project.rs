@@ -163,6 +163,38 @@ fn lock_statistics_come_per_row_and_json_stays_one_document() {
         &args(&["--lock-stat", "--format", "csv"]),
         "--lock-stat has no CSV layout",
     );
+    // A cyclic workload's rows (will-it-scale): linux-4.15 refills and drains its per-CPU
+    // lists 31 pages at a time, so each fault takes zone->lock 2/31 times, and the lock is held
+    // for a share of the run between 0 and its one instance on the node the tasks use.
+    let out = ok(
+        &db,
+        &[
+            "project",
+            "--machine",
+            "broadwell-2s-44c",
+            "page_fault1",
+            "--profile",
+            "linux-4.15",
+            "--mode",
+            "processes",
+            "--tasks",
+            "2",
+            "--samples",
+            "1",
+            "--captures",
+            "1",
+            "--lock-stat",
+        ],
+    );
+    let zone = out
+        .lines()
+        .find(|l| l.starts_with("processes") && l.contains("zone->lock"))
+        .unwrap_or_else(|| panic!("no zone->lock line:\n{out}"));
+    let cells: Vec<&str> = zone.split_whitespace().collect();
+    let acq: f64 = cells[3].parse().unwrap();
+    assert!((acq - 2.0 / 31.0).abs() < 0.1 * 2.0 / 31.0, "{zone}");
+    let held: f64 = cells[7].parse().unwrap();
+    assert!(held > 0.0 && held < 1.0, "{zone}");
 }
 
 #[test]

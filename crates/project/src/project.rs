@@ -165,15 +165,18 @@ pub struct LockStatLine {
     /// instance held all the time, so a class with one instance per node (`zone->lock`,
     /// `lru_lock`) reaches the number of nodes the row uses when it limits the row.
     pub held: f64,
-    /// What the class's cache-line transfers (its named lines and list entries) made CPUs
-    /// wait per operation, ns: where a hold's length comes from beyond its compute.
+    /// What the transfers of the class's lines (plain reads and writes of its own lines, and
+    /// of the list entries named relative to them) made CPUs wait per operation, ns, the time
+    /// queued for a line left out (it is in `wait_ns_per_op`): where a hold's length comes from
+    /// beyond its compute. A lock word's own atomics are not in it.
     pub line_ns_per_op: f64,
 }
 
 impl ProjRow {
     /// The row's projected lock statistics, one line per class that was acquired, held or
     /// transferred, every capture's replay merged (each field is a sum over the replays, so
-    /// the merge reads as one longer run), the classes that waited most first.
+    /// the merge reads as one longer run), the classes that waited most first. None for a row
+    /// that completed no operation: it has nothing to give per operation.
     pub fn lock_stat(&self) -> Vec<LockStatLine> {
         let mut merged: Vec<ClassStats> = Vec::new();
         for c in self.captures.iter().flat_map(|r| &r.classes) {
@@ -182,7 +185,11 @@ impl ProjRow {
                 None => merged.push(c.clone()),
             }
         }
-        let ops = self.captures.iter().map(|r| r.ops).sum::<u64>().max(1) as f64;
+        let ops = self.captures.iter().map(|r| r.ops).sum::<u64>();
+        if ops == 0 {
+            return Vec::new();
+        }
+        let ops = ops as f64;
         let span = self.captures.iter().map(|r| r.span_ns).sum::<f64>();
         let mut out: Vec<LockStatLine> = merged
             .into_iter()
@@ -197,7 +204,7 @@ impl ProjRow {
                 wait_ns_per_op: c.wait_ns / ops,
                 hold_ns: (c.holds > 0).then(|| c.hold_ns / c.holds as f64),
                 held: if span > 0.0 { c.hold_ns / span } else { 0.0 },
-                line_ns_per_op: (c.line_ns + c.entry_ns) / ops,
+                line_ns_per_op: (c.line_ns - c.line_queued_ns).max(0.0) / ops,
                 class: c.name,
             })
             .collect();
@@ -812,9 +819,13 @@ mod tests {
             events: 0,
             seconds: 0.0,
         };
-        let mut line = class("free_area", 0, 0, 0.0, 0, 0.0);
+        // 30 accesses: 20 of the line itself, 100 ns of it queued (also in the waits), and 10
+        // list entries (their 100 ns are in `line_ns` too).
+        let mut line = class("free_area", 0, 0, 100.0, 0, 0.0);
         line.line_events = 30;
-        line.line_ns = 300.0;
+        line.line_ns = 500.0;
+        line.line_queued_ns = 100.0;
+        line.entry_events = 10;
         line.entry_ns = 100.0;
         let r = ProjRow {
             mode: Mode::Processes,
@@ -840,17 +851,28 @@ mod tests {
         let s = r.lock_stat();
         let names: Vec<&str> = s.iter().map(|l| l.class.as_str()).collect();
         // Waits first, then the share held.
-        assert_eq!(names, ["zone->lock", "lru_lock", "free_area"]);
+        assert_eq!(names, ["zone->lock", "free_area", "lru_lock"]);
         let z = &s[0];
         assert_eq!(z.acquisitions_per_op, 400.0 / 4000.0);
         assert_eq!(z.contended, 300.0 / 400.0);
         assert_eq!(z.wait_ns_per_op, 200_000.0 / 4000.0);
         assert_eq!(z.hold_ns, Some(600_000.0 / 400.0));
         assert_eq!(z.held, 600_000.0 / 4e6);
-        assert_eq!(s[1].contended, 0.0);
-        assert_eq!(s[1].held, 50_000.0 / 4e6);
-        assert_eq!(s[2].hold_ns, None);
-        assert_eq!(s[2].line_ns_per_op, 400.0 / 4000.0);
+        assert_eq!(s[2].contended, 0.0);
+        assert_eq!(s[2].held, 50_000.0 / 4e6);
+        assert_eq!(s[1].hold_ns, None);
+        assert_eq!(s[1].wait_ns_per_op, 100.0 / 4000.0);
+        assert_eq!(
+            s[1].line_ns_per_op,
+            400.0 / 4000.0,
+            "transfers, queueing apart"
+        );
+        // A row that completed nothing has nothing per operation.
+        let mut idle = r.clone();
+        for c in &mut idle.captures {
+            c.ops = 0;
+        }
+        assert!(idle.lock_stat().is_empty());
         // The holds reach the store beside the waits.
         let counters = r.captures[0].counters();
         assert!(counters.contains(&("lock:zone->lock:hold_ns".into(), 100_000.0)));

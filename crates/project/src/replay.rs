@@ -85,6 +85,10 @@ pub struct ClassStats {
     /// section's length comes from beyond its compute (`REPLAY_CLASSES=1` of `replay_speed`).
     pub line_events: u64,
     pub line_ns: f64,
+    /// Of `line_ns`, the time the accesses of a line itself queued behind the line's other
+    /// requests before their transfer began, also in `wait_ns`: `line_ns - line_queued_ns` is
+    /// the transfers alone.
+    pub line_queued_ns: f64,
     /// The same for the symbolic list entries alone (`Sym::First`, `Sym::Entry`).
     pub entry_events: u64,
     pub entry_ns: f64,
@@ -117,6 +121,7 @@ impl ClassStats {
             hold_ns,
             line_events,
             line_ns,
+            line_queued_ns,
             entry_events,
             entry_ns,
             prefetches,
@@ -133,6 +138,7 @@ impl ClassStats {
         self.hold_ns += hold_ns;
         self.line_events += line_events;
         self.line_ns += line_ns;
+        self.line_queued_ns += line_queued_ns;
         self.entry_events += entry_events;
         self.entry_ns += entry_ns;
         self.prefetches += prefetches;
@@ -1300,6 +1306,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             s.wait_ns += queued as f64 / 1000.0;
             s.line_events += 1;
             s.line_ns += (at - t) as f64 / 1000.0;
+            s.line_queued_ns += queued as f64 / 1000.0;
             return at;
         }
         let r = self.r;
@@ -1318,6 +1325,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 s.wait_ns += (start - t) as f64 / 1000.0;
                 s.line_events += 1;
                 s.line_ns += (at - t) as f64 / 1000.0;
+                s.line_queued_ns += (start - t) as f64 / 1000.0;
                 at
             }
             Sym::First | Sym::Entry => {
@@ -2342,6 +2350,22 @@ ipi_handler_ns = 500.0
         });
     }
 
+    /// A plain access of a line queued behind another CPU's atomic: the time it queued is a
+    /// wait (`wait_ns`) and part of the access's time (`line_ns`), and is kept apart in
+    /// `line_queued_ns`, so that the transfers alone can be told (`ProjRow::lock_stat`).
+    #[test]
+    fn a_line_access_queued_behind_an_atomic_counts_its_queueing_apart() {
+        with_sim(RwsemAlgo::SpinWritersHandoff, |sim| {
+            // CPU 1's atomic at 0 keeps the line busy until 5 ns.
+            sim.line_access(0, 1, 0, false);
+            // CPU 0 writes it at 1 ns: queued 4 ns, then one transfer from CPU 1.
+            assert_eq!(sim.line_op(0, 0, NS, true, Sym::Here), 5 * NS + X);
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!((s.wait_ns, s.line_queued_ns), (4.0, 4.0));
+            assert_eq!(s.line_ns - s.line_queued_ns, X as f64 / 1000.0);
+        });
+    }
+
     /// Under contention the prefetched line is taken away before the prefetching CPU uses it:
     /// its access then pays a transfer of its own, and the prefetch is counted lost.
     #[test]
@@ -2488,6 +2512,7 @@ ipi_handler_ns = 500.0
             hold_ns: 6.0,
             line_events: 7,
             line_ns: 8.0,
+            line_queued_ns: 8.5,
             entry_events: 9,
             entry_ns: 10.0,
             prefetches: 11,
@@ -2510,6 +2535,7 @@ ipi_handler_ns = 500.0
                 hold_ns: 12.0,
                 line_events: 14,
                 line_ns: 16.0,
+                line_queued_ns: 17.0,
                 entry_events: 18,
                 entry_ns: 20.0,
                 prefetches: 22,
