@@ -346,6 +346,23 @@ fn validation_prints_rows_changes_and_a_summary() {
         j["all-tables"]["beyond_noise"]["changes"], b["changes"],
         "{j}"
     );
+    // The posting's claim, judged on each of the two captures too.
+    let claim = &t["claims"][0];
+    assert!(
+        claim["says"].as_str().unwrap().contains("worst case"),
+        "{claim}"
+    );
+    let verdict = claim["verdict"].as_str().unwrap();
+    assert!(
+        ["agrees", "disagrees", "mixed", "not-checked"].contains(&verdict),
+        "{claim}"
+    );
+    assert_eq!(claim["per_capture"].as_array().unwrap().len(), 2, "{claim}");
+    assert!(claim["per_capture"][0]["agrees"].is_boolean(), "{claim}");
+    assert!(
+        out.contains("what the posting says limited its kernels"),
+        "{out}"
+    );
     let trap = &t["trap"];
     assert_eq!(trap["file_ns"], 690.0, "{trap}");
     if trap["refit"].is_null() {

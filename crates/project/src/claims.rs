@@ -82,6 +82,15 @@ pub enum Verdict {
     NotChecked,
 }
 
+/// A claim checked on one capture's replay alone.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CaptureVerdict {
+    /// `None`: a row the check needs is missing from this capture's replays.
+    pub agrees: Option<bool>,
+    /// The check's figure where it has one (a growth factor, `x2.19`).
+    pub figure: Option<String>,
+}
+
 /// One claim's verdict.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClaimVerdict {
@@ -89,9 +98,9 @@ pub struct ClaimVerdict {
     pub source: String,
     /// What the projection shows, row by row, every capture's replay merged.
     pub projected: String,
-    /// The check on each capture's replay alone (in capture order), with its figure where the
-    /// check has one (a growth factor): the same noise a change's captures' range shows.
-    pub per_capture: Vec<(Option<bool>, Option<String>)>,
+    /// The check on each capture's replay alone (in capture order): the same noise a change's
+    /// captures' range shows.
+    pub per_capture: Vec<CaptureVerdict>,
     pub verdict: Verdict,
 }
 
@@ -109,13 +118,13 @@ impl ClaimVerdict {
     pub fn per_capture_text(&self) -> String {
         self.per_capture
             .iter()
-            .map(|(a, fig)| {
-                let v = match a {
+            .map(|CaptureVerdict { agrees, figure }| {
+                let v = match agrees {
                     Some(true) => "agrees",
                     Some(false) => "DISAGREES",
                     None => "not checked",
                 };
-                match fig {
+                match figure {
                     Some(f) => format!("{v} ({f})"),
                     None => v.to_string(),
                 }
@@ -176,7 +185,7 @@ impl Claim {
             .filter_map(|&(p, m, t)| row(p, m, t).map(|r| r.captures.len()))
             .min()
             .unwrap_or(0);
-        let per_capture: Vec<(Option<bool>, Option<String>)> = (0..captures)
+        let per_capture: Vec<CaptureVerdict> = (0..captures)
             .map(|k| {
                 let (_, a, fig) = self.evaluate(&|p, m, t| {
                     row(p, m, t).map(|mut r| {
@@ -184,10 +193,13 @@ impl Claim {
                         r
                     })
                 });
-                (a, fig)
+                CaptureVerdict {
+                    agrees: a,
+                    figure: fig,
+                }
             })
             .collect();
-        let verdict = verdict_of(merged, per_capture.iter().map(|(a, _)| *a));
+        let verdict = verdict_of(merged, per_capture.iter().map(|c| c.agrees));
         ClaimVerdict {
             says: self.says.to_string(),
             source: self.source.to_string(),

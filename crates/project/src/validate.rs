@@ -1841,8 +1841,14 @@ b,processes,8,faults/sec,8080,100
                 source: "a post".into(),
                 projected: "x wait ... x2.10".into(),
                 per_capture: vec![
-                    (Some(true), Some("x3.00".into())),
-                    (Some(false), Some("x1.65".into())),
+                    crate::claims::CaptureVerdict {
+                        agrees: Some(true),
+                        figure: Some("x3.00".into()),
+                    },
+                    crate::claims::CaptureVerdict {
+                        agrees: Some(false),
+                        figure: Some("x1.65".into()),
+                    },
                 ],
                 verdict: crate::claims::Verdict::Mixed,
             }],
