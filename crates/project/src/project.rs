@@ -180,10 +180,7 @@ impl ProjRow {
     pub fn lock_stat(&self) -> Vec<LockStatLine> {
         let mut merged: Vec<ClassStats> = Vec::new();
         for c in self.captures.iter().flat_map(|r| &r.classes) {
-            match merged.iter_mut().find(|m| m.name == c.name) {
-                Some(m) => m.merge(c),
-                None => merged.push(c.clone()),
-            }
+            ClassStats::merge_into(&mut merged, c);
         }
         let ops = self.captures.iter().map(|r| r.ops).sum::<u64>();
         if ops == 0 {
@@ -347,11 +344,8 @@ pub fn replay_row(
                 span_ns += r.span_ns;
                 per_sec.push(r.samples[0]);
                 per_cpu.push(r.ops_per_cpu_sec.unwrap_or(0.0));
-                for c in r.classes {
-                    match classes.iter_mut().find(|x| x.name == c.name) {
-                        Some(x) => x.merge(&c),
-                        None => classes.push(c),
-                    }
+                for c in &r.classes {
+                    ClassStats::merge_into(&mut classes, c);
                 }
             }
             (

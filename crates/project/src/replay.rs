@@ -108,6 +108,15 @@ pub struct ClassStats {
 }
 
 impl ClassStats {
+    /// Adds `c` to the class of its name in `into`, or appends it: several replays' classes
+    /// (seeds, captures) merged into one list, in the order first met.
+    pub fn merge_into(into: &mut Vec<ClassStats>, c: &ClassStats) {
+        match into.iter_mut().find(|x| x.name == c.name) {
+            Some(x) => x.merge(c),
+            None => into.push(c.clone()),
+        }
+    }
+
     /// Adds another replay's figures for the same class (a fixed-work row's seeds): every
     /// field is a count or a sum, so the merged class reads as one longer run.
     pub fn merge(&mut self, o: &ClassStats) {
