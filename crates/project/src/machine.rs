@@ -60,6 +60,14 @@ pub struct Cpu {
     /// Clock with every core busy (all-core turbo), GHz: the engine's compute, measured in
     /// cycles of the capture host, is replayed at this clock.
     pub ghz: f64,
+    /// The clock with `k` cores of a socket running, at index `k - 1` (Intel Turbo Boost's
+    /// per-active-core ratio limits, `MSR_TURBO_RATIO_LIMIT`): a socket with few busy cores
+    /// runs them faster than `ghz`, so one task's fault costs fewer nanoseconds than one of many
+    /// tasks' on the same socket. Non-increasing, its last entry `ghz`, which holds for more
+    /// cores than it lists. Empty: every core runs at `ghz` whatever the load (no turbo, or
+    /// a table not published for the part).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turbo_ghz: Vec<f64>,
     /// Throughput of a core's two hardware threads together, relative to one thread alone
     /// (1.0: no gain; only read when `threads_per_core` is 2).
     #[serde(default = "one")]
@@ -80,6 +88,14 @@ pub struct Cpu {
 }
 
 impl Cpu {
+    /// The clock of a socket with `active` cores running (`turbo_ghz`, else `ghz`).
+    pub fn clock_at(&self, active: usize) -> f64 {
+        match self.turbo_ghz.len() {
+            0 => self.ghz,
+            n => self.turbo_ghz[active.clamp(1, n) - 1],
+        }
+    }
+
     /// Each task's `(fraction of the wall time it runs, mean wait in ns each time it is
     /// descheduled)` with `tasks` tasks: the entry for that task count, else the one for the
     /// most tasks below it (more tasks never get more of a CPU each), else its whole CPU.
@@ -618,6 +634,7 @@ impl Machine {
                 )));
             }
         }
+        self.check_turbo()?;
         if let Some(c) = &self.calibration {
             if c.table.is_empty() {
                 return Err(MachineError::Key(
@@ -702,6 +719,42 @@ impl Machine {
     /// `memory.loaded_latency`: at least two points, the first at utilisation 0, utilisations
     /// rising to at most 1, every latency within [`LATENCY`] and none below the one before (a
     /// queue does not shorten as more traffic joins it).
+    /// `cpu.turbo_ghz`: clocks in [`CLOCK`]'s range, one per active core at most, never rising
+    /// as cores wake, and ending at the all-core clock `cpu.ghz`.
+    fn check_turbo(&self) -> Result<(), MachineError> {
+        let t = &self.cpu.turbo_ghz;
+        if t.len() > self.topology.cores_per_socket {
+            return Err(MachineError::Key(format!(
+                "cpu.turbo_ghz lists {} clocks, more than the {} cores of a socket",
+                t.len(),
+                self.topology.cores_per_socket
+            )));
+        }
+        for (i, &g) in t.iter().enumerate() {
+            if !CLOCK.admits(g) {
+                return Err(MachineError::Key(format!(
+                    "cpu.turbo_ghz[{i}] must be {}, not {g}",
+                    CLOCK.describe()
+                )));
+            }
+            if i > 0 && g > t[i - 1] {
+                return Err(MachineError::Key(format!(
+                    "cpu.turbo_ghz[{i}] ({g} GHz) is above the clock with fewer cores ({} GHz); a socket does not speed up as cores wake",
+                    t[i - 1]
+                )));
+            }
+        }
+        if let Some(&last) = t.last()
+            && last != self.cpu.ghz
+        {
+            return Err(MachineError::Key(format!(
+                "cpu.turbo_ghz ends at {last} GHz, not at the all-core clock cpu.ghz ({} GHz)",
+                self.cpu.ghz
+            )));
+        }
+        Ok(())
+    }
+
     fn check_loaded_latency(&self) -> Result<(), MachineError> {
         let c = &self.memory.loaded_latency;
         if c.is_empty() {
@@ -1020,6 +1073,40 @@ mod tests {
         assert!(e.contains("shipped machines"), "{e}");
     }
 
+    /// `cpu.turbo_ghz`: a clock per busy core at most, never rising with more cores, ending at
+    /// the all-core `cpu.ghz`; each refused with one line naming the key.
+    #[test]
+    fn a_turbo_table_that_is_not_a_socket_slowing_to_its_all_core_clock_is_refused() {
+        let mut m = two_socket();
+        m.cpu.ghz = 2.8;
+        m.cpu.turbo_ghz = vec![3.6, 3.4, 2.8];
+        m.check().unwrap();
+        assert_eq!(m.cpu.clock_at(0), 3.6);
+        assert_eq!(m.cpu.clock_at(1), 3.6);
+        assert_eq!(m.cpu.clock_at(2), 3.4);
+        assert_eq!(m.cpu.clock_at(22), 2.8);
+        let back = Machine::parse(&m.to_toml(), "x.toml").unwrap();
+        assert_eq!(back.cpu.turbo_ghz, m.cpu.turbo_ghz);
+        for (table, want) in [
+            (vec![3.4, 3.6, 2.8], "cpu.turbo_ghz[1] (3.6 GHz) is above"),
+            (vec![3.6, 3.0], "ends at 3 GHz, not at the all-core clock"),
+            (
+                vec![12.0, 2.8],
+                "cpu.turbo_ghz[0] must be from 0.1 to 10 GHz",
+            ),
+            (vec![f64::NAN, 2.8], "cpu.turbo_ghz[0] must be"),
+            (vec![2.8; 99], "more than the"),
+        ] {
+            let mut bad = m.clone();
+            bad.cpu.turbo_ghz = table;
+            let e = bad.check().unwrap_err().to_string();
+            assert!(e.contains(want), "{e} (wanted {want})");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+        m.cpu.turbo_ghz.clear();
+        assert_eq!(m.cpu.clock_at(1), 2.8);
+    }
+
     /// `Machine::parse` of `m` written out, expecting one line that contains `want`.
     fn refused(m: &Machine, want: &str) {
         let e = Machine::parse(&m.to_toml(), "x.toml")
@@ -1072,6 +1159,8 @@ mod tests {
                 let mut m = good.clone();
                 m.memory.core_bandwidth_gbs = BANDWIDTH.lo;
                 m.memory.node_bandwidth_gbs = BANDWIDTH.hi;
+                // The turbo table ends at the all-core clock: none, so that `cpu.ghz` may move.
+                m.cpu.turbo_ghz.clear();
                 set(&mut m, v);
                 Machine::parse(&m.to_toml(), "x.toml")
                     .unwrap_or_else(|e| panic!("{key} = {v}: {e}"));

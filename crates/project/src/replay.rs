@@ -335,8 +335,11 @@ struct Cpu {
     pc: usize,
     /// Ops left before this CPU's quota is done.
     left: u64,
-    /// SMT slowdown of its compute.
+    /// How much longer its compute takes than the trace's at the all-core clock: the SMT
+    /// sibling's share and the socket's clock (`cpu.turbo_ghz`).
     factor: f64,
+    /// The same for the trap, which is stated at one busy core's clock.
+    trap_factor: f64,
     st: St,
     stolen: u64,
     sleep_since: Option<u64>,
@@ -427,7 +430,8 @@ pub struct Replay<'a> {
     ipi_handler_ps: u64,
     /// transfer[i][j] between the tasks' CPUs, ps.
     transfer: Vec<Vec<u64>>,
-    factors: Vec<f64>,
+    /// Each task's `(compute, trap)` slowdowns ([`Cpu::factor`], [`Cpu::trap_factor`]).
+    factors: Vec<(f64, f64)>,
     /// Each task's share of its CPU (`cpu.share` at this task count).
     share: f64,
     /// The slowdown applied to every op uniformly: the share, when no wait is timed.
@@ -904,7 +908,18 @@ impl<'a> Replay<'a> {
         // Slices timed (a mean wait for the CPU): the task runs and waits in turns, below;
         // else a uniform slowdown.
         let uniform = if off_ns > 0.0 { 1.0 } else { share };
-        let factors = cpus
+        // A socket's clock falls as more of its cores run (`cpu.turbo_ghz`): compute converted
+        // at the all-core clock `cpu.ghz` is stretched by `ghz / clock`, and the trap, stated
+        // at one busy core's clock (where it is fitted, the one-task row), by `clock(1) / clock`.
+        let mut active = vec![Vec::<usize>::new(); machine.topology.sockets];
+        for &c in &cpus {
+            let p = machine.pos(c);
+            if !active[p.socket].contains(&p.core) {
+                active[p.socket].push(p.core);
+            }
+        }
+        let clock_of = |c: usize| machine.cpu.clock_at(active[machine.pos(c).socket].len());
+        let factors: Vec<(f64, f64)> = cpus
             .iter()
             .map(|&c| {
                 let core = machine.pos(c).core;
@@ -918,7 +933,11 @@ impl<'a> Replay<'a> {
                 } else {
                     1.0
                 };
-                smt / uniform
+                let clock = clock_of(c);
+                (
+                    smt / uniform * machine.cpu.ghz / clock,
+                    smt / uniform * machine.cpu.clock_at(1) / clock,
+                )
             })
             .collect();
         let k = &machine.kernel;
@@ -1059,7 +1078,8 @@ impl<'r, 'a> Sim<'r, 'a> {
                 prog,
                 pc,
                 left,
-                factor: r.factors[i],
+                factor: r.factors[i].0,
+                trap_factor: r.factors[i].1,
                 st: St::Ready,
                 stolen: 0,
                 sleep_since: None,
@@ -1934,7 +1954,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 return;
             }
             self.events += 1;
-            let factor = cpu.factor;
+            let (factor, trap_factor) = (cpu.factor, cpu.trap_factor);
             match op {
                 Op::Compute(d) => {
                     let at = self.on_cpu(c, t, (d as f64 * factor) as u64);
@@ -1942,7 +1962,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                     return;
                 }
                 Op::Trap => {
-                    let at = self.on_cpu(c, t, (self.r.trap_ps as f64 * factor) as u64);
+                    let at = self.on_cpu(c, t, (self.r.trap_ps as f64 * trap_factor) as u64);
                     self.schedule(c, at);
                     return;
                 }

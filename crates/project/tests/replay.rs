@@ -398,6 +398,63 @@ fn a_task_run_part_of_the_time_advances_at_that_part_of_the_pace() {
     );
 }
 
+/// A socket runs its busy cores at the clock `cpu.turbo_ghz` gives for their number: compute
+/// (converted at the all-core `cpu.ghz`) is stretched by `ghz / clock`, the trap (stated at
+/// one core's clock, where it is fitted) by `clock(1) / clock`, and memory writes not at all.
+#[test]
+fn a_socket_runs_its_busy_cores_at_the_clock_their_number_allows() {
+    let mut m = machine(4, 50.0, 5.0, 8.0, 100.0);
+    // 4 GHz with one busy core, 3 with two, 2 (the all-core clock) with three or four.
+    m.cpu.turbo_ghz = vec![4.0, 3.0, 2.0];
+    m.check().unwrap();
+    let mut t = Trace {
+        meta: meta(Window::Cycle),
+        instances: Vec::new(),
+        events: (0..500)
+            .flat_map(|_| {
+                [
+                    Event::Compute { ns: 100.0 },
+                    Event::Trap,
+                    Event::Write {
+                        bytes: 4096,
+                        host_ns: 1.0,
+                    },
+                    Event::Ops { n: 1 },
+                ]
+            })
+            .collect(),
+        fallbacks: Vec::new(),
+    };
+    t.meta.ops = 500;
+    // Per op: 100 ns of compute at 2 GHz, the 300 ns trap, 4096 B at 8 GB/s (512 ns).
+    for (tasks, clock) in [(1, 4.0), (2, 3.0), (3, 2.0), (4, 2.0)] {
+        let op_ns = 100.0 * 2.0 / clock + 300.0 * 4.0 / clock + 512.0;
+        let want = tasks as f64 * 1e9 / op_ns;
+        let got = mean(
+            &Replay::new(&m, &t, spec(tasks, false))
+                .unwrap()
+                .run(1)
+                .unwrap()
+                .samples,
+        );
+        assert!(
+            (got - want).abs() / want < 0.005,
+            "{tasks} tasks at {clock} GHz: {got} ops/s, expected {want}"
+        );
+    }
+    // Without a table every core runs at `ghz` and the trap is as written.
+    m.cpu.turbo_ghz.clear();
+    let got = mean(
+        &Replay::new(&m, &t, spec(3, false))
+            .unwrap()
+            .run(1)
+            .unwrap()
+            .samples,
+    );
+    let want = 3.0 * 1e9 / (100.0 + 300.0 + 512.0);
+    assert!((got - want).abs() / want < 0.005, "{got}, expected {want}");
+}
+
 /// With the host's slices timed, a task runs and waits in turns (exponential periods, means
 /// `on` and `off`): alone, it does `on / (on + off)` of its work rate (the renewal theorem), and
 /// its CPU time is the time it ran.
