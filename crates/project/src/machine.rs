@@ -58,7 +58,8 @@ pub struct Cpu {
     /// The processor model, for reports.
     pub model: String,
     /// Clock with every core busy (all-core turbo), GHz: the engine's compute, measured in
-    /// cycles of the capture host, is replayed at this clock.
+    /// cycles of the capture host, is converted at this clock, then stretched or shrunk to the
+    /// clock of its socket's busy cores when `turbo_ghz` lists them.
     pub ghz: f64,
     /// The clock with `k` cores of a socket running, at index `k - 1` (Intel Turbo Boost's
     /// per-active-core ratio limits, `MSR_TURBO_RATIO_LIMIT`): a socket with few busy cores
@@ -340,7 +341,10 @@ pub const MAX_PAGE_SIZE: u64 = 64 << 10;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelCosts {
-    /// A page-fault exception's entry and return (with the kernel's mitigations).
+    /// A page-fault exception's entry and return (with the kernel's mitigations), and for a
+    /// published machine whatever else its fault costs beyond the engine's model (the one fitted
+    /// number). With `cpu.turbo_ghz` it is the cost at one busy core's clock, where the fitted
+    /// one-task row ran; the replay stretches all of it as the socket's clock falls.
     pub trap_ns: f64,
     /// Waking a task that sleeps on a lock until it runs (a sleeping lock's hand-off).
     pub wakeup_ns: f64,
@@ -716,9 +720,6 @@ impl Machine {
         Ok(())
     }
 
-    /// `memory.loaded_latency`: at least two points, the first at utilisation 0, utilisations
-    /// rising to at most 1, every latency within [`LATENCY`] and none below the one before (a
-    /// queue does not shorten as more traffic joins it).
     /// `cpu.turbo_ghz`: clocks in [`CLOCK`]'s range, one per active core at most, never rising
     /// as cores wake, and ending at the all-core clock `cpu.ghz`.
     fn check_turbo(&self) -> Result<(), MachineError> {
@@ -755,6 +756,9 @@ impl Machine {
         Ok(())
     }
 
+    /// `memory.loaded_latency`: at least two points, the first at utilisation 0, utilisations
+    /// rising to at most 1, every latency within [`LATENCY`] and none below the one before (a
+    /// queue does not shorten as more traffic joins it).
     fn check_loaded_latency(&self) -> Result<(), MachineError> {
         let c = &self.memory.loaded_latency;
         if c.is_empty() {

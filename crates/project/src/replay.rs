@@ -934,9 +934,11 @@ impl<'a> Replay<'a> {
                     1.0
                 };
                 let clock = clock_of(c);
+                // Parenthesised so that a machine without steps (clock == ghz) replays
+                // bit for bit as before them.
                 (
-                    smt / uniform * machine.cpu.ghz / clock,
-                    smt / uniform * machine.cpu.clock_at(1) / clock,
+                    smt / uniform * (machine.cpu.ghz / clock),
+                    smt / uniform * (machine.cpu.clock_at(1) / clock),
                 )
             })
             .collect();

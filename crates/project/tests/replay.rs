@@ -8,7 +8,7 @@ mod common;
 use common::TestMachine;
 use pagelab_project::machine::Machine;
 use pagelab_project::replay::{Replay, ReplaySpec};
-use pagelab_project::trace::{Event, Instance, Trace, TraceMeta, Window};
+use pagelab_project::trace::{Event, Instance, Pinning, Trace, TraceMeta, Window};
 use pagelab_sync::Scope;
 use pagelab_sync::trace::LockModel;
 use rand::{Rng, SeedableRng};
@@ -453,6 +453,108 @@ fn a_socket_runs_its_busy_cores_at_the_clock_their_number_allows() {
     );
     let want = 3.0 * 1e9 / (100.0 + 300.0 + 512.0);
     assert!((got - want).abs() / want < 0.005, "{got}, expected {want}");
+}
+
+/// The clock is each socket's own: on two sockets of two cores with two threads each, tasks on
+/// one socket do not slow the other's, under either pinning, and a task sharing its core with
+/// a sibling pays the SMT share on top of its socket's clock. (Both pinnings fill every core
+/// before a second thread, so a socket's busy CPUs and busy cores never differ below its last
+/// step.)
+#[test]
+fn the_clock_is_each_sockets_own_and_the_smt_share_comes_on_top() {
+    let m = Machine::parse(
+        r#"
+name = "two-by-two"
+description = "two sockets of two cores of two threads"
+[cpu]
+model = "test"
+ghz = 2.0
+turbo_ghz = [4.0, 2.0]
+smt_throughput = 1.5
+[topology]
+sockets = 2
+cores_per_socket = 2
+threads_per_core = 2
+[numa]
+distance = [[10, 20], [20, 10]]
+[latency]
+smt_ns = 1.0
+core_ns = 50.0
+atomic_ns = 5.0
+[latency.remote_ns]
+20 = 100.0
+[memory]
+node_bandwidth_gbs = 100.0
+core_bandwidth_gbs = 100.0
+[kernel]
+trap_ns = 300.0
+wakeup_ns = 2000.0
+ipi_ns = 1000.0
+ipi_handler_ns = 500.0
+"#,
+        "test",
+    )
+    .unwrap();
+    let mut t = Trace {
+        meta: meta(Window::Cycle),
+        instances: Vec::new(),
+        events: (0..500)
+            .flat_map(|_| {
+                [
+                    Event::Compute { ns: 100.0 },
+                    Event::Trap,
+                    Event::Ops { n: 1 },
+                ]
+            })
+            .collect(),
+        fallbacks: Vec::new(),
+    };
+    t.meta.ops = 500;
+    // One task's op at `clock` GHz, `smt` its core's slowdown: 100 ns of compute converted at
+    // 2 GHz, the 300 ns trap stated at the one-core 4 GHz.
+    let op = |clock: f64, smt: f64| smt * (100.0 * 2.0 / clock + 300.0 * 4.0 / clock);
+    let smt = 2.0 / 1.5;
+    // (pinning, tasks, each task's op time). `Cores`: core i of the machine, first threads
+    // first (cores 0 and 1 on socket 0, 2 and 3 on socket 1, then the second threads).
+    // `Spread`: the sockets in turn.
+    let cases = [
+        (Pinning::Cores, 1, vec![op(4.0, 1.0)]),
+        (Pinning::Cores, 2, vec![op(2.0, 1.0); 2]),
+        // Socket 0 has two busy cores, socket 1 one.
+        (
+            Pinning::Cores,
+            3,
+            vec![op(2.0, 1.0), op(2.0, 1.0), op(4.0, 1.0)],
+        ),
+        // The fifth task is core 0's second thread: still two busy cores on socket 0.
+        (
+            Pinning::Cores,
+            5,
+            vec![
+                op(2.0, smt),
+                op(2.0, 1.0),
+                op(2.0, 1.0),
+                op(2.0, 1.0),
+                op(2.0, smt),
+            ],
+        ),
+        (Pinning::Spread, 2, vec![op(4.0, 1.0); 2]),
+    ];
+    for (pinning, tasks, ops) in cases {
+        t.meta.pinning = pinning;
+        let want: f64 = ops.iter().map(|ns| 1e9 / ns).sum();
+        let got = mean(
+            &Replay::new(&m, &t, spec(tasks, false))
+                .unwrap()
+                .run(1)
+                .unwrap()
+                .samples,
+        );
+        assert!(
+            (got - want).abs() / want < 0.005,
+            "{pinning:?}, {tasks} tasks: {got} ops/s, expected {want}"
+        );
+    }
 }
 
 /// With the host's slices timed, a task runs and waits in turns (exponential periods, means
