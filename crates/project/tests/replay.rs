@@ -65,6 +65,17 @@ fn threads_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
     )
 }
 
+/// The same at `n` processes.
+fn processes_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
+    mean(
+        &Replay::new(m, t, spec(n, false))
+            .unwrap()
+            .run(1)
+            .unwrap()
+            .samples,
+    )
+}
+
 #[test]
 fn an_uncontended_path_costs_the_sum_of_its_parts() {
     let m = machine(4, 50.0, 5.0, 8.0, 20.0);
@@ -430,13 +441,7 @@ fn a_socket_runs_its_busy_cores_at_the_clock_their_number_allows() {
     for (tasks, clock) in [(1, 4.0), (2, 3.0), (3, 2.0), (4, 2.0)] {
         let op_ns = 100.0 * 2.0 / clock + 300.0 * 4.0 / clock + 512.0;
         let want = tasks as f64 * 1e9 / op_ns;
-        let got = mean(
-            &Replay::new(&m, &t, spec(tasks, false))
-                .unwrap()
-                .run(1)
-                .unwrap()
-                .samples,
-        );
+        let got = processes_rate(&m, &t, tasks);
         assert!(
             (got - want).abs() / want < 0.005,
             "{tasks} tasks at {clock} GHz: {got} ops/s, expected {want}"
@@ -444,13 +449,7 @@ fn a_socket_runs_its_busy_cores_at_the_clock_their_number_allows() {
     }
     // Without a table every core runs at `ghz` and the trap is as written.
     m.cpu.turbo_ghz.clear();
-    let got = mean(
-        &Replay::new(&m, &t, spec(3, false))
-            .unwrap()
-            .run(1)
-            .unwrap()
-            .samples,
-    );
+    let got = processes_rate(&m, &t, 3);
     let want = 3.0 * 1e9 / (100.0 + 300.0 + 512.0);
     assert!((got - want).abs() / want < 0.005, "{got}, expected {want}");
 }
@@ -462,39 +461,14 @@ fn a_socket_runs_its_busy_cores_at_the_clock_their_number_allows() {
 /// step.)
 #[test]
 fn the_clock_is_each_sockets_own_and_the_smt_share_comes_on_top() {
-    let m = Machine::parse(
-        r#"
-name = "two-by-two"
-description = "two sockets of two cores of two threads"
-[cpu]
-model = "test"
-ghz = 2.0
-turbo_ghz = [4.0, 2.0]
-smt_throughput = 1.5
-[topology]
-sockets = 2
-cores_per_socket = 2
-threads_per_core = 2
-[numa]
-distance = [[10, 20], [20, 10]]
-[latency]
-smt_ns = 1.0
-core_ns = 50.0
-atomic_ns = 5.0
-[latency.remote_ns]
-20 = 100.0
-[memory]
-node_bandwidth_gbs = 100.0
-core_bandwidth_gbs = 100.0
-[kernel]
-trap_ns = 300.0
-wakeup_ns = 2000.0
-ipi_ns = 1000.0
-ipi_handler_ns = 500.0
-"#,
-        "test",
-    )
-    .unwrap();
+    let m = TestMachine {
+        sockets: 2,
+        threads_per_core: 2,
+        smt_throughput: 1.5,
+        turbo_ghz: vec![4.0, 2.0],
+        ..TestMachine::new(2)
+    }
+    .build();
     let mut t = Trace {
         meta: meta(Window::Cycle),
         instances: Vec::new(),
@@ -543,13 +517,7 @@ ipi_handler_ns = 500.0
     for (pinning, tasks, ops) in cases {
         t.meta.pinning = pinning;
         let want: f64 = ops.iter().map(|ns| 1e9 / ns).sum();
-        let got = mean(
-            &Replay::new(&m, &t, spec(tasks, false))
-                .unwrap()
-                .run(1)
-                .unwrap()
-                .samples,
-        );
+        let got = processes_rate(&m, &t, tasks);
         assert!(
             (got - want).abs() / want < 0.005,
             "{pinning:?}, {tasks} tasks: {got} ops/s, expected {want}"

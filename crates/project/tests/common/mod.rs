@@ -19,6 +19,13 @@ pub struct TestMachine {
     pub node_gbs: f64,
     /// The loaded-latency curve's two ends, `[latency at 0, latency at full utilisation]`.
     pub loaded_latency: Option<[f64; 2]>,
+    /// Sockets of `cores` cores each, a node each, 100 ns apart.
+    pub sockets: usize,
+    /// Hardware threads per core, and their throughput together (`cpu.smt_throughput`).
+    pub threads_per_core: usize,
+    pub smt_throughput: f64,
+    /// `cpu.turbo_ghz` (empty: every core at 2 GHz).
+    pub turbo_ghz: Vec<f64>,
 }
 
 impl TestMachine {
@@ -30,6 +37,10 @@ impl TestMachine {
             core_gbs: 100.0,
             node_gbs: 100.0,
             loaded_latency: None,
+            sockets: 1,
+            threads_per_core: 1,
+            smt_throughput: 1.0,
+            turbo_ghz: Vec::new(),
         }
     }
 
@@ -41,10 +52,22 @@ impl TestMachine {
             core_gbs,
             node_gbs,
             loaded_latency,
+            sockets,
+            threads_per_core,
+            smt_throughput,
+            turbo_ghz,
         } = self;
         let curve = loaded_latency
             .map(|[l0, l1]| format!("loaded_latency = [[0.0, {l0}], [1.0, {l1}]]"))
             .unwrap_or_default();
+        let distance: Vec<Vec<u32>> = (0..*sockets)
+            .map(|a| {
+                (0..*sockets)
+                    .map(|b| if a == b { 10 } else { 20 })
+                    .collect()
+            })
+            .collect();
+        let remote = if *sockets > 1 { "20 = 100.0" } else { "" };
         Machine::parse(
             &format!(
                 r#"
@@ -53,17 +76,20 @@ description = "test machine"
 [cpu]
 model = "test"
 ghz = 2.0
+turbo_ghz = {turbo_ghz:?}
+smt_throughput = {smt_throughput:?}
 [topology]
-sockets = 1
+sockets = {sockets}
 cores_per_socket = {cores}
-threads_per_core = 1
+threads_per_core = {threads_per_core}
 [numa]
-distance = [[10]]
+distance = {distance:?}
 [latency]
 smt_ns = 1.0
 core_ns = {core_ns}
 atomic_ns = {atomic_ns}
 [latency.remote_ns]
+{remote}
 [memory]
 node_bandwidth_gbs = {node_gbs}
 core_bandwidth_gbs = {core_gbs}
