@@ -65,6 +65,29 @@ fn threads_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
     )
 }
 
+/// One operation: 100 ns of compute, a trap, a 4 KiB page cleared.
+const COMPUTE_TRAP_WRITE: [Event; 4] = [
+    Event::Compute { ns: 100.0 },
+    Event::Trap,
+    Event::Write {
+        bytes: 4096,
+        host_ns: 1.0,
+    },
+    Event::Ops { n: 1 },
+];
+
+/// A cyclic trace of `n` operations, each the events of `op` (one `Ops` among them).
+fn cyclic(op: &[Event], n: u64) -> Trace {
+    let mut t = Trace {
+        meta: meta(Window::Cycle),
+        instances: Vec::new(),
+        events: (0..n).flat_map(|_| op.iter().copied()).collect(),
+        fallbacks: Vec::new(),
+    };
+    t.meta.ops = n;
+    t
+}
+
 /// The same at `n` processes.
 fn processes_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
     mean(
@@ -360,15 +383,7 @@ fn a_task_run_part_of_the_time_advances_at_that_part_of_the_pace() {
     let mut t = Trace {
         meta: meta(Window::Once),
         instances: Vec::new(),
-        events: vec![
-            Event::Compute { ns: 100.0 },
-            Event::Trap,
-            Event::Write {
-                bytes: 4096,
-                host_ns: 1.0,
-            },
-            Event::Ops { n: 1 },
-        ],
+        events: COMPUTE_TRAP_WRITE.to_vec(),
         fallbacks: Vec::new(),
     };
     t.meta.ops = 1;
@@ -418,25 +433,7 @@ fn a_socket_runs_its_busy_cores_at_the_clock_their_number_allows() {
     // 4 GHz with one busy core, 3 with two, 2 (the all-core clock) with three or four.
     m.cpu.turbo_ghz = vec![4.0, 3.0, 2.0];
     m.check().unwrap();
-    let mut t = Trace {
-        meta: meta(Window::Cycle),
-        instances: Vec::new(),
-        events: (0..500)
-            .flat_map(|_| {
-                [
-                    Event::Compute { ns: 100.0 },
-                    Event::Trap,
-                    Event::Write {
-                        bytes: 4096,
-                        host_ns: 1.0,
-                    },
-                    Event::Ops { n: 1 },
-                ]
-            })
-            .collect(),
-        fallbacks: Vec::new(),
-    };
-    t.meta.ops = 500;
+    let t = cyclic(&COMPUTE_TRAP_WRITE, 500);
     // Per op: 100 ns of compute at 2 GHz, the 300 ns trap, 4096 B at 8 GB/s (512 ns).
     for (tasks, clock) in [(1, 4.0), (2, 3.0), (3, 2.0), (4, 2.0)] {
         let op_ns = 100.0 * 2.0 / clock + 300.0 * 4.0 / clock + 512.0;
@@ -469,21 +466,14 @@ fn the_clock_is_each_sockets_own_and_the_smt_share_comes_on_top() {
         ..TestMachine::new(2)
     }
     .build();
-    let mut t = Trace {
-        meta: meta(Window::Cycle),
-        instances: Vec::new(),
-        events: (0..500)
-            .flat_map(|_| {
-                [
-                    Event::Compute { ns: 100.0 },
-                    Event::Trap,
-                    Event::Ops { n: 1 },
-                ]
-            })
-            .collect(),
-        fallbacks: Vec::new(),
-    };
-    t.meta.ops = 500;
+    let mut t = cyclic(
+        &[
+            Event::Compute { ns: 100.0 },
+            Event::Trap,
+            Event::Ops { n: 1 },
+        ],
+        500,
+    );
     // One task's op at `clock` GHz, `smt` its core's slowdown: 100 ns of compute converted at
     // 2 GHz, the 300 ns trap stated at the one-core 4 GHz.
     let op = |clock: f64, smt: f64| smt * (100.0 * 2.0 / clock + 300.0 * 4.0 / clock);
