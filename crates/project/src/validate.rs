@@ -909,6 +909,11 @@ pub struct SelfRow {
     /// The transfer of a line between two cores the row was replayed with, ns
     /// (`latency.core_ns`, measured beside the engine's run: [`Beside`]).
     pub core_ns: f64,
+    /// One core's clearing bandwidth and a node's the row was replayed with, GB/s
+    /// (`memory.core_bandwidth_gbs`, `memory.node_bandwidth_gbs`, measured beside the
+    /// engine's run: [`Beside`]).
+    pub core_gbs: f64,
+    pub node_gbs: f64,
     /// The engine's compute per operation the row's trace was given, ns: the profile timed
     /// alone just before and after the engine's run ([`crate::capture::pace`]), where the
     /// capture's own untraced window was timed a minute away. `None` where it could not be
@@ -957,7 +962,7 @@ impl SelfCheck {
         );
         let _ = writeln!(
             s,
-            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8} {:>8} {:>10}",
+            "{:<12} {:<9} {:>5} {:<10} {:>13} {:>13} {:>8} {:>9} {:>8} {:>8} {:>11} {:>10}",
             "workload",
             "mode",
             "tasks",
@@ -968,12 +973,13 @@ impl SelfCheck {
             "cpu share",
             "wait ms",
             "xfer ns",
+            "clear GB/s",
             "compute ns"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2} {:>8.1} {:>10}",
+                "{:<12} {:<9} {:>5} {:<10} {:>13.0} {:>13.0} {:>+7.1}% {:>9.2} {:>8.2} {:>8.1} {:>11} {:>10}",
                 r.workload,
                 r.mode,
                 r.tasks,
@@ -984,6 +990,7 @@ impl SelfCheck {
                 r.share,
                 r.wait_ns / 1e6,
                 r.core_ns,
+                format!("{:.1}/{:.1}", r.core_gbs, r.node_gbs),
                 r.compute_ns
                     .map_or("capture's".to_string(), |c| format!("{c:.1}"))
             );
@@ -1146,8 +1153,9 @@ pub fn self_check_on(
 
 /// What the host gave the engine's tasks around one self-check row, measured on each side of
 /// its run and averaged: each task's share of its CPU and its mean wait
-/// ([`crate::calibrate::cpu_share`]), and the transfer of a line between the first two CPUs,
-/// where the row's tasks run ([`crate::calibrate::core_transfer_ns`]).
+/// ([`crate::calibrate::cpu_share`]), the transfer of a line between the first two CPUs,
+/// where the row's tasks run ([`crate::calibrate::core_transfer_ns`]), and the clearing
+/// bandwidth of one core and of every CPU at once ([`crate::calibrate::clear_bandwidth_gbs`]).
 ///
 /// The transfer is measured beside each row rather than taken from the calibration at the
 /// start because it does not stay put on this host: a 2-vCPU guest on an AMD EPYC, it measured
@@ -1156,7 +1164,10 @@ pub fn self_check_on(
 /// two vCPUs between one core complex and two (an L3 shared or not). Every line the tasks pass
 /// between them (the per-VMA lock's count, the LRU and free lists) costs the engine that
 /// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
-/// earlier.
+/// earlier. The clearing bandwidth moves too (one core 11 to 18 GB/s in eight measurements
+/// 0.5 s apart on 2026-11-29, `selfcheck_probe bandwidth 8`), and clearing is 40 to 50% of
+/// the engine's time a fault here (`perf record` of `pagelab run pft`, `Arena::zero_page`),
+/// so it is measured beside the row for the same reason.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Beside {
     pub share: f64,
@@ -1164,18 +1175,38 @@ pub struct Beside {
     /// `None` where the machine has SMT (the first two CPUs may be siblings, whose transfer
     /// is `smt_ns`): the calibration's figures stand.
     pub core_ns: Option<f64>,
+    /// One core's clearing bandwidth, GB/s (`memory.core_bandwidth_gbs`).
+    pub core_gbs: Option<f64>,
+    /// A node's, every allowed CPU clearing at once (`memory.node_bandwidth_gbs`); at least
+    /// one core's.
+    pub node_gbs: Option<f64>,
 }
 
 impl Beside {
-    /// Measures the share of `tasks` busy tasks over `window`, and the transfer.
+    /// Bytes each thread clears to measure a bandwidth beside a row: a pass of several
+    /// milliseconds, twice the host's 32 MiB last-level cache, in about a tenth of a second
+    /// for the nine passes of each figure.
+    const CLEAR_BYTES: usize = 64 << 20;
+
+    /// Measures the share of `tasks` busy tasks over `window`, the transfer and the clearing
+    /// bandwidths.
     pub fn measure(machine: &Machine, tasks: usize, window: std::time::Duration) -> Beside {
         let (share, wait_ns) = crate::calibrate::cpu_share(tasks, window);
         let core_ns = (machine.topology.threads_per_core == 1 && machine.nr_cpus() >= 2)
             .then(crate::calibrate::core_transfer_ns);
+        let positive = |g: f64| (g.is_finite() && g > 0.0).then_some(g);
+        let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, Self::CLEAR_BYTES));
+        let nodes = machine.nr_nodes().max(1) as f64;
+        let node_gbs = positive(
+            crate::calibrate::clear_bandwidth_gbs(machine.nr_cpus(), Self::CLEAR_BYTES) / nodes,
+        )
+        .map(|n| core_gbs.map_or(n, |c| n.max(c)));
         Beside {
             share,
             wait_ns,
             core_ns,
+            core_gbs,
+            node_gbs,
         }
     }
 
@@ -1184,22 +1215,41 @@ impl Beside {
         Beside {
             share: (self.share + other.share) / 2.0,
             wait_ns: (self.wait_ns + other.wait_ns) / 2.0,
-            core_ns: match (self.core_ns, other.core_ns) {
-                (Some(a), Some(b)) => Some((a + b) / 2.0),
-                (a, b) => a.or(b),
-            },
+            core_ns: mean_of(self.core_ns, other.core_ns),
+            core_gbs: mean_of(self.core_gbs, other.core_gbs),
+            node_gbs: mean_of(self.node_gbs, other.node_gbs),
         }
     }
 
     /// `machine` as it was around a row of `tasks` tasks: each task run for the share (its
-    /// tasks meeting only while both run: [`project_measured`]), the transfer measured.
+    /// tasks meeting only while both run: [`project_measured`]), the transfer and the
+    /// bandwidths measured (a node never below one core).
     pub fn host(&self, machine: &Machine, tasks: usize) -> Machine {
         let mut host = machine.clone();
         host.cpu.share = vec![[tasks as f64, self.share, 0.0]];
         if let Some(ns) = self.core_ns {
             host.latency.core_ns = (ns * 10.0).round() / 10.0;
         }
+        let round = |g: f64| (g * 100.0).round() / 100.0;
+        if let Some(c) = self.core_gbs {
+            host.memory.core_bandwidth_gbs = round(c);
+        }
+        if let Some(n) = self.node_gbs {
+            host.memory.node_bandwidth_gbs = round(n);
+        }
+        host.memory.node_bandwidth_gbs = host
+            .memory
+            .node_bandwidth_gbs
+            .max(host.memory.core_bandwidth_gbs);
         host
+    }
+}
+
+/// The mean of two optional measurements, or the one there is.
+fn mean_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some((a + b) / 2.0),
+        (a, b) => a.or(b),
     }
 }
 
@@ -1261,6 +1311,8 @@ pub fn project_measured(
                 share,
                 wait_ns: wait,
                 core_ns: machine.latency.core_ns,
+                core_gbs: machine.memory.core_bandwidth_gbs,
+                node_gbs: machine.memory.node_bandwidth_gbs,
                 compute_ns: None,
             });
         }
@@ -1498,6 +1550,8 @@ mod tests {
             share: 1.0,
             wait_ns: 0.0,
             core_ns: 31.0,
+            core_gbs: 14.5,
+            node_gbs: 21.3,
             compute_ns,
         };
         let c = SelfCheck {
@@ -1511,6 +1565,57 @@ mod tests {
         let lines: Vec<&str> = s.lines().filter(|l| l.starts_with("page_fault1")).collect();
         assert!(lines[0].ends_with(" 612.3"), "{s}");
         assert!(lines[1].ends_with("capture's"), "{s}");
+        assert!(s.contains("clear GB/s"), "{s}");
+        assert!(lines.iter().all(|l| l.contains(" 14.5/21.3 ")), "{s}");
+    }
+
+    /// A row's host is the calibrated one with what was measured beside the row: the share,
+    /// the transfer, one core's and the node's clearing bandwidth, the node never below one
+    /// core (a node figure under one core's is noise: the cores cannot clear less together
+    /// than one of them alone); what was not measured stays as calibrated.
+    #[test]
+    fn a_rows_host_takes_the_bandwidths_measured_beside_it() {
+        let host = injected_host();
+        let beside = Beside {
+            share: 0.9,
+            wait_ns: 0.0,
+            core_ns: Some(35.04),
+            core_gbs: Some(12.346),
+            node_gbs: Some(20.0),
+        };
+        let h = beside.host(&host, 2);
+        assert_eq!(h.latency.core_ns, 35.0);
+        assert_eq!(h.memory.core_bandwidth_gbs, 12.35);
+        assert_eq!(h.memory.node_bandwidth_gbs, 20.0);
+        let low = Beside {
+            node_gbs: Some(9.0),
+            ..beside
+        };
+        assert_eq!(low.host(&host, 2).memory.node_bandwidth_gbs, 12.35);
+        let none = Beside {
+            core_gbs: None,
+            node_gbs: None,
+            ..beside
+        };
+        let h = none.host(&host, 2);
+        assert_eq!(
+            (h.memory.core_bandwidth_gbs, h.memory.node_bandwidth_gbs),
+            (
+                host.memory.core_bandwidth_gbs,
+                host.memory.node_bandwidth_gbs
+            )
+        );
+        let both = beside.mean(&Beside {
+            core_gbs: Some(14.0),
+            node_gbs: None,
+            ..beside
+        });
+        assert!((both.core_gbs.unwrap() - 13.173).abs() < 1e-9, "{both:?}");
+        assert_eq!(
+            both.node_gbs,
+            Some(20.0),
+            "one measurement of two: that one"
+        );
     }
 
     #[test]
@@ -1587,6 +1692,8 @@ mod tests {
             share: 1.0,
             wait_ns: 0.0,
             core_ns: Some(31.4),
+            core_gbs: None,
+            node_gbs: None,
         };
         let row_host = beside.host(&host, 2);
         // Two tasks: 1000 ns, a transfer of 31.4 ns and the atomic each op.
