@@ -206,10 +206,20 @@ pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
         });
         return bytes as f64 / one.join().unwrap_or(f64::INFINITY);
     }
+    // A thread whose arena could not be had clears nothing: the figure is then 0, not the
+    // others' bytes over a pass it shortened.
+    let failed = Arc::new(AtomicBool::new(false));
+    let f2 = failed.clone();
     let ns = group_pass_ns(threads, 9, move |_| {
         let arena = arena();
+        if arena.is_none() {
+            f2.store(true, Ordering::Relaxed);
+        }
         move || clear(&arena)
     });
+    if failed.load(Ordering::Relaxed) {
+        return 0.0;
+    }
     (threads * bytes) as f64 / ns
 }
 

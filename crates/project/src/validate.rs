@@ -1183,10 +1183,14 @@ pub struct Beside {
 }
 
 impl Beside {
-    /// Bytes each thread clears to measure a bandwidth beside a row: a pass of several
-    /// milliseconds, twice the host's 32 MiB last-level cache, in about a tenth of a second
-    /// for the nine passes of each figure.
+    /// Bytes one core clears to measure its bandwidth beside a row: a pass of several
+    /// milliseconds, twice this host's 32 MiB last-level cache, in about a tenth of a second
+    /// for the nine passes of the figure.
     const CLEAR_BYTES: usize = 64 << 20;
+    /// Bytes every CPU clearing at once clear in all, at most: each thread clears its share
+    /// of it (no more than [`Self::CLEAR_BYTES`], no less than 4 MiB), so that a host of
+    /// hundreds of CPUs is not asked for tens of GiB beside every row.
+    const CLEAR_ALL_BYTES: usize = 1 << 30;
 
     /// Measures the share of `tasks` busy tasks over `window`, the transfer and the clearing
     /// bandwidths.
@@ -1197,10 +1201,10 @@ impl Beside {
         let positive = |g: f64| (g.is_finite() && g > 0.0).then_some(g);
         let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, Self::CLEAR_BYTES));
         let nodes = machine.nr_nodes().max(1) as f64;
-        let node_gbs = positive(
-            crate::calibrate::clear_bandwidth_gbs(machine.nr_cpus(), Self::CLEAR_BYTES) / nodes,
-        )
-        .map(|n| core_gbs.map_or(n, |c| n.max(c)));
+        let cpus = machine.nr_cpus().max(1);
+        let each = (Self::CLEAR_ALL_BYTES / cpus).clamp(4 << 20, Self::CLEAR_BYTES);
+        let node_gbs = positive(crate::calibrate::clear_bandwidth_gbs(cpus, each) / nodes)
+            .map(|n| core_gbs.map_or(n, |c| n.max(c)));
         Beside {
             share,
             wait_ns,
