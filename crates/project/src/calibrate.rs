@@ -167,16 +167,20 @@ pub fn atomic_ns() -> f64 {
 ///
 /// Several threads are timed in wall time, pass by pass *together*
 /// ([`group_pass_ns`]): every pass starts at a barrier, and lasts from the first thread's
-/// start to the last one's end. Until 2026-11-29 each thread kept the quickest of its own
-/// three passes and the figure took the slowest of those: but the threads' passes drift apart
-/// (a preempted thread falls behind, the other's next pass runs alone), so each thread's
-/// quickest pass was the one it ran with the other idle, and the figure was close to the sum
-/// of one-core rates. On this 2-vCPU EPYC guest it gave 22 to 29 GB/s for two threads beside
-/// 14 to 17 for one, where two threads clearing for the same seconds each cleared about a
-/// fifth slower than one alone (a C memset loop, 0.19-0.22 s alone and 0.25-0.29 s each
-/// together for 2.5 GiB; docs/model.md, section 4, "round 35").
+/// start to the last one's end, so that every thread's pass is in it and none is one the
+/// thread ran alone. Until 2026-11-29 each thread kept the quickest of its own three passes
+/// and the figure took the slowest of those: but the threads' passes drift apart (a
+/// preempted thread falls behind, the other's next pass runs alone), so a thread's quickest
+/// pass could be one it ran with the other idle, and the figure came out above what they
+/// clear together. On this 2-vCPU EPYC guest it gave 21.7 to 30.0 GB/s for two threads beside
+/// 11.2 to 18.5 for one, where two threads of a C `memset` loop clearing at once each cleared
+/// about a fifth to a quarter slower than one alone (18.5 to 22.6 GB/s for the two;
+/// docs/model.md, section 4, "round 35"). 0 when `threads` is 0 or an arena could not be had.
 pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
     use pagelab_mm::arena::{Arena, ArenaConfig};
+    if threads == 0 {
+        return 0.0;
+    }
     let arena = move || {
         let cfg = ArenaConfig {
             prefault: true,
@@ -198,6 +202,7 @@ pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
             if arena.is_none() {
                 return f64::INFINITY;
             }
+            // The quickest of nine passes, each in this thread's own CPU time.
             quickest(9, || {
                 let c = thread_cpu_ns();
                 clear(&arena);
@@ -206,8 +211,8 @@ pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
         });
         return bytes as f64 / one.join().unwrap_or(f64::INFINITY);
     }
-    // A thread whose arena could not be had clears nothing: the figure is then 0, not the
-    // others' bytes over a pass it shortened.
+    // A thread whose arena could not be had clears nothing, though its bytes would be
+    // counted: the figure is then 0, not a sum of bytes nobody cleared.
     let failed = Arc::new(AtomicBool::new(false));
     let f2 = failed.clone();
     let ns = group_pass_ns(threads, 9, move |_| {
@@ -225,14 +230,17 @@ pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
 
 /// The quickest of `passes` passes that `threads` pinned threads run together, ns: each thread
 /// builds its work with `setup(i)` (outside the timing), then every pass starts at a barrier
-/// and lasts from the earliest start to the latest end, so that only time in which the threads
-/// overlapped is counted, and the quickest pass is the least disturbed one with all of them
-/// running. `f64::INFINITY` if a thread panicked.
+/// and lasts from the earliest start to the latest end, so that every thread's work is in it
+/// (no pass is one a thread ran while the others were idle between passes), and the quickest
+/// pass is the least disturbed one. `f64::INFINITY` if `setup` or a pass panicked in any
+/// thread: a thread that panics keeps meeting the barriers, so the others are not left
+/// waiting for it.
 fn group_pass_ns<W: FnMut() + 'static>(
     threads: usize,
     passes: usize,
     setup: impl Fn(usize) -> W + Send + Sync + 'static,
 ) -> f64 {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
     let setup = Arc::new(setup);
     let start = Arc::new(std::sync::Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
@@ -240,22 +248,29 @@ fn group_pass_ns<W: FnMut() + 'static>(
             let (start, setup) = (start.clone(), setup.clone());
             std::thread::spawn(move || {
                 pin_to_core(i);
-                let mut work = setup(i);
-                (0..passes)
+                let mut work = catch_unwind(AssertUnwindSafe(|| setup(i))).ok();
+                let mut ok = work.is_some();
+                let spans = (0..passes)
                     .map(|_| {
                         start.wait();
                         let t0 = Instant::now();
-                        work();
+                        if let Some(w) = work.as_mut() {
+                            ok &= catch_unwind(AssertUnwindSafe(w)).is_ok();
+                        }
                         (t0, Instant::now())
                     })
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>();
+                ok.then_some(spans)
             })
         })
         .collect();
-    let spans: Vec<Vec<(Instant, Instant)>> = match handles.into_iter().map(|h| h.join()).collect()
+    let spans: Vec<Vec<(Instant, Instant)>> = match handles
+        .into_iter()
+        .map(|h| h.join().ok().flatten())
+        .collect::<Option<_>>()
     {
-        Ok(s) => s,
-        Err(_) => return f64::INFINITY,
+        Some(s) => s,
+        None => return f64::INFINITY,
     };
     (0..passes)
         .map(|p| {
@@ -1323,27 +1338,44 @@ mod tests {
         }
     }
 
-    /// A group pass counts only time the threads ran together: each pass lasts until its last
-    /// thread is done. Here one thread or the other is slow in every pass, never both; a
-    /// figure built from each thread's own quickest pass (the rule before 2026-11-29) would be
-    /// a fast pass, as if they had never overlapped a slow one.
+    /// A group pass lasts until its last thread is done, the threads start it together, and
+    /// the figure is the quickest pass. Passes 0 to 3: one thread or the other is slow (never
+    /// both), which a figure built from each thread's own quickest pass (the rule before
+    /// 2026-11-29) would report as a fast pass; pass 4: both are slow for four times as long,
+    /// which the quickest pass must leave out. In the second case both threads are slow in
+    /// every pass: a group that did not start them together would take two slow stretches.
     #[test]
     fn a_group_pass_lasts_until_its_last_thread_is_done() {
         let slow = Duration::from_millis(30);
-        let ns = group_pass_ns(2, 4, move |i| {
+        let slow_ns = slow.as_nanos() as f64;
+        let ns = group_pass_ns(2, 5, move |i| {
             let mut pass = 0usize;
             move || {
-                // Thread 0 is slow in even passes, thread 1 in odd ones.
-                if pass % 2 == i {
+                // Thread 0 is slow in even passes, thread 1 in odd ones; both in the last.
+                if pass == 4 {
+                    std::thread::sleep(4 * slow);
+                } else if pass % 2 == i {
                     std::thread::sleep(slow);
                 }
                 pass += 1;
             }
         });
         assert!(
-            ns >= slow.as_nanos() as f64,
-            "the quickest group pass took {ns} ns, less than the slow thread's {slow:?}"
+            ns >= slow_ns && ns < 2.0 * slow_ns,
+            "the quickest group pass took {ns} ns: not one slow thread's {slow:?}"
         );
+        let together = group_pass_ns(2, 3, move |_| move || std::thread::sleep(slow));
+        assert!(
+            together >= slow_ns && together < 1.5 * slow_ns,
+            "two threads sleeping {slow:?} at once took {together} ns a pass"
+        );
+        // A panic in one thread's work gives no figure, and does not hang the other.
+        let panicked = group_pass_ns(2, 3, move |i| {
+            move || {
+                assert!(i == 0, "thread 1 fails");
+            }
+        });
+        assert_eq!(panicked, f64::INFINITY);
     }
 
     /// One core's clearing bandwidth is what the core clears while it runs: a busy thread

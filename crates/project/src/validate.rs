@@ -909,10 +909,11 @@ pub struct SelfRow {
     /// The transfer of a line between two cores the row was replayed with, ns
     /// (`latency.core_ns`, measured beside the engine's run: [`Beside`]).
     pub core_ns: f64,
-    /// One core's clearing bandwidth and a node's the row was replayed with, GB/s
-    /// (`memory.core_bandwidth_gbs`, `memory.node_bandwidth_gbs`, measured beside the
-    /// engine's run: [`Beside`]).
+    /// One core's clearing bandwidth the row was replayed with, GB/s
+    /// (`memory.core_bandwidth_gbs`, measured beside the engine's run: [`Beside`]).
     pub core_gbs: f64,
+    /// A node's, every allowed CPU clearing at once (`memory.node_bandwidth_gbs`, measured
+    /// beside the engine's run: [`Beside`]).
     pub node_gbs: f64,
     /// The engine's compute per operation the row's trace was given, ns: the profile timed
     /// alone just before and after the engine's run ([`crate::capture::pace`]), where the
@@ -1164,8 +1165,9 @@ pub fn self_check_on(
 /// two vCPUs between one core complex and two (an L3 shared or not). Every line the tasks pass
 /// between them (the per-VMA lock's count, the LRU and free lists) costs the engine that
 /// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
-/// earlier. The clearing bandwidth moves too (one core 11 to 18 GB/s in eight measurements
-/// 0.5 s apart on 2026-11-29, `selfcheck_probe bandwidth 8`), and clearing is 40 to 50% of
+/// earlier. The clearing bandwidth moves too (one core 11.2 to 18.5 GB/s in twelve
+/// measurements 0.5 s apart on 2026-11-29, two runs of `selfcheck_probe bandwidth 6`), and
+/// clearing is 40 to 50% of
 /// the engine's time a fault here (`perf record` of `pagelab run pft`, `Arena::zero_page`),
 /// so it is measured beside the row for the same reason.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -1187,9 +1189,9 @@ impl Beside {
     /// milliseconds, twice this host's 32 MiB last-level cache, in about a tenth of a second
     /// for the nine passes of the figure.
     const CLEAR_BYTES: usize = 64 << 20;
-    /// Bytes every CPU clearing at once clear in all, at most: each thread clears its share
-    /// of it (no more than [`Self::CLEAR_BYTES`], no less than 4 MiB), so that a host of
-    /// hundreds of CPUs is not asked for tens of GiB beside every row.
+    /// Bytes every CPU clearing at once clear in all: each thread clears its share of it, but
+    /// no more than [`Self::CLEAR_BYTES`] and no less than 4 MiB (the floor wins above 256
+    /// CPUs), so that a host of hundreds of CPUs is not asked for tens of GiB beside every row.
     const CLEAR_ALL_BYTES: usize = 1 << 30;
 
     /// Measures the share of `tasks` busy tasks over `window`, the transfer and the clearing
@@ -1201,7 +1203,9 @@ impl Beside {
         let positive = |g: f64| (g.is_finite() && g > 0.0).then_some(g);
         let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, Self::CLEAR_BYTES));
         let nodes = machine.nr_nodes().max(1) as f64;
-        let cpus = machine.nr_cpus().max(1);
+        // Every CPU this process may use, as calibrate counts them (`pin_to_core` wraps
+        // around the allowed ones, so more threads than that would share CPUs).
+        let cpus = pagelab_workloads::pin::allowed_cpus().len().max(1);
         let each = (Self::CLEAR_ALL_BYTES / cpus).clamp(4 << 20, Self::CLEAR_BYTES);
         let node_gbs = positive(crate::calibrate::clear_bandwidth_gbs(cpus, each) / nodes)
             .map(|n| core_gbs.map_or(n, |c| n.max(c)));
