@@ -1167,9 +1167,8 @@ pub fn self_check_on(
 /// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
 /// earlier. The clearing bandwidth moves too (one core 11.2 to 18.5 GB/s in twelve
 /// measurements 0.5 s apart on 2026-11-29, two runs of `selfcheck_probe bandwidth 6`), and
-/// clearing is 40 to 50% of
-/// the engine's time a fault here (`perf record` of `pagelab run pft`, `Arena::zero_page`),
-/// so it is measured beside the row for the same reason.
+/// clearing is 40 to 50% of the engine's time a fault here (`perf record` of `pagelab run
+/// pft`, `Arena::zero_page`), so it is measured beside the row for the same reason.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Beside {
     pub share: f64,
