@@ -54,15 +54,21 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
-/// The mean of the samples of `t` replayed on `m` at `n` threads (`run(1)`).
-fn threads_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
+/// The mean of the samples of `t` replayed on `m` at `n` tasks, threads or processes
+/// (`run(1)`).
+fn rate(m: &Machine, t: &Trace, n: usize, threads: bool) -> f64 {
     mean(
-        &Replay::new(m, t, spec(n, true))
+        &Replay::new(m, t, spec(n, threads))
             .unwrap()
             .run(1)
             .unwrap()
             .samples,
     )
+}
+
+/// [`rate`] at `n` threads.
+fn threads_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
+    rate(m, t, n, true)
 }
 
 /// One operation: 100 ns of compute, a trap, a 4 KiB page cleared.
@@ -88,15 +94,9 @@ fn cyclic(op: &[Event], n: u64) -> Trace {
     t
 }
 
-/// The same at `n` processes.
+/// [`rate`] at `n` processes.
 fn processes_rate(m: &Machine, t: &Trace, n: usize) -> f64 {
-    mean(
-        &Replay::new(m, t, spec(n, false))
-            .unwrap()
-            .run(1)
-            .unwrap()
-            .samples,
-    )
+    rate(m, t, n, false)
 }
 
 #[test]
