@@ -15,6 +15,7 @@ pub mod capture;
 pub mod claims;
 mod coherence;
 pub mod error;
+mod event_queue;
 pub mod kvcapture;
 pub mod machine;
 pub mod memory;

@@ -36,8 +36,9 @@
 //! run, a ticket lock's service order) comes from one seeded generator: a seed gives the same
 //! result on every run.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
+
+use crate::event_queue::EventQueue;
 
 use pagelab_sync::trace::{LockModel, Sym};
 use pagelab_sync::{RwsemAlgo, Scope};
@@ -1001,7 +1002,10 @@ struct Sim<'r, 'a> {
     cpus: Vec<Cpu>,
     res: Vec<Resource>,
     buses: Vec<Bus>,
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    heap: EventQueue,
+    /// The CPUs whose clearing a memory node's event completes (kept to spare an allocation
+    /// per event).
+    bus_done: Vec<u32>,
     stats: Vec<ClassStats>,
     events: u64,
     /// A pair trace: each pair's socket (pair `i` is tasks `2i` and `2i + 1`).
@@ -1036,7 +1040,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             })
             .collect();
         let mut cpus: Vec<Cpu> = Vec::with_capacity(r.spec.tasks);
-        let mut heap = BinaryHeap::new();
+        let mut heap = EventQueue::new();
         for (i, &(prog, node)) in r.placement.iter().enumerate() {
             let len = r.progs[prog].len();
             let ops_in = |p: &[Op]| -> u64 {
@@ -1096,7 +1100,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 stores_until: 0,
                 held_op: None,
             });
-            heap.push(Reverse((start, i as u32)));
+            heap.push(start, i as u32);
         }
         // Each task starts where the host's turns would have it at any moment: running (with
         // the share's probability) or waiting, for the rest of an exponential period.
@@ -1172,6 +1176,7 @@ impl<'r, 'a> Sim<'r, 'a> {
             res,
             buses,
             heap,
+            bus_done: Vec::new(),
             stats,
             events: 0,
             pairs: vec![PairQ::default(); r.spec.tasks / 2],
@@ -1212,7 +1217,7 @@ impl<'r, 'a> Sim<'r, 'a> {
     }
 
     fn schedule(&mut self, cpu: usize, t: u64) {
-        self.heap.push(Reverse((t, cpu as u32)));
+        self.heap.push(t, cpu as u32);
     }
 
     /// An atomic on resource `ri`'s line by `cpu` at `t`; returns when the CPU has it.
@@ -1841,7 +1846,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
         let bus = &mut self.buses[node];
         bus.advance(t);
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.bus_done);
         bus.jobs.retain(|&(c, rem)| {
             if rem <= 1e-6 {
                 done.push(c);
@@ -1850,7 +1855,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 true
             }
         });
-        for c in done {
+        for &c in &done {
             let c = c as usize;
             self.cpus[c].st = St::Ready;
             // The clearing took the CPU from when it started: it ends once the task has run
@@ -1859,6 +1864,8 @@ impl<'r, 'a> Sim<'r, 'a> {
             let at = self.on_cpu(c, from, t - from).max(t);
             self.schedule(c, at);
         }
+        done.clear();
+        self.bus_done = done;
         self.reschedule_bus(node, t);
     }
 
@@ -1868,7 +1875,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         match bus.next_completion(t) {
             Some(at) => {
                 bus.next_at = at;
-                self.heap.push(Reverse((at, nr + node as u32)));
+                self.heap.push(at, nr + node as u32);
             }
             None => bus.next_at = u64::MAX,
         }
@@ -2054,7 +2061,7 @@ impl<'r, 'a> Sim<'r, 'a> {
 
     fn run(mut self) -> Result<ReplayResult, ProjectError> {
         let nr = self.cpus.len() as u32;
-        while let Some(Reverse((t, who))) = self.heap.pop() {
+        while let Some((t, who)) = self.heap.pop() {
             if let Some(stop) = self.stop_at
                 && t > stop
             {
@@ -2777,9 +2784,9 @@ ipi_handler_ns = 500.0
             // Each reader is scheduled at its entry.
             let mut at: Vec<u64> = sim
                 .heap
-                .iter()
-                .filter(|Reverse((_, c))| *c != 0)
-                .map(|Reverse((t, _))| *t)
+                .entries()
+                .filter(|&(_, c)| c != 0)
+                .map(|(t, _)| t)
                 .collect();
             at.sort_unstable();
             let want: Vec<u64> = (0..N).map(|k| release + X + 2 * k * X).collect();
