@@ -166,6 +166,34 @@ mod tests {
         }
     }
 
+    /// Deep heaps (five and six levels), which the random sequences above seldom build:
+    /// pushes and pops interleaved at every size up to a thousand entries.
+    #[test]
+    fn a_deep_queue_pops_in_order() {
+        let mut q = EventQueue::new();
+        let mut h = BinaryHeap::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..3000u64 {
+            let (t, w) = (next() % 5000, (next() % 300) as u32);
+            q.push(t, w);
+            h.push(Reverse((t, w)));
+            if round % 3 == 2 {
+                assert_eq!(q.pop(), h.pop().map(|Reverse(e)| e));
+            }
+        }
+        assert_eq!(q.len(), 2000);
+        while let Some(Reverse(e)) = h.pop() {
+            assert_eq!(q.pop(), Some(e));
+        }
+        assert_eq!(q.pop(), None);
+    }
+
     #[test]
     fn the_time_orders_before_who_and_extremes_survive_the_key() {
         let mut q = EventQueue::new();
