@@ -167,7 +167,7 @@ mod tests {
     }
 
     /// Deep heaps (five and six levels), which the random sequences above seldom build:
-    /// pushes and pops interleaved at every size up to a thousand entries.
+    /// two pushes for every pop, up to two thousand entries, then drained.
     #[test]
     fn a_deep_queue_pops_in_order() {
         let mut q = EventQueue::new();
