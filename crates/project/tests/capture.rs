@@ -190,10 +190,27 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
                 _ => {}
             }
         }
-        assert!(
-            (inside - untraced).abs() <= 0.01 * untraced,
-            "{inside} against {untraced}"
-        );
+        // They match unless a rule of `stretch_targets` moved them apart, which a noisy host
+        // can call for: a class whose traced holds already took less than its untraced time
+        // keeps them (its per-event cost is then the recording's alone), and when the rest of
+        // the window cannot give up what the untraced run says it must, the holds take the
+        // difference back (the rest's gaps are then kept whole).
+        let base = t.meta.overhead_ns_per_event;
+        let at_base = |c: Option<f64>| c.is_some_and(|c| (c - base).abs() < 1e-6);
+        if (inside - untraced).abs() > 0.01 * untraced {
+            if inside > untraced {
+                assert!(
+                    at_base(t.meta.event_cost_ns),
+                    "zone->lock's holds kept {inside} ns of {untraced} untraced while the rest's gaps were cut ({:?})",
+                    t.meta.event_cost_ns
+                );
+            } else {
+                assert!(
+                    zone.iter().any(|h| at_base(h.event_cost_ns)),
+                    "zone->lock's holds cut to {inside} ns of {untraced} untraced ({zone:?})"
+                );
+            }
+        }
     }
     // Every acquire has its release.
     let acq = t
