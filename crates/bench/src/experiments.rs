@@ -48,6 +48,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../experiments/mglru-bulk-2023.toml"),
     ),
     (
+        "page_fault2-entry-prefetch-2025",
+        include_str!("../../../experiments/page_fault2-entry-prefetch-2025.toml"),
+    ),
+    (
         "beyond-linux-page_fault1",
         include_str!("../../../experiments/beyond-linux-page_fault1.toml"),
     ),
@@ -101,7 +105,11 @@ pub const BUILTIN: &[(&str, &str)] = &[
 /// projector, which depends on this crate and not the reverse). An experiment's `published`
 /// key must name one of them: a misspelt table would silently leave the experiment out of
 /// `pagelab validate`. A test keeps the list equal to the directory.
-pub const PUBLISHED_TABLES: &[&str] = &["page_fault1-2018", "pft-single-vma-2023"];
+pub const PUBLISHED_TABLES: &[&str] = &[
+    "page_fault1-2018",
+    "pft-single-vma-2023",
+    "page_fault2-gnr-2025",
+];
 
 /// The names of the shipped machine descriptions (`machines/*.toml`, embedded by the projector,
 /// which depends on this crate and not the reverse). An experiment's `machine` key must name
@@ -115,6 +123,7 @@ pub const MACHINES: &[&str] = &[
     "altix-3700-512p",
     "epyc-7k62-2s",
     "broadwell-2s-20c",
+    "granite-rapids-2s-128c",
 ];
 
 /// The file as written.
@@ -568,6 +577,10 @@ mod tests {
             ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
             ("mglru-bulk-2023", Some("epyc-7k62-2s")),
             ("netpipe-hopcpu-2016", Some("broadwell-2s-20c")),
+            (
+                "page_fault2-entry-prefetch-2025",
+                Some("granite-rapids-2s-128c"),
+            ),
         ] {
             assert_eq!(load(name).unwrap().machine.as_deref(), machine, "{name}");
         }

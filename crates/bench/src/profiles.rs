@@ -58,6 +58,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/linux-6.7.toml"),
     ),
     (
+        "linux-6.15",
+        include_str!("../../../profiles/linux-6.15.toml"),
+    ),
+    (
+        "linux-6.15-no-entry-prefetch",
+        include_str!("../../../profiles/linux-6.15-no-entry-prefetch.toml"),
+    ),
+    (
         "lru-lock-base",
         include_str!("../../../profiles/lru-lock-base.toml"),
     ),

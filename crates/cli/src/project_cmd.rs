@@ -158,6 +158,11 @@ pub(crate) struct ValidateArgs {
     /// agreement per published comparison, as the README's table (no self-check).
     #[arg(long, value_enum, default_value_t = ValidateFormat::Text, conflicts_with = "self_check_only")]
     format: ValidateFormat,
+    /// Also the held-out tables, after the others and outside their summary over all tables:
+    /// results nothing of pagelab is fitted to (data/published/README.md). `--table NAME`
+    /// runs one of them alone.
+    #[arg(long, conflicts_with_all = ["self_check_only", "table"])]
+    held_out: bool,
 }
 
 /// What `validate` prints.
@@ -201,6 +206,11 @@ fn check_out(out: &Path, db: Option<&Path>) -> Result<(), String> {
 /// `pagelab calibrate --machine M --from-table T`: the trap fit, redone here and printed.
 fn calibrate_from_table(machine: &str, table: &str) -> Result<(), String> {
     let t = validate::published(table).map_err(|e| e.to_string())?;
+    if t.held_out {
+        return Err(format!(
+            "--from-table {table} is held out: nothing is fitted to it (data/published/README.md); calibrate from a table that is not"
+        ));
+    }
     if t.machine != machine {
         return Err(format!(
             "--from-table {table} was measured on {}, not on --machine {machine}",
@@ -663,6 +673,32 @@ fn lock_stat_json(proj: &[Projection], labels: &[String]) -> serde_json::Value {
         .collect()
 }
 
+/// The tables `validate` runs, in order, and the held-out ones it leaves out: `table` alone when
+/// named; otherwise every calibration table, then the held-out ones with `held_out`.
+fn tables_to_validate(
+    table: Option<&str>,
+    held_out: bool,
+) -> Result<(Vec<&'static validate::Published>, Vec<&'static str>), String> {
+    if let Some(t) = table {
+        return Ok((
+            vec![validate::published(t).map_err(|e| e.to_string())?],
+            Vec::new(),
+        ));
+    }
+    let (mut run, mut skipped) = (Vec::new(), Vec::new());
+    for t in validate::BUILTIN.iter().filter(|t| !t.held_out) {
+        run.push(t);
+    }
+    for t in validate::BUILTIN.iter().filter(|t| t.held_out) {
+        if held_out {
+            run.push(t);
+        } else {
+            skipped.push(t.name);
+        }
+    }
+    Ok((run, skipped))
+}
+
 pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), String> {
     if let Some(p) = &a.json {
         check_out(p, db)?;
@@ -672,10 +708,7 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
     let summary_only = a.format == ValidateFormat::MarkdownSummary;
     let mut reports = Vec::new();
     if !a.self_check_only {
-        let tables: Vec<&validate::Published> = match &a.table {
-            Some(t) => vec![validate::published(t).map_err(|e| e.to_string())?],
-            None => validate::BUILTIN.iter().collect(),
-        };
+        let (tables, skipped) = tables_to_validate(a.table.as_deref(), a.held_out)?;
         let (mut all_changes, mut all_rows) = (Vec::new(), Vec::new());
         for t in tables {
             let what = format!("validate {}", t.name);
@@ -699,8 +732,10 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                     r.events as f64 / 1e6 / r.replay_seconds.max(1e-9)
                 );
             }
-            all_changes.extend(r.changes.iter().cloned());
-            all_rows.extend(r.rows.iter().cloned());
+            if !t.held_out {
+                all_changes.extend(r.changes.iter().cloned());
+                all_rows.extend(r.rows.iter().cloned());
+            }
             json.insert(
                 t.name.to_string(),
                 serde_json::to_value(&r).map_err(|e| e.to_string())?,
@@ -725,6 +760,12 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
             // The overall figures: every table's changes and rows together.
             let s = validate::Summaries::of(&all_rows, &all_changes);
             println!("{}", s.render("all tables"));
+            if !skipped.is_empty() {
+                println!(
+                    "held-out tables, not run (`--held-out` runs them after these, `--table NAME` alone; nothing is fitted to them): {}\n",
+                    skipped.join(", ")
+                );
+            }
             json.insert(
                 "all-tables".into(),
                 serde_json::to_value(&s).map_err(|e| e.to_string())?,
@@ -783,8 +824,21 @@ pub(crate) fn agreement_table(
         let e = experiments::load(name).map_err(|e| e.to_string())?;
         let machine = e.machine.as_deref().unwrap_or("-");
         let report = reports.iter().find(|r| r.experiment == e.name);
+        let held_out = e
+            .published
+            .as_deref()
+            .and_then(|t| validate::published(t).ok())
+            .is_some_and(|t| t.held_out);
+        let label = |t: &str| {
+            if held_out {
+                format!("{t} (held out)")
+            } else {
+                t.to_string()
+            }
+        };
         let cells = match (&e.published, report) {
             (Some(t), Some(r)) => {
+                let t = label(t);
                 let (b, w) = (&r.summary.beyond_noise, &r.summary.within_noise);
                 format!(
                     "{t} | {} | {} | {} | {} | {} |",
@@ -795,7 +849,9 @@ pub(crate) fn agreement_table(
                     num(r.summary.median_row_error_pct, "%"),
                 )
             }
-            (Some(t), None) => format!("{t} | not validated in this run | - | - | - | - |"),
+            (Some(t), None) => {
+                format!("{} | not validated in this run | - | - | - | - |", label(t))
+            }
             (None, _) => "none ships | - | - | - | - | - |".to_string(),
         };
         let _ = writeln!(
@@ -811,4 +867,33 @@ pub(crate) fn agreement_table(
         env!("CARGO_PKG_VERSION")
     );
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The held-out tables run only when asked for (`--held-out`, after the calibration
+    /// tables, or `--table NAME` alone), and a default run names the ones it left out.
+    #[test]
+    fn held_out_tables_run_only_when_asked_for() {
+        let names = |v: &[&validate::Published]| v.iter().map(|t| t.name).collect::<Vec<_>>();
+        let (run, skipped) = tables_to_validate(None, false).unwrap();
+        assert_eq!(names(&run), ["page_fault1-2018", "pft-single-vma-2023"]);
+        assert_eq!(skipped, ["page_fault2-gnr-2025"]);
+        let (run, skipped) = tables_to_validate(None, true).unwrap();
+        assert_eq!(
+            names(&run),
+            [
+                "page_fault1-2018",
+                "pft-single-vma-2023",
+                "page_fault2-gnr-2025"
+            ]
+        );
+        assert!(skipped.is_empty());
+        let (run, skipped) = tables_to_validate(Some("page_fault2-gnr-2025"), false).unwrap();
+        assert_eq!(names(&run), ["page_fault2-gnr-2025"]);
+        assert!(skipped.is_empty());
+        assert!(tables_to_validate(Some("nope"), false).is_err());
+    }
 }

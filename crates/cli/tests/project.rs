@@ -267,7 +267,7 @@ fn traces_are_written_and_read_back() {
         "{show}"
     );
     let junk = d.0.join("junk.pltrace");
-    std::fs::write(&junk, b"PLTRACE5 but not really").unwrap();
+    std::fs::write(&junk, b"PLTRACE6 but not really").unwrap();
     fails(&db, &["trace", junk.to_str().unwrap()], "corrupt");
     fails(
         &db,
@@ -380,6 +380,23 @@ fn validation_prints_rows_changes_and_a_summary() {
     fails(
         &d.db(),
         &["validate", "--self-check-only", "--trap-from-file"],
+        "cannot be used with",
+    );
+    // A held-out table is never fitted to, and --held-out adds those tables to a full run.
+    fails(
+        &d.db(),
+        &[
+            "calibrate",
+            "--machine",
+            "granite-rapids-2s-128c",
+            "--from-table",
+            "page_fault2-gnr-2025",
+        ],
+        "--from-table page_fault2-gnr-2025 is held out: nothing is fitted to it",
+    );
+    fails(
+        &d.db(),
+        &["validate", "--held-out", "--table", "pft-single-vma-2023"],
         "cannot be used with",
     );
 }

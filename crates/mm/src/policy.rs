@@ -443,6 +443,16 @@ pub struct MmPolicy {
     /// `false`.
     #[serde(default = "MmPolicy::default_mmap_read_trylock")]
     pub mmap_read_trylock: bool,
+    /// The exception entry prefetches `mmap_lock`'s line for writing before it looks at
+    /// anything else (`prefetchw(&current->mm->mmap_lock)`: x86's `exc_page_fault`, earlier
+    /// `__do_page_fault`; ia64's `ia64_do_page_fault`, whose comment calls mmap_sem
+    /// "performance critical"), whichever lock the fault then takes. With per-VMA locks most
+    /// faults never take `mmap_lock`, so the prefetch only takes the line from the other
+    /// faulting CPUs; Mateusz Guzik's "x86/mm: Stop prefetching current->mm->mmap_lock on page
+    /// faults" (1701771d3069, merged for 6.16) removed it. `true` for every kernel before it.
+    /// Lock-free (`vma_lock = "rcu"`) and range-locked faults never record it.
+    #[serde(default = "MmPolicy::default_fault_prefetch_mmap_lock")]
+    pub fault_prefetch_mmap_lock: bool,
     /// Anticipatory prefaulting (Lameter 2004-2005): pages mapped after the faulting one by
     /// an anonymous write fault, within the VMA and its PTE table; 0 turns it off. At most
     /// [`MmPolicy::MAX_ANON_PREFAULT`].
@@ -527,6 +537,9 @@ impl MmPolicy {
     fn default_mmap_read_trylock() -> bool {
         true
     }
+    fn default_fault_prefetch_mmap_lock() -> bool {
+        true
+    }
     /// The most pages `anon_prefault` may add to a fault: the rest of one PTE table (the
     /// faulting page is one of its 512 entries), as a fault maps under one table's lock.
     pub const MAX_ANON_PREFAULT: u32 = 511;
@@ -550,6 +563,7 @@ impl Default for MmPolicy {
             munmap_downgrade: Self::default_munmap_downgrade(),
             mmap_lock: Self::default_mmap_lock(),
             mmap_read_trylock: Self::default_mmap_read_trylock(),
+            fault_prefetch_mmap_lock: Self::default_fault_prefetch_mmap_lock(),
             anon_prefault: 0,
             mmap_lock_line_reads: 0,
             vma_lock_line_reads: 0,
@@ -1615,12 +1629,22 @@ mod tests {
             assert_eq!(p.mm.vma_lock_faults, want, "{name}: vma_lock_faults");
             // release_pages: a pagevec freed as it fills in 2.6.13, a list freed after the
             // loop from 3.3 to 6.8, a folio batch freed as it fills from 6.9.
-            let want = if name.starts_with("linux-2.6.") || name == "pvl-refcount" {
+            let want = if name.starts_with("linux-2.6.")
+                || name.starts_with("linux-6.15")
+                || name == "pvl-refcount"
+            {
                 ReleaseFree::Batch
             } else {
                 ReleaseFree::List
             };
             assert_eq!(p.lru.release_free, want, "{name}: release_free");
+            // Every x86 and ia64 kernel before 6.16 prefetches mmap_lock's line at the fault
+            // entry; the one profile that models 1701771d3069 does not.
+            assert_eq!(
+                p.mm.fault_prefetch_mmap_lock,
+                name != "linux-6.15-no-entry-prefetch",
+                "{name}: fault_prefetch_mmap_lock"
+            );
             seen += 1;
         }
         assert!(

@@ -137,16 +137,20 @@ impl Task {
 
     /// Take a page fault at `addr` (what an access that missed its translation does).
     pub fn fault(&self, addr: u64, write: bool) -> Result<(), FaultError> {
-        // The exception a real CPU would take here (entry and return are not modelled).
+        // The exception a real CPU would take here (its entry and return cost nothing on the
+        // engine; a trace marks both, for the replay to charge).
         pagelab_sync::trace::trap();
-        if self.time_faults.get() {
+        let r = if self.time_faults.get() {
             let t = Instant::now();
             let r = self.fault_untimed(addr, write);
             self.fault_ns
                 .set(self.fault_ns.get() + t.elapsed().as_nanos() as u64);
-            return r;
-        }
-        self.fault_untimed(addr, write)
+            r
+        } else {
+            self.fault_untimed(addr, write)
+        };
+        pagelab_sync::trace::trap_return();
+        r
     }
 
     #[inline]

@@ -197,10 +197,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                     if k.prefetches > 0 {
                         println!(
-                            "     {:<24} {:>10.4} prefetches for writing per op, {:.3} of them lost to another CPU before the next access",
+                            "     {:<24} {:>10.4} prefetches for writing per op, {:.3} of them lost to another CPU before the next access, {:.3} still on their way at the exception's return ({:.1} ns per op waited there)",
                             "",
                             k.prefetches as f64 / out.ops.max(1) as f64,
                             k.prefetches_lost as f64 / k.prefetches as f64,
+                            k.prefetch_return_waits as f64 / k.prefetches as f64,
+                            k.prefetch_return_ns / out.ops.max(1) as f64,
                         );
                     }
                 }

@@ -1197,6 +1197,11 @@ mod tests {
     fn shipped_trap_ns_is_the_published_row_less_the_recorded_replay() {
         for t in crate::validate::BUILTIN {
             let m = Machine::load(t.machine).unwrap();
+            if t.held_out {
+                // Nothing is fitted to a held-out table: its machine holds an estimate.
+                assert!(m.calibration.is_none(), "{} is calibrated", m.name);
+                continue;
+            }
             let c = m
                 .calibration
                 .as_ref()

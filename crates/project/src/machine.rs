@@ -388,6 +388,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "broadwell-2s-20c",
         include_str!("../../../machines/broadwell-2s-20c.toml"),
     ),
+    (
+        "granite-rapids-2s-128c",
+        include_str!("../../../machines/granite-rapids-2s-128c.toml"),
+    ),
 ];
 
 /// At most this many CPUs (sockets x cores x threads): Linux's `NR_CPUS` of distribution

@@ -99,6 +99,11 @@ pub struct ClassStats {
     /// a transfer of its own).
     pub prefetches: u64,
     pub prefetches_lost: u64,
+    /// Of `prefetches`, those still on their way when their CPU's exception returned
+    /// (`iretq` serializes, so the CPU waited there for the line), and that wait, ns (also
+    /// in `wait_ns`).
+    pub prefetch_return_waits: u64,
+    pub prefetch_return_ns: f64,
     /// Of `line_events`, the stores no CPU waited for ([`crate::trace::Event::Store`]), and
     /// their transfers, ns (not in `line_ns` or `entry_ns`, which count what CPUs waited).
     pub stores: u64,
@@ -136,6 +141,8 @@ impl ClassStats {
             entry_ns,
             prefetches,
             prefetches_lost,
+            prefetch_return_waits,
+            prefetch_return_ns,
             stores,
             store_ns,
             drain_ns,
@@ -153,6 +160,8 @@ impl ClassStats {
         self.entry_ns += entry_ns;
         self.prefetches += prefetches;
         self.prefetches_lost += prefetches_lost;
+        self.prefetch_return_waits += prefetch_return_waits;
+        self.prefetch_return_ns += prefetch_return_ns;
         self.stores += stores;
         self.store_ns += store_ns;
         self.drain_ns += drain_ns;
@@ -202,6 +211,8 @@ enum Op {
     /// Picoseconds at the machine's clock.
     Compute(u64),
     Trap,
+    /// The exception's return ([`Event::TrapReturn`]).
+    TrapReturn,
     Atomic(u32),
     Acquire(u32, bool),
     /// A trylock with the index of its fallback in the program's [`Alt`] table ([`NONE`]:
@@ -526,6 +537,24 @@ fn push_after_compute(out: &mut Vec<Op>, pending: &mut f64, op: Option<Op>) {
     out.extend(op);
 }
 
+/// Whether a program may leave out `op`, an exception's return, because it cannot wait there:
+/// the return waits only for a prefetch still in flight ([`Sim::prefetch_at_return`]), and
+/// once the CPU has read, written or exchanged the prefetched line itself after the prefetch,
+/// that access either completed with the prefetch's arrival or came after it, so the line is
+/// no longer on its way. Tracks `in_flight`, the resource of the fault's last prefetch not yet
+/// followed by such an access. Leaving those returns out replays the same run (the rule is
+/// exact) without an op per fault that would do nothing: most faults' prefetch is followed by
+/// `mmap_lock`'s trylock or the read of a field beside it.
+fn elide_return(in_flight: &mut Option<u32>, op: Op) -> bool {
+    match op {
+        Op::Prefetch(r) => *in_flight = Some(r),
+        Op::Line(r, _, Sym::Here) | Op::Atomic(r) if *in_flight == Some(r) => *in_flight = None,
+        Op::TrapReturn => return in_flight.take().is_none(),
+        _ => {}
+    }
+    false
+}
+
 /// A trylock's read of its lock word and its exchange are adjacent instructions in the kernel
 /// (`__down_read_trylock`: `atomic_long_read`, then `atomic_long_try_cmpxchg_acquire`); what the
 /// engine computes between the two recorded events is its own bookkeeping (the exchange loop,
@@ -555,6 +584,7 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
         Event::Atomic { inst } => map(inst).map(Op::Atomic),
         Event::Write { bytes, .. } => Some(Op::Write(bytes)),
         Event::Trap => Some(Op::Trap),
+        Event::TrapReturn => Some(Op::TrapReturn),
         Event::TlbFlush { .. } => flush.then_some(Op::Flush),
         Event::Ops { n } => Some(Op::Ops(n)),
         Event::Line { inst, write, sym } => map(inst).map(|r| Op::Line(r, write, sym)),
@@ -758,6 +788,9 @@ impl<'a> Replay<'a> {
                 _ => None,
             };
             let (mut depth, mut seen) = (0i64, 0u64);
+            // The line of the fault's prefetch while no access of it has followed: only then
+            // can the exception's return find the prefetch in flight ([`elide_return`]).
+            let mut in_flight: Option<u32> = None;
             for (e, _) in events.iter().zip(keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
@@ -778,6 +811,9 @@ impl<'a> Replay<'a> {
                     ref e => event_op(e, &mut map, flush),
                 };
                 if let Some(op) = op {
+                    if elide_return(&mut in_flight, op) {
+                        continue;
+                    }
                     if let Event::Acquire { trylock: true, .. } = *e {
                         trylock_read_next_to_exchange(&mut prog, &mut pending, op);
                     }
@@ -1313,6 +1349,27 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
         self.prefetch_end(ri, cpu);
         None
+    }
+
+    /// The exception's return (`iretq`) by `cpu` at `t`: an instruction that serializes, so
+    /// a prefetch the CPU still has in flight holds it until the line arrives. Returns that
+    /// arrival when there is a wait. Intel documents `IRET` as serializing (SDM vol. 3A,
+    /// "Serializing Instructions"); that the wait includes an outstanding `prefetchw` is read
+    /// from the kernel test robot's profile of 1701771d3069 on a 256-CPU Granite Rapids, where
+    /// removing the fault entry's `prefetchw` took `native_irq_return_iret` from 66% of the
+    /// cycles to 2% (docs/model.md, section 4). The line stays this CPU's claim: the wait
+    /// ends when it arrives.
+    fn prefetch_at_return(&mut self, cpu: usize, t: u64) -> Option<u64> {
+        let p = self.cpus[cpu].prefetch?;
+        if p.at <= t {
+            return None;
+        }
+        let s = &mut self.stats[self.res[p.res as usize].class];
+        s.prefetch_return_waits += 1;
+        let ns = (p.at - t) as f64 / 1000.0;
+        s.prefetch_return_ns += ns;
+        s.wait_ns += ns;
+        Some(p.at)
     }
 
     /// Ends `cpu`'s claim on resource `ri`'s prefetched line, counting the prefetch lost if
@@ -1975,6 +2032,12 @@ impl<'r, 'a> Sim<'r, 'a> {
                     self.schedule(c, at);
                     return;
                 }
+                Op::TrapReturn => {
+                    if let Some(at) = self.prefetch_at_return(c, t) {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
                 Op::Ops(n) => match self.r.pair_depth {
                     None => self.count_ops(n, t),
                     Some(depth) => {
@@ -2555,6 +2618,8 @@ ipi_handler_ns = 500.0
             entry_ns: 10.0,
             prefetches: 11,
             prefetches_lost: 12,
+            prefetch_return_waits: 12,
+            prefetch_return_ns: 12.5,
             stores: 13,
             store_ns: 13.5,
             drain_ns: 14.0,
@@ -2578,11 +2643,99 @@ ipi_handler_ns = 500.0
                 entry_ns: 20.0,
                 prefetches: 22,
                 prefetches_lost: 24,
+                prefetch_return_waits: 24,
+                prefetch_return_ns: 25.0,
                 stores: 26,
                 store_ns: 27.0,
                 drain_ns: 28.0,
             }
         );
+    }
+
+    /// A fault's return is compiled only while its prefetch may still be in flight: not when
+    /// the fault read, wrote or exchanged the prefetched line itself since (a trylock of
+    /// `mmap_lock`, the read of `pgd` beside it), nor in a fault without a prefetch; an access
+    /// of another line, or a store, keeps it.
+    #[test]
+    fn a_return_no_prefetch_can_still_be_in_flight_at_is_left_out() {
+        let run = |ops: &[Op]| {
+            let mut in_flight = None;
+            ops.iter()
+                .filter(|&&op| !elide_return(&mut in_flight, op))
+                .filter(|&&op| op == Op::TrapReturn)
+                .count()
+        };
+        let (p, l) = (Op::Prefetch(0), Op::Line(0, false, Sym::Here));
+        let r = Op::TrapReturn;
+        assert_eq!(run(&[p, r]), 1);
+        assert_eq!(run(&[p, l, r]), 0);
+        assert_eq!(run(&[p, Op::Atomic(0), r]), 0);
+        assert_eq!(run(&[r]), 0);
+        assert_eq!(
+            run(&[p, Op::Line(1, true, Sym::Here), Op::Store(0, Sym::Here), r]),
+            1
+        );
+        assert_eq!(run(&[p, Op::Line(0, false, Sym::First), r]), 1);
+        // Per fault: a return settles its fault's prefetch either way.
+        assert_eq!(run(&[p, r, r, p, l, r, p, r]), 2);
+    }
+
+    /// The exception's return serializes: a prefetch still on its way holds the CPU there
+    /// until the line arrives (and the wait is counted, as contention on the line's class);
+    /// one that has arrived costs the return nothing.
+    #[test]
+    fn the_exception_return_waits_for_a_prefetch_still_on_its_way() {
+        with_sim(RwsemAlgo::SpinWritersHandoff, |sim| {
+            sim.line_access(0, 1, 0, false);
+            // CPU 0's prefetch at 10 ns arrives at 10 + X.
+            sim.prefetch(0, 0, 10 * NS);
+            assert_eq!(sim.prefetch_at_return(0, 20 * NS), Some(10 * NS + X));
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!(s.prefetch_return_waits, 1);
+            let waited = (10 * NS + X - 20 * NS) as f64 / 1000.0;
+            assert_eq!((s.prefetch_return_ns, s.wait_ns), (waited, waited));
+            // At or after the arrival, and for a CPU with nothing in flight: no wait.
+            assert_eq!(sim.prefetch_at_return(0, 10 * NS + X), None);
+            assert_eq!(sim.prefetch_at_return(2, 20 * NS), None);
+            assert_eq!(sim.stats[sim.res[0].class].prefetch_return_waits, 1);
+        });
+    }
+
+    /// Through a whole replay: two CPUs whose short faults prefetch one line that nothing
+    /// else touches. Without the return the line is never waited for and each CPU runs at
+    /// its trap's and compute's pace; with it every fault waits at its return for its own
+    /// request, which finds the line at the other CPU: a transfer (X = 50 ns) a fault.
+    #[test]
+    fn faults_that_return_with_their_prefetch_in_flight_take_turns_at_the_line() {
+        let run = |ret: bool| {
+            let mut t = trace(RwsemAlgo::SpinWritersHandoff);
+            let mut fault = vec![
+                Event::Trap,
+                Event::Prefetch { inst: 0 },
+                Event::Compute { ns: 10.0 },
+            ];
+            if ret {
+                fault.push(Event::TrapReturn);
+            }
+            fault.push(Event::Ops { n: 1 });
+            let n = fault.len();
+            t.events = fault.into_iter().cycle().take(n * 256).collect();
+            let out = replay_two_threads(&t);
+            let c = &out.classes[0];
+            (out.samples[0], c.prefetch_return_waits)
+        };
+        // Each CPU: the trap (machine().kernel.trap_ns = 300 ns) and 10 ns of compute a fault.
+        let (free, waits) = run(false);
+        assert_eq!(waits, 0);
+        assert!((free / (2e9 / 310.0) - 1.0).abs() < 0.01, "{free} faults/s");
+        // With the return, each fault also waits for its line to come from the other CPU,
+        // which prefetched it last: 300 + 50 ns a fault.
+        let (turns, waits) = run(true);
+        assert!(
+            (turns / (2e9 / 350.0) - 1.0).abs() < 0.01,
+            "{turns} faults/s"
+        );
+        assert!(waits >= 500, "{waits} of 512 returns waited");
     }
 
     /// Through a whole replay: two CPUs that prefetch one line and compute, and never touch

@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE5"
+//! magic      8 bytes  "PLTRACE6"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -27,17 +27,19 @@
 //!              9 prefetch  instance (a prefetch for writing of its line)
 //!             10 store     instance, which line (as the line event's bits 1-2, shifted
 //!                          down): a store the CPU does not wait for
+//!             11 trap return (the exception's `iretq`, which serializes)
 //! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
 //!            varint count of segments, and per segment a varint count of events, then those
 //!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! Format 5 (magic `PLTRACE5`) holds the line events, the fallback segments, prefetches and
-//! stores the CPU does not wait for; a file of an older format (1: neither; 2: one of the
-//! first two; 3: prefetches recorded as line writes the CPU waited for; 4: every store
-//! recorded as a write the CPU waited for) is refused with a one-line error (capture it
-//! again), since replaying it would silently leave out shared lines or fallbacks, or stall on
+//! Format 6 (magic `PLTRACE6`) holds the line events, the fallback segments, prefetches,
+//! stores the CPU does not wait for and each fault's return; a file of an older format (1:
+//! neither; 2: one of the first two; 3: prefetches recorded as line writes the CPU waited for;
+//! 4: every store recorded as a write the CPU waited for; 5: no returns, where the replay waits
+//! for a prefetch still in flight) is refused with a one-line error (capture it again), since
+//! replaying it would silently leave out shared lines, fallbacks or those waits, or stall on
 //! prefetches and stores.
 //!
 //! # Fallbacks
@@ -369,6 +371,9 @@ pub enum Event {
     },
     /// A page-fault exception.
     Trap,
+    /// The exception's return to user space (`iretq`), which serializes: the replay makes the
+    /// CPU wait there for a prefetch still in flight.
+    TrapReturn,
     /// A TLB flush of the mm `inst`.
     TlbFlush {
         inst: u32,
@@ -419,8 +424,8 @@ struct Header {
 pub const PAIR_RECEIVER: &str = "pair receiver";
 
 /// The format this version writes and reads (the magic's last character).
-const FORMAT: char = '5';
-const MAGIC: &[u8; 8] = b"PLTRACE5";
+const FORMAT: char = '6';
+const MAGIC: &[u8; 8] = b"PLTRACE6";
 
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
@@ -631,6 +636,7 @@ impl Builder {
                     host_ns: end.saturating_sub(e.t) as f64 / self.tpn,
                 }),
                 raw::Kind::Trap => Some(Event::Trap),
+                raw::Kind::TrapReturn => Some(Event::TrapReturn),
                 raw::Kind::TlbFlush => Some(Event::TlbFlush {
                     inst: self.intern(e),
                 }),
@@ -1369,6 +1375,7 @@ fn encode_event(b: &mut Vec<u8>, e: &Event) {
             varint(b, deci(host_ns));
         }
         Event::Trap => b.push(5),
+        Event::TrapReturn => b.push(11),
         Event::TlbFlush { inst } => {
             b.push(6);
             varint(b, u64::from(inst));
@@ -1454,6 +1461,7 @@ fn decode_event(
             host_ns: r.varint().ok_or_else(|| bad("write"))? as f64 / 10.0,
         },
         5 => Event::Trap,
+        11 => Event::TrapReturn,
         6 => Event::TlbFlush { inst: inst(r)? },
         7 => Event::Ops {
             n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?).map_err(|_| bad("ops"))?,
@@ -1811,14 +1819,21 @@ pub(crate) mod tests {
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 5); capture it again"
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 6); capture it again"
         );
         // Format 4 recorded every store as a write the CPU waited for.
         b[7] = b'4';
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 5); capture it again"
+            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 6); capture it again"
+        );
+        // Format 5 had no exception returns, at which the replay waits for a prefetch.
+        b[7] = b'5';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 5 is no longer read (this pagelab reads format 6); capture it again"
         );
         // A bad line reference is corruption, named.
         let t = Trace {

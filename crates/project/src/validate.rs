@@ -75,6 +75,11 @@ pub struct Published {
     /// What the posting says limited its kernels, checked against the projection's lock
     /// statistics ([`crate::claims`]).
     pub claims: &'static [crate::claims::Claim],
+    /// A held-out table: nothing of pagelab is fitted to it (its machine's `trap_ns` is an
+    /// estimate, and no row of it is a fitted row), it is left out of `validate`'s default run
+    /// and of the summary over all tables, and it checks the projector on a result it was
+    /// not built against.
+    pub held_out: bool,
 }
 
 /// The shipped tables.
@@ -86,6 +91,7 @@ pub const BUILTIN: &[Published] = &[
         mean: MeanKind::Arithmetic,
         csv: include_str!("../../../data/published/page_fault1-2018.csv"),
         claims: crate::claims::PAGE_FAULT1_2018,
+        held_out: false,
     },
     Published {
         name: "pft-single-vma-2023",
@@ -94,6 +100,16 @@ pub const BUILTIN: &[Published] = &[
         mean: MeanKind::Harmonic,
         csv: include_str!("../../../data/published/pft-single-vma-2023.csv"),
         claims: crate::claims::PFT_SINGLE_VMA_2023,
+        held_out: false,
+    },
+    Published {
+        name: "page_fault2-gnr-2025",
+        experiment: "page_fault2-entry-prefetch-2025",
+        machine: "granite-rapids-2s-128c",
+        mean: MeanKind::Arithmetic,
+        csv: include_str!("../../../data/published/page_fault2-gnr-2025.csv"),
+        claims: &[],
+        held_out: true,
     },
 ];
 
@@ -720,6 +736,8 @@ pub struct TrapSource {
     /// Why a refit that was asked for could not be made (the replay without a trap already
     /// as slow as the published row): the file's value was used, and the report says so.
     pub refit_failed: Option<String>,
+    /// The table is held out ([`Published::held_out`]): the file's value, never fitted to it.
+    pub held_out: bool,
 }
 
 impl TrapSource {
@@ -744,6 +762,7 @@ impl TrapSource {
             file_ns: machine.kernel.trap_ns,
             refit,
             refit_failed,
+            held_out: false,
         })
     }
 
@@ -770,6 +789,10 @@ impl TrapSource {
                     "kernel.trap_ns {} ns, the machine file's: it could not be fitted again here ({why})",
                     self.file_ns
                 ),
+                None if self.held_out => format!(
+                    "kernel.trap_ns {} ns, the machine file's (a held-out table: nothing is fitted to it)",
+                    self.file_ns
+                ),
                 None => format!(
                     "kernel.trap_ns {} ns, the machine file's (--trap-from-file)",
                     self.file_ns
@@ -789,7 +812,8 @@ impl TrapSource {
 /// made on the host that shipped them; replayed with captures from another host, every row's
 /// level would carry the two hosts' difference (on a 2-vCPU Intel Xeon VM, the fitted rows
 /// themselves came out 17.6% low with the file's value, fitted on an AMD EPYC). The fitted rows
-/// stay out of every summary either way.
+/// stay out of every summary either way. A held-out table ([`Published::held_out`]) is never
+/// fitted to: it is replayed with the machine file's `trap_ns`, whatever `refit_trap` says.
 #[allow(clippy::too_many_arguments)]
 pub fn validate_table(
     p: &Published,
@@ -803,6 +827,7 @@ pub fn validate_table(
 ) -> Result<TableReport, ProjectError> {
     let e = experiments::load(p.experiment)?;
     let machine = Machine::load(p.machine)?;
+    let refit_trap = refit_trap && !p.held_out;
     if refit_trap {
         // A table with no row to fit is refused before minutes of capturing, not after.
         crate::calibrate::fitted_rows(p)?;
@@ -843,6 +868,7 @@ pub fn validate_table(
             file_ns: spec.machine.kernel.trap_ns,
             refit: None,
             refit_failed: None,
+            held_out: p.held_out,
         }
     };
     spec.machine.kernel.trap_ns = trap.used_ns();
@@ -1400,7 +1426,8 @@ mod tests {
     fn published_tables_parse_and_name_their_experiments_profiles() {
         for p in BUILTIN {
             let rows = p.rows().unwrap();
-            assert!(rows.len() >= 20, "{}", p.name);
+            // A calibration table has a curve; a held-out one may be a single comparison.
+            assert!(rows.len() >= if p.held_out { 2 } else { 20 }, "{}", p.name);
             let e = experiments::load(p.experiment).unwrap();
             let m = Machine::load(p.machine).unwrap();
             for r in &rows {
@@ -1849,7 +1876,34 @@ a,processes,8,faults/sec,8000,100
 b,processes,8,faults/sec,8080,100
 ",
         claims: &[],
+        held_out: false,
     };
+
+    /// A held-out table is checked, never fitted: no baseline one-task row to fit, a machine
+    /// without `[calibration]` whose `trap_ns` is used as it stands, and said to be.
+    #[test]
+    fn held_out_tables_are_never_fitted_to() {
+        let held: Vec<&Published> = BUILTIN.iter().filter(|t| t.held_out).collect();
+        assert!(!held.is_empty());
+        for t in held {
+            assert!(crate::calibrate::fitted_rows(t).is_err(), "{}", t.name);
+            let m = Machine::load(t.machine).unwrap();
+            assert!(m.calibration.is_none(), "{} is calibrated", m.name);
+            let trap = TrapSource {
+                file_ns: m.kernel.trap_ns,
+                refit: None,
+                refit_failed: None,
+                held_out: true,
+            };
+            assert_eq!(trap.used_ns(), m.kernel.trap_ns);
+            assert!(
+                trap.describe(2)
+                    .ends_with("(a held-out table: nothing is fitted to it)"),
+                "{}",
+                trap.describe(2)
+            );
+        }
+    }
 
     /// A NaN row is a failure, named, counted in its class and never sorted away; the rows
     /// `trap_ns` is fitted to (the baseline's one-task row) are named and left out of the row
@@ -1946,6 +2000,7 @@ b,processes,8,faults/sec,8080,100
                 file_ns: 789.0,
                 refit: None,
                 refit_failed: None,
+                held_out: false,
             },
             rows: Vec::new(),
             changes: Vec::new(),
@@ -2013,6 +2068,7 @@ b,processes,8,faults/sec,8080,100
             file_ns: 789.0,
             refit: Some(crate::calibrate::trap_fit(p, 600.04).unwrap()),
             refit_failed: None,
+            held_out: false,
         };
         assert_eq!(refit.used_ns(), 817.0);
         assert_eq!(
@@ -2029,6 +2085,7 @@ b,processes,8,faults/sec,8080,100
                 ProjectError::Calibrate(w) => w,
                 e => panic!("{e}"),
             }),
+            held_out: false,
         };
         assert_eq!(failed.used_ns(), 789.0);
         assert!(

@@ -511,3 +511,58 @@ fn every_fault_prefetches_mmap_locks_line_for_writing_whichever_lock_it_takes() 
         }
     }
 }
+
+#[test]
+fn the_fault_entrys_prefetch_is_where_the_profile_keeps_it_and_every_fault_returns() {
+    // `mm.fault_prefetch_mmap_lock`: 1701771d3069 (6.16) removed the entry's `prefetchw`.
+    // With it off nothing of the fault touches mmap_lock's line under the per-VMA lock; the
+    // shipped pair differs in that alone. Every fault records its exception's return
+    // (`iretq`) after all of its own events: one per trap, each before the next trap, and a
+    // fault's prefetch always between its trap and its return.
+    for (profile, want) in [("linux-6.15", 1.0), ("linux-6.15-no-entry-prefetch", 0.0)] {
+        let t = pft(profile, 0, 0);
+        let prefetches = t
+            .events
+            .iter()
+            .filter(|e| matches!(e, Event::Prefetch { .. }))
+            .count() as f64
+            / t.meta.ops as f64;
+        assert!(
+            (prefetches - want).abs() < 0.01,
+            "{profile}: {prefetches} prefetches per fault"
+        );
+        let mut in_fault = false;
+        let (mut traps, mut returns) = (0u64, 0u64);
+        for e in &t.events {
+            match e {
+                Event::Trap => {
+                    assert!(!in_fault, "{profile}: a trap inside a fault");
+                    in_fault = true;
+                    traps += 1;
+                }
+                Event::TrapReturn => {
+                    assert!(in_fault, "{profile}: a return outside a fault");
+                    in_fault = false;
+                    returns += 1;
+                }
+                Event::Prefetch { .. } => {
+                    assert!(in_fault, "{profile}: a prefetch outside a fault")
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            traps > 0 && returns + u64::from(in_fault) == traps,
+            "{profile}: {traps} traps, {returns} returns"
+        );
+    }
+    let a = profiles::load("linux-6.15").unwrap().policy;
+    let mut b = profiles::load("linux-6.15-no-entry-prefetch")
+        .unwrap()
+        .policy;
+    assert!(a.mm.fault_prefetch_mmap_lock && !b.mm.fault_prefetch_mmap_lock);
+    b.mm.fault_prefetch_mmap_lock = true;
+    b.name = a.name.clone();
+    b.description = a.description.clone();
+    assert_eq!(a, b, "the pair differs in the prefetch alone");
+}

@@ -216,6 +216,9 @@ pub enum Kind {
     Write { bytes: u32, end: u64 },
     /// A hardware exception entered the kernel (a page fault), which the engine does not pay.
     Trap,
+    /// The exception returns to user space (`iretq`): an instruction that serializes, so the
+    /// CPU goes on only once what it still has in flight is done.
+    TrapReturn,
     /// A TLB flush of the address space whose `mm` instance is `instance`: on a real machine
     /// an IPI to every other CPU running it.
     TlbFlush,
@@ -520,6 +523,17 @@ pub fn line_store(class: &'static LockClass, anchor: usize, sym: Sym) {
 pub fn trap() {
     if active() {
         push(Kind::Trap, &UNCLASSIFIED, 0, LockModel::Line);
+    }
+}
+
+/// The page-fault exception returns to user space (`iretq` on x86-64, `rfi` on ia64): a
+/// serializing instruction, so the replay makes the CPU wait there for a prefetch it still has
+/// in flight (the fault entry's `prefetchw` of `mmap_lock`, when nothing in the fault waited
+/// for that line).
+#[inline]
+pub fn trap_return() {
+    if active() {
+        push(Kind::TrapReturn, &UNCLASSIFIED, 0, LockModel::Line);
     }
 }
 

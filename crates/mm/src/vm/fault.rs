@@ -291,7 +291,10 @@ impl FaultCtx<'_> {
         // Lock-free faults (`rcu-vma`, Bonsai) are left without it: the design's point is a
         // fault that writes no line other faulting CPUs write, and an mm-wide prefetch for
         // writing is exactly such a line (as range-vm's path, above, has none either).
-        if self.k.vma_lock_kind() != Some(VmaLockKind::Rcu) {
+        // 6.16 removed the prefetch (`mm.fault_prefetch_mmap_lock`).
+        if self.k.policy().mm.fault_prefetch_mmap_lock
+            && self.k.vma_lock_kind() != Some(VmaLockKind::Rcu)
+        {
             self.mm.mmap_lock.trace_line_prefetch_write();
         }
         if self.k.vma_lock_kind() == Some(VmaLockKind::Rcu) {
