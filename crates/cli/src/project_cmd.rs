@@ -744,7 +744,7 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
         }
         if summary_only {
             let how = format!(
-                "--samples {} --captures {} --ops-per-cpu {} --seed {}{}",
+                "--samples {} --captures {} --ops-per-cpu {} --seed {}{}{}",
                 a.samples,
                 a.captures,
                 a.ops_per_cpu,
@@ -753,7 +753,8 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                     " --trap-from-file"
                 } else {
                     ""
-                }
+                },
+                if a.held_out { " --held-out" } else { "" }
             );
             print!("{}", agreement_table(&reports, &how)?);
         } else if !all_changes.is_empty() {

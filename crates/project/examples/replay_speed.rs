@@ -14,6 +14,8 @@
 //! plain write the CPU waits for; `REPLAY_QRWLOCK_AS_RWSEM=ALGO` replays
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
 //! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock);
+//! `REPLAY_NO_RETURNS=1` drops the exceptions' returns, at which a CPU waits for a prefetch
+//! still in flight (the replay before trace format 6);
 //! `REPLAY_WHOLE_TRACE=1` makes each CPU's cycle the whole trace (the rule before 2026-11-29)
 //! and `REPLAY_SEEDS=N` prints each row's mean rate over seeds 1 to N and its spread.
 
@@ -72,6 +74,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 e => Some(e),
             })
             .collect();
+    }
+    if std::env::var_os("REPLAY_NO_RETURNS").is_some() {
+        // What the exception's return adds, on one capture: without its events no CPU waits
+        // at a fault's end for a prefetch still on its way (the rule before format 6).
+        t.events.retain(|e| *e != Event::TrapReturn);
     }
     if let Some(how) = std::env::var_os("REPLAY_STORES_AS") {
         // What the store buffer takes off, on one capture: `write` replays each store the CPU
