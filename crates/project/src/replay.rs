@@ -789,8 +789,11 @@ impl<'a> Replay<'a> {
             };
             let (mut depth, mut seen) = (0i64, 0u64);
             // The line of the fault's prefetch while no access of it has followed: only then
-            // can the exception's return find the prefetch in flight ([`elide_return`]).
-            let mut in_flight: Option<u32> = None;
+            // can the exception's return find the prefetch in flight ([`elide_return`]). Not
+            // known at the program's start (no resource has this number): a cyclic program's
+            // first return could end a fault whose prefetch is at the program's end, so it is
+            // kept.
+            let mut in_flight: Option<u32> = Some(u32::MAX);
             for (e, _) in events.iter().zip(keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
