@@ -404,13 +404,13 @@ impl Summaries {
             "{what}: changes within the published noise: {}",
             self.within_noise.render()
         );
-        if self.median_row_error_pct.is_some() {
-            let _ = writeln!(
-                s,
-                "{what}: median absolute row error {:.1}% (of the scaling relative to one task: {:.1}%)",
-                self.median_row_error_pct.unwrap_or(f64::NAN),
-                self.median_scaling_error_pct.unwrap_or(f64::NAN)
-            );
+        if let Some(row) = self.median_row_error_pct {
+            let scaling = match self.median_scaling_error_pct {
+                Some(v) => format!(" (of the scaling relative to one task: {v:.1}%)"),
+                // A table without one-task rows (a held-out comparison at one task count).
+                None => String::new(),
+            };
+            let _ = writeln!(s, "{what}: median absolute row error {row:.1}%{scaling}");
         }
         if !self.fitted_rows.is_empty() {
             let _ = writeln!(
