@@ -2719,7 +2719,11 @@ ipi_handler_ns = 500.0
         // An access between a trylock that has a fallback and its release may be replaced by
         // the fallback's ops: it settles nothing. One without a fallback, or after the
         // release, does.
-        let (tf, tn, rel) = (Op::Try(1, true, 0), Op::Try(1, true, NONE), Op::Release(1, true));
+        let (tf, tn, rel) = (
+            Op::Try(1, true, 0),
+            Op::Try(1, true, NONE),
+            Op::Release(1, true),
+        );
         assert_eq!(run(&[p, tf, l, rel, r]), 1);
         assert_eq!(run(&[p, tf, rel, l, r]), 0);
         assert_eq!(run(&[p, tn, l, rel, r]), 0);
