@@ -685,18 +685,12 @@ fn tables_to_validate(
             Vec::new(),
         ));
     }
-    let (mut run, mut skipped) = (Vec::new(), Vec::new());
-    for t in validate::BUILTIN.iter().filter(|t| !t.held_out) {
-        run.push(t);
+    let (held, mut run): (Vec<_>, Vec<_>) = validate::BUILTIN.iter().partition(|t| t.held_out);
+    if held_out {
+        run.extend(held);
+        return Ok((run, Vec::new()));
     }
-    for t in validate::BUILTIN.iter().filter(|t| t.held_out) {
-        if held_out {
-            run.push(t);
-        } else {
-            skipped.push(t.name);
-        }
-    }
-    Ok((run, skipped))
+    Ok((run, held.iter().map(|t| t.name).collect()))
 }
 
 pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), String> {
