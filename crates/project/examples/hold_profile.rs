@@ -44,7 +44,7 @@ impl Sum {
                 );
                 *self.acquires.entry(k).or_default() += 1;
             }
-            Event::Atomic { .. } => self.atomics += 1,
+            Event::Atomic { .. } | Event::Downgrade { .. } => self.atomics += 1,
             Event::Line { inst, write, sym } => {
                 self.lines += 1;
                 let k = format!(

@@ -15,7 +15,8 @@
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
 //! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock);
 //! `REPLAY_NO_RETURNS=1` drops the exceptions' returns, at which a CPU waits for a prefetch
-//! still in flight (the replay before trace format 6);
+//! still in flight (the replay before trace format 6); `REPLAY_DOWNGRADE_AS_RELEASE=1`
+//! replays each rwsem downgrade as a release and a new read acquire (before format 7);
 //! `REPLAY_WHOLE_TRACE=1` makes each CPU's cycle the whole trace (the rule before 2026-11-29)
 //! and `REPLAY_SEEDS=N` prints each row's mean rate over seeds 1 to N and its spread.
 
@@ -72,6 +73,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     sym: pagelab_sync::trace::Sym::Here,
                 }),
                 e => Some(e),
+            })
+            .collect();
+    }
+    if std::env::var_os("REPLAY_DOWNGRADE_AS_RELEASE").is_some() {
+        // What the downgrade keeps out, on one capture: a release and a new read acquire let
+        // a waiting writer in between (the rule before format 7).
+        t.events = t
+            .events
+            .iter()
+            .flat_map(|e| match *e {
+                Event::Downgrade { inst } => vec![
+                    Event::Release {
+                        inst,
+                        shared: false,
+                    },
+                    Event::Acquire {
+                        inst,
+                        shared: true,
+                        trylock: false,
+                    },
+                ],
+                e => vec![e],
             })
             .collect();
     }

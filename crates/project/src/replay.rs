@@ -220,6 +220,8 @@ enum Op {
     /// none recorded, so a failed trylock waits as a lock would).
     Try(u32, bool, u32),
     Release(u32, bool),
+    /// An rwsem's write hold become a read hold ([`Sim::downgrade`]).
+    Downgrade(u32),
     Write(u32),
     Flush,
     Ops(u32),
@@ -473,6 +475,10 @@ fn paired(events: &[Event]) -> Vec<bool> {
             Event::Release { inst, .. } if open.get_mut(&inst).and_then(Vec::pop).is_none() => {
                 keep[i] = false;
             }
+            // The downgrade of a hold taken before the recording started.
+            Event::Downgrade { inst } if open.get(&inst).is_none_or(Vec::is_empty) => {
+                keep[i] = false;
+            }
             _ => {}
         }
     }
@@ -613,6 +619,7 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
         Event::Compute { .. } => None,
         Event::Acquire { inst, shared, .. } => map(inst).map(|r| Op::Acquire(r, shared)),
         Event::Release { inst, shared } => map(inst).map(|r| Op::Release(r, shared)),
+        Event::Downgrade { inst } => map(inst).map(Op::Downgrade),
         Event::Atomic { inst } => map(inst).map(Op::Atomic),
         Event::Write { bytes, .. } => Some(Op::Write(bytes)),
         Event::Trap => Some(Op::Trap),
@@ -1825,12 +1832,60 @@ impl<'r, 'a> Sim<'r, 'a> {
         }
     }
 
-    fn release(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> u64 {
-        let kind = self.res[ri].kind;
-        if !shared && kind != LockKind::Line && self.res[ri].holder == Some(cpu as u32) {
+    /// Books the end of `cpu`'s exclusive hold of resource `ri` at `t` in its class's
+    /// statistics.
+    fn end_hold(&mut self, ri: usize, cpu: usize, t: u64) {
+        if self.res[ri].kind != LockKind::Line && self.res[ri].holder == Some(cpu as u32) {
             let s = &mut self.stats[self.res[ri].class];
             s.holds += 1;
             s.hold_ns += t.saturating_sub(self.res[ri].held_since) as f64 / 1000.0;
+        }
+    }
+
+    /// `downgrade_write` of the rwsem `ri` that `cpu` holds for write, at `t`: one atomic on
+    /// the count word turns the hold into a read hold, with no moment at which the lock is
+    /// free, so a waiting writer cannot take it in between (as it could between a release and
+    /// a new read acquire) and waits for the last reader. Readers first in the queue, and
+    /// readers spinning, enter with it (kernel/locking/rwsem.c: `downgrade_write` wakes
+    /// through `rwsem_mark_wake` with the lock read-owned, which wakes nobody when a writer
+    /// is first in line). munmap's zap runs in this read hold from 4.20
+    /// (`mm.munmap_downgrade`), so munmaps queued behind each other's zap take turns: with a
+    /// release and a new acquire the zapping task queued behind the waiting writers and the
+    /// zaps then entered together, as readers admitted at once.
+    fn downgrade(&mut self, ri: usize, cpu: usize, t: u64) -> u64 {
+        self.end_hold(ri, cpu, t);
+        let at = self.line_access(ri, cpu, t, true);
+        let r = &mut self.res[ri];
+        debug_assert_eq!(
+            r.holder,
+            Some(cpu as u32),
+            "a downgrade without the write hold"
+        );
+        r.holder = None;
+        r.readers += 1;
+        let n = r.waiters.len() + r.spinners.len();
+        let admit = |q: &mut VecDeque<Waiter>| -> VecDeque<Waiter> {
+            let (readers, writers): (VecDeque<Waiter>, VecDeque<Waiter>) =
+                std::mem::take(q).into_iter().partition(|w| w.shared);
+            *q = writers;
+            readers
+        };
+        let mut enter = if r.waiters.front().is_some_and(|w| w.shared) {
+            admit(&mut r.waiters)
+        } else {
+            VecDeque::new()
+        };
+        enter.extend(admit(&mut r.spinners));
+        for w in enter {
+            self.grant(ri, w, cpu, at, n);
+        }
+        at
+    }
+
+    fn release(&mut self, ri: usize, shared: bool, cpu: usize, t: u64) -> u64 {
+        let kind = self.res[ri].kind;
+        if !shared {
+            self.end_hold(ri, cpu, t);
         }
         match kind {
             LockKind::Line => self.line_access(ri, cpu, t, false),
@@ -2041,13 +2096,21 @@ impl<'r, 'a> Sim<'r, 'a> {
             // (0.4 to 0.5 ns a fault on page_fault1's traces).
             if matches!(
                 op,
-                Op::Release(..) | Op::Atomic(_) | Op::Acquire(..) | Op::Try(..) | Op::Flush
+                Op::Release(..)
+                    | Op::Downgrade(_)
+                    | Op::Atomic(_)
+                    | Op::Acquire(..)
+                    | Op::Try(..)
+                    | Op::Flush
             ) && cpu.stores_until > t
             {
                 let at = cpu.stores_until;
                 cpu.held_op = Some(op);
-                if let Op::Release(ri, _) | Op::Atomic(ri) | Op::Acquire(ri, _) | Op::Try(ri, ..) =
-                    op
+                if let Op::Release(ri, _)
+                | Op::Downgrade(ri)
+                | Op::Atomic(ri)
+                | Op::Acquire(ri, _)
+                | Op::Try(ri, ..) = op
                 {
                     let class = self.res[ri as usize].class;
                     self.stats[class].drain_ns += (at - t) as f64 / 1000.0;
@@ -2118,6 +2181,13 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 Op::Release(ri, shared) => {
                     let at = self.release(ri as usize, shared, c, t);
+                    if at > t {
+                        self.schedule(c, at);
+                        return;
+                    }
+                }
+                Op::Downgrade(ri) => {
+                    let at = self.downgrade(ri as usize, c, t);
                     if at > t {
                         self.schedule(c, at);
                         return;
@@ -3133,6 +3203,50 @@ ipi_handler_ns = 500.0
             sim.release(0, false, 0, 1000 * NS);
             assert_eq!(sim.res[0].holder, Some(1));
             assert_eq!(sim.acquire(0, false, 2, 1500 * NS), None);
+        });
+    }
+
+    /// `downgrade_write`: the lock is never free between the write hold and the read hold,
+    /// so a writer waiting at the downgrade still waits, for the last reader; a reader first
+    /// in the queue enters with the downgrade, and one behind a waiting writer does not
+    /// (`rwsem_mark_wake` with the lock read-owned wakes nobody when a writer is first).
+    #[test]
+    fn a_downgrade_lets_no_waiting_writer_in_and_admits_the_readers_first_in_line() {
+        with_sim(RwsemAlgo::SleepFifo, |sim| {
+            sim.acquire(0, false, 0, 0);
+            assert_eq!(sim.acquire(0, false, 1, 100 * NS), None);
+            assert_eq!(sim.acquire(0, true, 2, 200 * NS), None);
+            sim.downgrade(0, 0, 1000 * NS);
+            assert_eq!((sim.res[0].holder, sim.res[0].readers), (None, 1));
+            assert_eq!(sim.cpus[1].st, St::WaitLock, "the writer still waits");
+            assert_eq!(sim.cpus[2].st, St::WaitLock, "a reader behind it too");
+            let s = &sim.stats[sim.res[0].class];
+            assert_eq!((s.holds, s.hold_ns), (1, 1000.0), "the write hold ended");
+            // The last reader's release hands the lock to the writer.
+            sim.release(0, true, 0, 5000 * NS);
+            assert_eq!(sim.res[0].holder, Some(1));
+        });
+        with_sim(RwsemAlgo::SleepFifo, |sim| {
+            sim.acquire(0, false, 0, 0);
+            assert_eq!(sim.acquire(0, true, 1, 100 * NS), None);
+            assert_eq!(sim.acquire(0, false, 2, 200 * NS), None);
+            let at = sim.downgrade(0, 0, 1000 * NS);
+            assert_eq!(
+                sim.res[0].readers, 2,
+                "the reader first in line enters with it"
+            );
+            assert_eq!(sim.cpus[1].st, St::Ready);
+            assert_eq!(
+                sim.cpus[1].slept,
+                at + X + WAKE - 100 * NS,
+                "woken at the downgrade"
+            );
+            assert_eq!(sim.res[0].waiters.front().map(|w| w.cpu), Some(2));
+            // Both readers gone, the writer has it.
+            sim.release(0, true, 0, 5000 * NS);
+            assert_eq!(sim.res[0].holder, None);
+            sim.release(0, true, 1, 6000 * NS);
+            assert_eq!(sim.res[0].holder, Some(2));
         });
     }
 

@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE6"
+//! magic      8 bytes  "PLTRACE7"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -28,19 +28,22 @@
 //!             10 store     instance, which line (as the line event's bits 1-2, shifted
 //!                          down): a store the CPU does not wait for
 //!             11 trap return (the exception's `iretq`, which serializes)
+//!             12 downgrade instance (an rwsem's write hold become a read hold)
 //! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
 //!            varint count of segments, and per segment a varint count of events, then those
 //!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! Format 6 (magic `PLTRACE6`) holds the line events, the fallback segments, prefetches,
-//! stores the CPU does not wait for and each fault's return; a file of an older format (1:
-//! neither; 2: one of the first two; 3: prefetches recorded as line writes the CPU waited for;
-//! 4: every store recorded as a write the CPU waited for; 5: no returns, where the replay waits
-//! for a prefetch still in flight) is refused with a one-line error (capture it again), since
-//! replaying it would silently leave out shared lines, fallbacks or those waits, or stall on
-//! prefetches and stores.
+//! Format 7 (magic `PLTRACE7`) holds the line events, the fallback segments, prefetches,
+//! stores the CPU does not wait for, each fault's return and rwsem downgrades; a file of an
+//! older format (1: neither; 2: one of the first two; 3: prefetches recorded as line writes the
+//! CPU waited for; 4: every store recorded as a write the CPU waited for; 5: no returns, where
+//! the replay waits for a prefetch still in flight; 6: a downgrade recorded as a release and a
+//! new read acquire, between which the replay let a waiting writer in) is refused with a
+//! one-line error (capture it again), since replaying it would silently leave out shared
+//! lines, fallbacks or those waits, stall on prefetches and stores, or reorder an rwsem's
+//! holders.
 //!
 //! # Fallbacks
 //!
@@ -360,6 +363,11 @@ pub enum Event {
         inst: u32,
         shared: bool,
     },
+    /// An rwsem held for write by this task becomes held for read (`downgrade_write`): one
+    /// atomic on its count, and no writer can take the lock in between.
+    Downgrade {
+        inst: u32,
+    },
     /// An atomic read-modify-write of a shared line.
     Atomic {
         inst: u32,
@@ -424,8 +432,8 @@ struct Header {
 pub const PAIR_RECEIVER: &str = "pair receiver";
 
 /// The format this version writes and reads (the magic's last character).
-const FORMAT: char = '6';
-const MAGIC: &[u8; 8] = b"PLTRACE6";
+const FORMAT: char = '7';
+const MAGIC: &[u8; 8] = b"PLTRACE7";
 
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
@@ -626,6 +634,9 @@ impl Builder {
                 raw::Kind::Release { access } => Some(Event::Release {
                     inst: self.intern(e),
                     shared: access == Access::Shared,
+                }),
+                raw::Kind::Downgrade => Some(Event::Downgrade {
+                    inst: self.intern(e),
                 }),
                 raw::Kind::TrylockFail { .. } => None,
                 raw::Kind::Atomic => Some(Event::Atomic {
@@ -1142,7 +1153,8 @@ impl Trace {
         for e in &self.events {
             match *e {
                 Event::Acquire { inst, .. } => bump(inst, &[0]),
-                Event::Atomic { inst } => bump(inst, &[1]),
+                // One atomic on the lock's count word.
+                Event::Atomic { inst } | Event::Downgrade { inst } => bump(inst, &[1]),
                 Event::TlbFlush { inst } => bump(inst, &[2]),
                 Event::Line {
                     inst, write, sym, ..
@@ -1276,11 +1288,11 @@ impl Trace {
             serde_json::from_slice(r.take(hlen as usize).ok_or_else(|| bad("header"))?)
                 .map_err(|e| bad(&format!("header: {e}")))?;
         let n = u64::from_le_bytes(r.take(8).ok_or_else(|| bad("count"))?.try_into().unwrap());
-        let nr_inst = header.instances.len() as u64;
+        let instances = header.instances.as_slice();
         // Every event takes at least one byte: a count beyond what is left is a lie.
         let mut events = Vec::with_capacity(n.min((body.len() - r.at) as u64) as usize);
         for _ in 0..n {
-            events.push(decode_event(&mut r, nr_inst, &bad)?);
+            events.push(decode_event(&mut r, instances, &bad)?);
         }
         let mut fallbacks = Vec::new();
         {
@@ -1301,7 +1313,7 @@ impl Trace {
                     let n = count(&mut r, "fallback segment")?;
                     let mut seg = Vec::with_capacity(n);
                     for _ in 0..n {
-                        seg.push(decode_event(&mut r, nr_inst, &bad)?);
+                        seg.push(decode_event(&mut r, instances, &bad)?);
                     }
                     segments.push(seg);
                 }
@@ -1365,6 +1377,10 @@ fn encode_event(b: &mut Vec<u8>, e: &Event) {
             varint(b, u64::from(inst));
             b.push(u8::from(shared));
         }
+        Event::Downgrade { inst } => {
+            b.push(12);
+            varint(b, u64::from(inst));
+        }
         Event::Atomic { inst } => {
             b.push(3);
             varint(b, u64::from(inst));
@@ -1419,12 +1435,13 @@ fn sym_of(w: u8, bad: &dyn Fn(&str) -> TraceError) -> Result<Sym, TraceError> {
     })
 }
 
-/// Parses one event (module docs); `nr_inst` bounds instance numbers.
+/// Parses one event (module docs) of a trace whose instance table is `instances`.
 fn decode_event(
     r: &mut Reader<'_>,
-    nr_inst: u64,
+    instances: &[Instance],
     bad: &dyn Fn(&str) -> TraceError,
 ) -> Result<Event, TraceError> {
+    let nr_inst = instances.len() as u64;
     let inst = |r: &mut Reader<'_>| -> Result<u32, TraceError> {
         let i = r.varint().ok_or_else(|| bad("instance"))?;
         if i >= nr_inst {
@@ -1455,6 +1472,17 @@ fn decode_event(
             }
         }
         3 => Event::Atomic { inst: inst(r)? },
+        12 => {
+            let i = inst(r)?;
+            let class = &instances[i as usize];
+            if class.model != LockModel::RwSem {
+                return Err(bad(&format!(
+                    "a downgrade of {}, which is not an rwsem",
+                    class.class
+                )));
+            }
+            Event::Downgrade { inst: i }
+        }
         4 => Event::Write {
             bytes: u32::try_from(r.varint().ok_or_else(|| bad("write"))?)
                 .map_err(|_| bad("write size"))?,
@@ -1520,6 +1548,15 @@ impl Section {
             Event::Release { inst, .. } => {
                 if let Some(i) = self.held.iter().rposition(|h| h.0 == inst) {
                     self.held.remove(i);
+                }
+                self.written.clear();
+                self.stored.clear();
+                false
+            }
+            // Readers may enter from here on: the hold is shared.
+            Event::Downgrade { inst } => {
+                if let Some(h) = self.held.iter_mut().rev().find(|h| h.0 == inst) {
+                    h.1 = true;
                 }
                 self.written.clear();
                 self.stored.clear();
@@ -1819,21 +1856,28 @@ pub(crate) mod tests {
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 6); capture it again"
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 7); capture it again"
         );
         // Format 4 recorded every store as a write the CPU waited for.
         b[7] = b'4';
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 6); capture it again"
+            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 7); capture it again"
         );
         // Format 5 had no exception returns, at which the replay waits for a prefetch.
         b[7] = b'5';
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 5 is no longer read (this pagelab reads format 6); capture it again"
+            "old.pltrace: trace format 5 is no longer read (this pagelab reads format 7); capture it again"
+        );
+        // Format 6 recorded a downgrade as a release and a new acquire.
+        b[7] = b'6';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 6 is no longer read (this pagelab reads format 7); capture it again"
         );
         // A bad line reference is corruption, named.
         let t = Trace {
@@ -1854,6 +1898,41 @@ pub(crate) mod tests {
         b[n..].copy_from_slice(&crc.to_le_bytes());
         let e = Trace::decode(&b, "f").unwrap_err().to_string();
         assert!(e.contains("unknown line reference 7"), "{e}");
+    }
+
+    /// A downgrade goes through the file as itself, and only an rwsem's is read.
+    #[test]
+    fn a_downgrade_round_trips_and_is_refused_on_a_lock_that_is_not_an_rwsem() {
+        let mut t = Trace {
+            events: vec![
+                Event::Acquire {
+                    inst: 0,
+                    shared: false,
+                    trylock: false,
+                },
+                Event::Downgrade { inst: 0 },
+                Event::Release {
+                    inst: 0,
+                    shared: true,
+                },
+            ],
+            fallbacks: Vec::new(),
+            ..sample()
+        };
+        t.instances[0] = Instance {
+            class: "mmap_lock".into(),
+            scope: Scope::Mm,
+            model: LockModel::RwSem,
+            sleeps: true,
+            rwsem: Some(RwsemAlgo::SpinWritersHandoff),
+        };
+        assert_eq!(Trace::decode(&t.encode(), "f").unwrap(), t);
+        t.instances[0].model = LockModel::QRwLock;
+        let e = Trace::decode(&t.encode(), "f").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "f: the trace is corrupt (a downgrade of mmap_lock, which is not an rwsem)"
+        );
     }
 
     /// A traced window preempted during its writes: the writes alone (1000 ns) outlast the

@@ -566,3 +566,50 @@ fn the_fault_entrys_prefetch_is_where_the_profile_keeps_it_and_every_fault_retur
     b.description = a.description.clone();
     assert_eq!(a, b, "the pair differs in the prefetch alone");
 }
+
+#[test]
+fn munmap_downgrades_mmap_lock_where_the_profile_does() {
+    // `mm.munmap_downgrade` (4.20+): munmap's write hold becomes the zap's read hold with no
+    // moment at which the lock is free, recorded as one event (trace format 7), not a release
+    // and a new acquire between which the replay would let a waiting writer in.
+    for (profile, downgrades) in [("linux-6.7", true), ("linux-4.15", false)] {
+        let t = page_fault1(profile, false);
+        let m = t
+            .instances
+            .iter()
+            .position(|i| i.class == "mmap_lock")
+            .unwrap() as u32;
+        let ops: String = t
+            .events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Acquire { inst, shared, .. } if inst == m => {
+                    Some(if shared { 'r' } else { 'w' })
+                }
+                Event::Downgrade { inst } if inst == m => Some('d'),
+                Event::Release { inst, shared } if inst == m => {
+                    Some(if shared { 'R' } else { 'W' })
+                }
+                _ => None,
+            })
+            .collect();
+        // Every munmap of the window: taken for write, then read-held to its end.
+        let n = ops.matches("wdR").count();
+        if downgrades {
+            assert!(n >= 1, "{profile}: {ops}");
+            assert_eq!(ops.matches('d').count(), n, "{profile}: {ops}");
+        } else {
+            assert!(!ops.contains('d'), "{profile}: {ops}");
+        }
+        // No hold is left open or closed twice.
+        let mut held: Option<bool> = None;
+        for c in ops.chars() {
+            held = match (held, c) {
+                (None, 'w') => Some(false),
+                (None, 'r') | (Some(false), 'd') => Some(true),
+                (Some(false), 'W') | (Some(true), 'R') => None,
+                (h, c) => panic!("{profile}: {c} with {h:?} in {ops}"),
+            };
+        }
+    }
+}

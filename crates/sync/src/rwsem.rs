@@ -259,6 +259,14 @@ impl<T> RwSem<T> {
         }
     }
 
+    #[inline]
+    fn trace_downgrade(&self) {
+        if trace::active() {
+            let id = self as *const Self as usize;
+            trace::downgrade(self.hdr.class, id, self.hdr.model);
+        }
+    }
+
     /// The capture's switch: a trylock made to fail to record the caller's fallback
     /// ([`trace::force_trylock_failure`]).
     #[inline]
@@ -629,9 +637,8 @@ impl<'a, T> RwSemWriteGuard<'a, T> {
         let sem = guard.sem;
         // Still exclusive here, so starting the shared access early is fine.
         let reader = RwSemReadGuard::new(sem);
-        sem.trace_release(Access::Exclusive);
+        sem.trace_downgrade();
         sem.release_writer(READER_ONE);
-        sem.trace_acquire(Access::Shared, false);
         reader
     }
 }

@@ -206,6 +206,10 @@ pub enum Kind {
     Acquire { access: Access, trylock: bool },
     /// A lock was released.
     Release { access: Access },
+    /// A write hold of an rwsem became a read hold without the lock being free in between
+    /// (`downgrade_write`): no writer can take it there, as one could between a release and a
+    /// new acquire.
+    Downgrade,
     /// A trylock of this lock failed; what follows is the path the caller takes instead
     /// (recorded by the capture's fallback windows, see [`force_trylock_failure`]).
     TrylockFail { access: Access },
@@ -412,6 +416,14 @@ pub fn acquire(
 pub fn release(class: &'static LockClass, instance: usize, model: LockModel, access: Access) {
     if active() && class.is_recorded() {
         push(Kind::Release { access }, class, instance, model);
+    }
+}
+
+/// The rwsem at `instance`, held for write, is downgraded to a read hold.
+#[inline]
+pub fn downgrade(class: &'static LockClass, instance: usize, model: LockModel) {
+    if active() && class.is_recorded() {
+        push(Kind::Downgrade, class, instance, model);
     }
 }
 
