@@ -31,11 +31,15 @@ fn holds(t: &Trace, events: &[Event], out: &mut HashMap<String, Vec<f64>>) {
             Event::Acquire { inst, .. } => {
                 open.entry(inst).or_insert(now);
             }
-            Event::Release { inst, .. } => {
+            // A downgrade ends a write hold and begins a read hold, counted apart.
+            Event::Release { inst, .. } | Event::Downgrade { inst } => {
                 if let Some(t0) = open.remove(&inst) {
                     out.entry(t.instances[inst as usize].class.clone())
                         .or_default()
                         .push(now - t0);
+                }
+                if matches!(e, Event::Downgrade { .. }) {
+                    open.insert(inst, now);
                 }
             }
             _ => {}

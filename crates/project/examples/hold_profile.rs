@@ -106,6 +106,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     open.remove(p);
                 }
             }
+            // The write hold ends and a read hold begins (munmap's zap).
+            Event::Downgrade { inst } => {
+                if let Some(p) = open.iter().rposition(|&(i, s)| i == inst && !s) {
+                    open[p].1 = true;
+                    let c = t.instances[inst as usize].class.clone();
+                    inside.entry((c, true)).or_default().holds += 1;
+                }
+            }
             _ => {}
         }
     }

@@ -158,7 +158,12 @@ fn page_fault1_traces_whole_iterations_of_shared_events() {
                 Event::Release {
                     inst,
                     shared: false,
-                } if inst == mmap => in_write = false,
+                }
+                | Event::Downgrade { inst }
+                    if inst == mmap =>
+                {
+                    in_write = false
+                }
                 Event::Compute { ns } if in_write => held += ns,
                 _ => {}
             }

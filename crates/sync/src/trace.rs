@@ -422,6 +422,7 @@ pub fn release(class: &'static LockClass, instance: usize, model: LockModel, acc
 /// The rwsem at `instance`, held for write, is downgraded to a read hold.
 #[inline]
 pub fn downgrade(class: &'static LockClass, instance: usize, model: LockModel) {
+    debug_assert_eq!(model, LockModel::RwSem, "only an rwsem is downgraded");
     if active() && class.is_recorded() {
         push(Kind::Downgrade, class, instance, model);
     }
