@@ -52,6 +52,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../experiments/page_fault2-entry-prefetch-2025.toml"),
     ),
     (
+        "page_fault2-folio-batch-2024",
+        include_str!("../../../experiments/page_fault2-folio-batch-2024.toml"),
+    ),
+    (
         "beyond-linux-page_fault1",
         include_str!("../../../experiments/beyond-linux-page_fault1.toml"),
     ),
@@ -109,6 +113,7 @@ pub const PUBLISHED_TABLES: &[&str] = &[
     "page_fault1-2018",
     "pft-single-vma-2023",
     "page_fault2-gnr-2025",
+    "page_fault2-skl-2024",
 ];
 
 /// The names of the shipped machine descriptions (`machines/*.toml`, embedded by the projector,
@@ -124,6 +129,7 @@ pub const MACHINES: &[&str] = &[
     "epyc-7k62-2s",
     "broadwell-2s-20c",
     "granite-rapids-2s-128c",
+    "skylake-sp-2s-52c",
 ];
 
 /// The file as written.
@@ -581,6 +587,7 @@ mod tests {
                 "page_fault2-entry-prefetch-2025",
                 Some("granite-rapids-2s-128c"),
             ),
+            ("page_fault2-folio-batch-2024", Some("skylake-sp-2s-52c")),
         ] {
             assert_eq!(load(name).unwrap().machine.as_deref(), machine, "{name}");
         }

@@ -50,6 +50,18 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/large-zone-batch.toml"),
     ),
     (
+        "folios-put-parent",
+        include_str!("../../../profiles/folios-put-parent.toml"),
+    ),
+    (
+        "folios-put",
+        include_str!("../../../profiles/folios-put.toml"),
+    ),
+    (
+        "folio-batch-31",
+        include_str!("../../../profiles/folio-batch-31.toml"),
+    ),
+    (
         "linux-6.2",
         include_str!("../../../profiles/linux-6.2.toml"),
     ),

@@ -636,8 +636,9 @@ pub enum LruRelease {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReleaseFree {
-    /// 6.9+ (`folios_put_refs`): a batch of 32 pages is freed each time it fills, in the
-    /// order they were released, the lock dropped first.
+    /// 6.9+ (`folios_put_refs`), and 2.6's pagevec: a batch of `lru.batch` pages (the
+    /// `folio_batch` the caller fills) is freed each time it fills, in the order they were
+    /// released, the lock dropped first.
     #[default]
     Batch,
     /// 3.3 to 6.8 (`free_hot_cold_page_list`, then `free_unref_page_list`): each freed page
@@ -1632,6 +1633,8 @@ mod tests {
             let want = if name.starts_with("linux-2.6.")
                 || name.starts_with("linux-6.15")
                 || name == "pvl-refcount"
+                || name == "folios-put"
+                || name == "folio-batch-31"
             {
                 ReleaseFree::Batch
             } else {

@@ -392,6 +392,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "granite-rapids-2s-128c",
         include_str!("../../../machines/granite-rapids-2s-128c.toml"),
     ),
+    (
+        "skylake-sp-2s-52c",
+        include_str!("../../../machines/skylake-sp-2s-52c.toml"),
+    ),
 ];
 
 /// At most this many CPUs (sockets x cores x threads): Linux's `NR_CPUS` of distribution

@@ -111,6 +111,15 @@ pub const BUILTIN: &[Published] = &[
         claims: &[],
         held_out: true,
     },
+    Published {
+        name: "page_fault2-skl-2024",
+        experiment: "page_fault2-folio-batch-2024",
+        machine: "skylake-sp-2s-52c",
+        mean: MeanKind::Arithmetic,
+        csv: include_str!("../../../data/published/page_fault2-skl-2024.csv"),
+        claims: &[],
+        held_out: true,
+    },
 ];
 
 /// One published row.

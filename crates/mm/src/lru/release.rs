@@ -11,8 +11,9 @@
 //! changes. When the freed pages go to the allocator, and so how long a hold lasts, is the
 //! era's (`lru.release_free`, [`ReleaseFree`]):
 //!
-//! * `"batch"` (6.9+, `folios_put_refs`): every `SWAP_CLUSTER_MAX` (32) freed pages the lock
-//!   is dropped and the batch freed, in release order.
+//! * `"batch"` (2.6's pagevec, and `folios_put_refs` from 6.9): every `lru.batch` freed pages
+//!   (the `folio_batch` the caller fills: 15 from 99fbb6bfc16f, 31 from 9cecde80aae0, both
+//!   6.9; a pagevec of 16 in 2.6.13) the lock is dropped and the batch freed, in release order.
 //! * `"list"` (3.3 to 6.8): the freed pages are gathered on a list (`list_add`, so the list
 //!   runs backwards) and freed after the loop (`free_unref_page_list`); the lock is dropped
 //!   every `SWAP_CLUSTER_MAX` pages looked at (`lock_batch`), except by the RFC v1's batch-lock
@@ -121,7 +122,7 @@ impl<'a> BatchHold<'a> {
 }
 
 /// The pages a release has taken off their lists and will free, handed to the allocator once
-/// the caller has dropped its lock: a batch of [`SWAP_CLUSTER_MAX`] freed as it fills (the
+/// the caller has dropped its lock: a batch of `lru.batch` pages freed as it fills (the
 /// kernel's `folio_batch`), or the whole call's, freed last to first (the `pages_to_free` list).
 ///
 /// `N` pages fit: a call of at most [`SWAP_CLUSTER_MAX`] pages (a `put_page`, a batch flush)
@@ -138,12 +139,13 @@ struct ToFree<const N: usize> {
 }
 
 impl<const N: usize> ToFree<N> {
-    fn new(how: ReleaseFree) -> Self {
+    /// `batch`: the folio batch's size (`lru.batch`), which a `"batch"` release fills.
+    fn new(how: ReleaseFree, batch: usize) -> Self {
         let list = how == ReleaseFree::List;
         ToFree {
             pfns: [Pfn(0); N],
             nr: 0,
-            cap: if list { N } else { SWAP_CLUSTER_MAX.min(N) },
+            cap: if list { N } else { batch.clamp(1, N) },
             list,
             freed: 0,
         }
@@ -214,7 +216,7 @@ impl Lru {
     /// pages.
     fn release_locked<const N: usize>(&self, cpu: CpuId, pfns: &[Pfn]) {
         let pages = self.mem.pages();
-        let mut to_free = ToFree::<N>::new(self.release_free);
+        let mut to_free = ToFree::<N>::new(self.release_free, self.batch_size);
         let mut held: Option<(usize, Hold<'_>)> = None;
         let (mut holds, mut waits) = (0u64, 0u64);
         // Pages looked at under the current hold (`lock_batch`, the `"list"` releases).
@@ -292,7 +294,7 @@ impl Lru {
         let pages = self.mem.pages();
         let tags = self.tags.as_deref().expect("batch-lock release has tags");
         let mut sentinels = [0u64; LRU_BITMAP_SIZE / 64];
-        let mut to_free = ToFree::<N>::new(self.release_free);
+        let mut to_free = ToFree::<N>::new(self.release_free, self.batch_size);
         let mut held: Option<BatchHold<'_>> = None;
         let (mut holds, mut sentinels_unlinked) = (0u64, 0u64);
         for pass in 0..2 {
