@@ -50,6 +50,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../profiles/large-zone-batch.toml"),
     ),
     (
+        "linux-6.2",
+        include_str!("../../../profiles/linux-6.2.toml"),
+    ),
+    (
+        "linux-6.7",
+        include_str!("../../../profiles/linux-6.7.toml"),
+    ),
+    (
         "folios-put-parent",
         include_str!("../../../profiles/folios-put-parent.toml"),
     ),
@@ -60,14 +68,6 @@ pub const BUILTIN: &[(&str, &str)] = &[
     (
         "folio-batch-31",
         include_str!("../../../profiles/folio-batch-31.toml"),
-    ),
-    (
-        "linux-6.2",
-        include_str!("../../../profiles/linux-6.2.toml"),
-    ),
-    (
-        "linux-6.7",
-        include_str!("../../../profiles/linux-6.7.toml"),
     ),
     (
         "linux-6.15",

@@ -636,11 +636,19 @@ pub enum LruRelease {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReleaseFree {
-    /// 6.9+ (`folios_put_refs`), and 2.6's pagevec: a batch of `lru.batch` pages (the
-    /// `folio_batch` the caller fills) is freed each time it fills, in the order they were
-    /// released, the lock dropped first.
+    /// 6.9+ (`folios_put_refs` since 7c33b8c4229a), and 2.6's pagevec: a batch of
+    /// `lru.batch` pages is freed each time it fills, in the order they were released, the
+    /// lock dropped first. The kernel fills its `folio_batch` with every folio passed, the
+    /// engine with the pages freed: the same where every reference dropped is the last, as in
+    /// an unmap of private pages; 2.6.13 filled its pagevec after `put_page_testzero`, as the
+    /// engine does.
     #[default]
     Batch,
+    /// The 6.9 merge window between 99fbb6bfc16f ("mm: make folios_put() the basis of
+    /// release_pages()") and 7c33b8c4229a ("mm: remove use of folio list from folios_put()"):
+    /// one lock hold per `lru.batch` pages, as `"batch"`, but each batch's freed pages gathered
+    /// on a list with `list_add` and freed last first, as `"list"` frees a whole call's.
+    BatchList,
     /// 3.3 to 6.8 (`free_hot_cold_page_list`, then `free_unref_page_list`): each freed page
     /// is put on a local list with `list_add`, and the list is freed after the loop, once the
     /// lock is dropped, so pages reach the per-CPU lists in the reverse of the order they were
@@ -704,7 +712,7 @@ pub struct LruPolicy {
     #[serde(default = "LruPolicy::default_add")]
     pub add: LruAdd,
     /// Pages per per-CPU add batch (`PAGEVEC_SIZE`: 16 in the 2.6.13 era, 14 later and until 5.17;
-    /// `FOLIO_BATCH` 15, or 31).
+    /// `FOLIO_BATCH` 15, or 31), and per batch of a `"batch"` or `"batch-list"` release.
     #[serde(default = "LruPolicy::default_batch")]
     pub batch: u32,
     #[serde(default = "LruPolicy::default_release")]
@@ -821,8 +829,8 @@ pub const FAULT_AROUND: Bound = Bound {
 };
 
 /// `lru.batch`: the kernel's per-CPU LRU batches never held more than 31 pages: `PAGEVEC_SIZE`
-/// was 14, then 15, and `folio_batch` became 31 in 6.10, sized so that its counters and
-/// pointers fill 256 bytes. A larger batch models no kernel.
+/// was 14, then 15, and `folio_batch` became 31 in 6.9-rc2 (9cecde80aae0), sized so that its
+/// counters and pointers fill 256 bytes. A larger batch models no kernel.
 pub const LRU_BATCH: Bound = Bound {
     key: "lru.batch",
     min: 1,
@@ -1017,9 +1025,12 @@ impl Policy {
                 "pcp.tune = \"adaptive\" needs per-CPU lists, but pcp.lists = \"none\"".into(),
             ));
         }
-        if self.lru.add == LruAdd::PerPage && self.lru.batch != LruPolicy::default_batch() {
+        if self.lru.add == LruAdd::PerPage
+            && self.lru.release_free == ReleaseFree::List
+            && self.lru.batch != LruPolicy::default_batch()
+        {
             return Err(PolicyError(
-                "lru.batch has no effect with lru.add = \"per-page\"; remove it or choose \"batch\" or \"splice\"".into(),
+                "lru.batch has no effect with lru.add = \"per-page\" and lru.release_free = \"list\"; remove it or choose lru.add = \"batch\" or \"splice\"".into(),
             ));
         }
         if self.lru.mglru && self.lru.add == LruAdd::Splice {
@@ -1629,14 +1640,15 @@ mod tests {
             };
             assert_eq!(p.mm.vma_lock_faults, want, "{name}: vma_lock_faults");
             // release_pages: a pagevec freed as it fills in 2.6.13, a list freed after the
-            // loop from 3.3 to 6.8, a folio batch freed as it fills from 6.9.
+            // loop from 3.3 to 6.8, a folio batch freed as it fills from 6.9 (from a list, in
+            // the merge window's first commits).
             let want = if name.starts_with("linux-2.6.")
                 || name.starts_with("linux-6.15")
                 || name == "pvl-refcount"
-                || name == "folios-put"
-                || name == "folio-batch-31"
             {
                 ReleaseFree::Batch
+            } else if name == "folios-put" || name == "folio-batch-31" {
+                ReleaseFree::BatchList
             } else {
                 ReleaseFree::List
             };

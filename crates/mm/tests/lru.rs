@@ -278,6 +278,49 @@ fn release_frees_each_page_exactly_once() {
     }
 }
 
+/// A `"batch"` or `"batch-list"` release takes the lock once per `lru.batch` freed pages (the
+/// kernel's folio batch: 15 from 99fbb6bfc16f, 31 from 9cecde80aae0), a `"list"` release once
+/// per `SWAP_CLUSTER_MAX` (32) pages looked at.
+#[test]
+fn a_release_holds_its_lock_once_per_batch() {
+    for (how, batch, n, holds) in [
+        (ReleaseFree::Batch, 15, 64, 5),
+        (ReleaseFree::BatchList, 15, 64, 5),
+        (ReleaseFree::Batch, 31, 64, 3),
+        (ReleaseFree::Batch, 31, 32, 2),
+        (ReleaseFree::List, 15, 64, 2),
+    ] {
+        // Per-page adds (every page on its list at once), with the batch the release fills.
+        let p = LruPolicy {
+            release_free: how,
+            batch,
+            ..lru_policy(
+                LruLockScope::MemcgNode,
+                LruAdd::PerPage,
+                LruRelease::Locked,
+                batch,
+            )
+        };
+        let (m, lru) = setup(&p, 2, 1);
+        let cpu = CpuId(1);
+        let pfns: Vec<Pfn> = (0..n)
+            .map(|_| {
+                let pfn = fault(&m, cpu, true, 0);
+                lru.add(cpu, pfn);
+                pfn
+            })
+            .collect();
+        let before = lru.stats().get(LruEvent::ReleaseLockHold);
+        lru.release_pages(cpu, &pfns);
+        assert_eq!(
+            lru.stats().get(LruEvent::ReleaseLockHold) - before,
+            holds,
+            "{how:?}, batch {batch}, {n} pages"
+        );
+        assert_eq!(lru.check().unwrap().on_lru(), 0);
+    }
+}
+
 /// A `"list"` release (3.3 to 6.8) frees its pages after the loop, last gathered first: the
 /// page released first is the last one onto the per-CPU list, so the next allocation there
 /// gets it back. A `"batch"` release (6.9+) frees in release order, and the next allocation
@@ -286,7 +329,11 @@ fn release_frees_each_page_exactly_once() {
 #[test]
 fn list_releases_free_their_pages_last_gathered_first() {
     for release in RELEASES {
-        for (how, want_first) in [(ReleaseFree::Batch, false), (ReleaseFree::List, true)] {
+        for (how, want_first) in [
+            (ReleaseFree::Batch, false),
+            (ReleaseFree::BatchList, true),
+            (ReleaseFree::List, true),
+        ] {
             let p = LruPolicy {
                 release_free: how,
                 ..lru_policy(LruLockScope::MemcgNode, LruAdd::PerPage, release, 15)

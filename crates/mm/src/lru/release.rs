@@ -14,6 +14,8 @@
 //! * `"batch"` (2.6's pagevec, and `folios_put_refs` from 6.9): every `lru.batch` freed pages
 //!   (the `folio_batch` the caller fills: 15 from 99fbb6bfc16f, 31 from 9cecde80aae0, both
 //!   6.9; a pagevec of 16 in 2.6.13) the lock is dropped and the batch freed, in release order.
+//! * `"batch-list"` (99fbb6bfc16f to 7c33b8c4229a, the 6.9 merge window): the same holds, but
+//!   each batch's pages are freed from a list, last first.
 //! * `"list"` (3.3 to 6.8): the freed pages are gathered on a list (`list_add`, so the list
 //!   runs backwards) and freed after the loop (`free_unref_page_list`); the lock is dropped
 //!   every `SWAP_CLUSTER_MAX` pages looked at (`lock_batch`), except by the RFC v1's batch-lock
@@ -61,7 +63,8 @@ use crate::cpu::CpuId;
 use crate::page::{Pfn, pg};
 use crate::policy::{LruRelease, ReleaseFree};
 
-/// Pages freed per lock hold at most, and per call to the allocator (`SWAP_CLUSTER_MAX`).
+/// `SWAP_CLUSTER_MAX`: the pages a `"list"` release looks at per lock hold (`lock_batch`), and
+/// the size of the small gathering array a call of that many pages or fewer uses.
 pub const SWAP_CLUSTER_MAX: usize = 32;
 
 /// Pages per pass of the batch-lock release (`LRU_BITMAP_SIZE`, RFC v1 patch 12).
@@ -139,14 +142,17 @@ struct ToFree<const N: usize> {
 }
 
 impl<const N: usize> ToFree<N> {
-    /// `batch`: the folio batch's size (`lru.batch`), which a `"batch"` release fills.
+    /// `batch`: the folio batch's size (`lru.batch`), which a `"batch"` or `"batch-list"`
+    /// release fills.
     fn new(how: ReleaseFree, batch: usize) -> Self {
-        let list = how == ReleaseFree::List;
         ToFree {
             pfns: [Pfn(0); N],
             nr: 0,
-            cap: if list { N } else { batch.clamp(1, N) },
-            list,
+            cap: match how {
+                ReleaseFree::List => N,
+                ReleaseFree::Batch | ReleaseFree::BatchList => batch.clamp(1, N),
+            },
+            list: how != ReleaseFree::Batch,
             freed: 0,
         }
     }
