@@ -307,7 +307,7 @@ pub(crate) fn capture_cmd(a: CaptureArgs, db: Option<&Path>) -> Result<(), Strin
         m.nr_cpus(),
         m.name
     );
-    let t = capture(&CaptureSpec::new(w, p, m.nr_cpus())).map_err(|e| e.to_string())?;
+    let t = capture(&CaptureSpec::for_machine(w, p, &m)).map_err(|e| e.to_string())?;
     write_file(&a.out, store_in_use(db).as_deref(), &t.encode()).map_err(|e| e.to_string())?;
     let size = std::fs::metadata(&a.out).map_or(0, |m| m.len());
     print!("{}", t.summary());

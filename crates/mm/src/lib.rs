@@ -29,7 +29,7 @@ pub mod task;
 pub mod vm;
 pub mod vmstat;
 
-pub use alloc::{AllocError, Census, Gfp, Mem, MemConfig, MemError, PageAllocator};
+pub use alloc::{AllocError, Census, Gfp, Mem, MemConfig, MemError, PageAllocator, TunablesFor};
 pub use cpu::CpuId;
 pub use kernel::Kernel;
 pub use page::{PAGE_SIZE, Pfn};

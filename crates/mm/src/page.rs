@@ -120,6 +120,9 @@ pub mod pg {
     pub const REFS_MASK: u64 = 0b11 << REFS_SHIFT;
     /// `PG_workingset`: the page refaulted while it was part of the workingset.
     pub const WORKINGSET: u64 = 1 << 24;
+    /// `PG_unevictable`: never set by the engine (it has no mlock); cleared with a locked
+    /// instruction by the LRU add of 4.16+ kernels (`lru.add_clears_unevictable`).
+    pub const UNEVICTABLE: u64 = 1 << 25;
     /// What an owner sets on an allocated page; cleared when the page is freed.
     pub const OWNER_STATE: u64 = ACTIVE
         | REFERENCED

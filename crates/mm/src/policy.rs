@@ -657,6 +657,29 @@ pub enum ReleaseFree {
     List,
 }
 
+/// What the kernel counts, per page and inside `lru_lock`, each time a page joins or leaves an
+/// LRU list, beyond the lruvec's own list sizes (`lru_zone_size`, which every era keeps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LruSizeStats {
+    /// Nothing more: 2.6's `zone->nr_active` and `nr_inactive` were plain fields under the
+    /// zone's `lru_lock`, which the lruvec's own sizes stand for.
+    Lruvec,
+    /// The node's and the zone's `NR_LRU_BASE + lru` page-state counters (4.8 to 5.1:
+    /// `__update_lru_size` calls `__mod_node_page_state` and `__mod_zone_page_state`): a
+    /// per-CPU differential each, folded into the node's (zone's) and the machine's atomic
+    /// counters when it passes `stat_threshold`.
+    Vmstat,
+    /// `Vmstat`, plus the memory cgroup's per-CPU statistics of the same items (5.2+,
+    /// `__mod_lruvec_state` calling `__mod_memcg_lruvec_state`: the memcg's and the lruvec's
+    /// per-CPU state) and rstat's count of updates per level of the hierarchy, added to the
+    /// memcg's shared count every `MEMCG_CHARGE_BATCH` updates unless a flush is already due
+    /// (6.8's per-group rule, 8d59d2214c23; 6.1 to 6.7 kept one machine-wide count, which the
+    /// engine does not distinguish: `lru::size_stats`).
+    #[default]
+    Memcg,
+}
+
 /// How a memory cgroup's page counter is charged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -727,6 +750,16 @@ pub struct LruPolicy {
     /// How MGLRU moves folios between generations.
     #[serde(default)]
     pub mglru_move: MglruMove,
+    /// The page-state statistics updated per page inside `lru_lock`.
+    #[serde(default)]
+    pub size_stats: LruSizeStats,
+    /// Whether adding a page to the LRU clears `PG_unevictable` with a locked
+    /// test-and-clear before setting `PG_lru` (`TestClearPageUnevictable` in
+    /// `__pagevec_lru_add_fn` since 9c4e6b1a7027, 4.16; `folio_test_clear_unevictable` in
+    /// `lru_add_fn`, and in `lru_add` since 6.10): a second locked instruction per page inside
+    /// the lock.
+    #[serde(default = "LruPolicy::default_add_clears_unevictable")]
+    pub add_clears_unevictable: bool,
 }
 
 impl LruPolicy {
@@ -742,6 +775,9 @@ impl LruPolicy {
     fn default_release() -> LruRelease {
         LruRelease::Locked
     }
+    fn default_add_clears_unevictable() -> bool {
+        true
+    }
 }
 
 impl Default for LruPolicy {
@@ -754,6 +790,8 @@ impl Default for LruPolicy {
             release_free: ReleaseFree::Batch,
             mglru: false,
             mglru_move: MglruMove::PerFolio,
+            size_stats: LruSizeStats::default(),
+            add_clears_unevictable: Self::default_add_clears_unevictable(),
         }
     }
 }
@@ -1653,6 +1691,29 @@ mod tests {
                 ReleaseFree::List
             };
             assert_eq!(p.lru.release_free, want, "{name}: release_free");
+            // update_lru_size: the lruvec's sizes only in 2.6.13, the node's and zone's per-CPU
+            // page state from 4.8, the memcg's per-CPU statistics too from 5.2; lru_add's
+            // test-and-clear of PG_unevictable from 4.16.
+            let v4: &[&str] = &[
+                "vanilla-4.9",
+                "hopcpu",
+                "linux-4.15",
+                "large-zone-batch",
+                "lru-lock-base",
+                "lru-lock-splice",
+            ];
+            let (stats, clears) = if name.starts_with("linux-2.6.") {
+                (LruSizeStats::Lruvec, false)
+            } else if v4.contains(&name.as_str()) {
+                (LruSizeStats::Vmstat, false)
+            } else {
+                (LruSizeStats::Memcg, true)
+            };
+            assert_eq!(p.lru.size_stats, stats, "{name}: size_stats");
+            assert_eq!(
+                p.lru.add_clears_unevictable, clears,
+                "{name}: add_clears_unevictable"
+            );
             // Every x86 and ia64 kernel before 6.16 prefetches mmap_lock's line at the fault
             // entry; the one profile that models 1701771d3069 does not.
             assert_eq!(

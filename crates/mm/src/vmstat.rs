@@ -9,6 +9,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cpu::{CpuId, PerCpu};
 
+/// `calculate_normal_threshold` (mm/vmstat.c): how far a CPU's page-state differential may
+/// drift before it is folded into the zone's (node's) counter: twice the bit length of the CPU
+/// count times one more than the bit length of the zone's size in 128 MiB units, at most 125.
+pub fn stat_threshold(managed_pages: u64, nr_cpus: usize) -> i64 {
+    let fls = |x: u64| i64::from(64 - x.leading_zeros());
+    let mem = managed_pages >> (27 - 12);
+    (2 * fls(nr_cpus as u64) * (1 + fls(mem))).min(125)
+}
+
 macro_rules! vm_events {
     ($($(#[$doc:meta])* $name:ident => $label:literal,)*) => {
         /// A counted event.

@@ -64,6 +64,7 @@ fn mem(cpus: usize, mib: u64, memcgs: usize) -> Arc<Mem> {
         nr_cpus: cpus,
         nr_nodes: 2,
         nr_memcgs: memcgs,
+        tunables_for: None,
     };
     Arc::new(Mem::new(&cfg, &Policy::default()).unwrap())
 }

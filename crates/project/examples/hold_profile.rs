@@ -87,28 +87,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("whole trace: {whole:?}");
     // Outermost holds of each (class, access): everything between acquire and its release.
     let mut inside: HashMap<(String, bool), Sum> = HashMap::new();
-    let mut open: Vec<(u32, bool)> = Vec::new();
+    // Each hold's compute, per (class, access), for the spread printed below.
+    let mut spread: HashMap<(String, bool), Vec<f64>> = HashMap::new();
+    let mut open: Vec<(u32, bool, f64)> = Vec::new();
     for e in &t.events {
-        for &(inst, shared) in &open {
-            let c = &t.instances[inst as usize].class;
-            if let Some(s) = inside.get_mut(&(c.clone(), shared)) {
+        for (inst, shared, compute) in &mut open {
+            let c = &t.instances[*inst as usize].class;
+            if let Some(s) = inside.get_mut(&(c.clone(), *shared)) {
                 s.add(e, &t);
+            }
+            if let Event::Compute { ns } = *e {
+                *compute += ns;
             }
         }
         match *e {
             Event::Acquire { inst, shared, .. } => {
                 let c = t.instances[inst as usize].class.clone();
                 inside.entry((c, shared)).or_default().holds += 1;
-                open.push((inst, shared));
+                open.push((inst, shared, 0.0));
             }
             Event::Release { inst, .. } => {
-                if let Some(p) = open.iter().rposition(|&(i, _)| i == inst) {
-                    open.remove(p);
+                if let Some(p) = open.iter().rposition(|&(i, _, _)| i == inst) {
+                    let (i, shared, compute) = open.remove(p);
+                    let c = t.instances[i as usize].class.clone();
+                    spread.entry((c, shared)).or_default().push(compute);
                 }
             }
             // The write hold ends and a read hold begins (munmap's zap).
             Event::Downgrade { inst } => {
-                if let Some(p) = open.iter().rposition(|&(i, s)| i == inst && !s) {
+                if let Some(p) = open.iter().rposition(|&(i, s, _)| i == inst && !s) {
                     open[p].1 = true;
                     let c = t.instances[inst as usize].class.clone();
                     inside.entry((c, true)).or_default().holds += 1;
@@ -137,6 +144,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             s.line_kinds,
             s.acquires
         );
+        if let Some(v) = spread.get_mut(&k).filter(|v| !v.is_empty()) {
+            v.sort_by(f64::total_cmp);
+            let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+            println!(
+                "    compute per hold: p10 {:.0}, median {:.0}, p90 {:.0}, p99 {:.0}, max {:.0} ns",
+                q(0.1),
+                q(0.5),
+                q(0.9),
+                q(0.99),
+                q(1.0)
+            );
+        }
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut flat = m.clone();
     flat.memory.loaded_latency.clear();
     let p = pagelab_bench::profiles::load("linux-4.15")?;
-    let t = capture(&CaptureSpec::new(WorkloadKind::PageFault1, p, m.nr_cpus()))?;
+    let t = capture(&CaptureSpec::for_machine(WorkloadKind::PageFault1, p, &m))?;
     for (name, machine) in [("with the curve", &m), ("flat latency", &flat)] {
         let mut one = 0.0;
         for n in [1, 16, 32, 64] {

@@ -795,6 +795,22 @@ fn measure(
         (1, Vec::new(), std::collections::BTreeMap::new())
     };
     let nodes = sockets * nodes_per_socket;
+    // The kernel's MemTotal split over the nodes: what its tunables follow here.
+    let node_gib = (host.mem_total > 0).then(|| {
+        round(
+            host.mem_total as f64 / (1u64 << 30) as f64 / nodes.max(1) as f64,
+            2,
+        )
+    });
+    if let Some(g) = node_gib {
+        note(
+            "memory.node_gib",
+            format!(
+                "measured: MemTotal over {} node(s), {g} GiB a node",
+                nodes.max(1)
+            ),
+        );
+    }
     let distance: Vec<Vec<u32>> = if distance.is_empty() {
         (0..nodes)
             .map(|a| (0..nodes).map(|b| if a == b { 10 } else { 21 }).collect())
@@ -947,6 +963,7 @@ fn measure(
             core_bandwidth_gbs: round(core_bw, 2),
             loaded_latency,
             page_size: pagelab_mm::page::PAGE_SIZE as u64,
+            node_gib,
         },
         kernel: KernelCosts {
             trap_ns: round(trap, 0),
@@ -1125,10 +1142,10 @@ pub fn replay_untrapped_ns(
             round: i + 1,
             rounds: FIT_CAPTURES,
         });
-        let trace = crate::capture::capture(&crate::capture::CaptureSpec::new(
+        let trace = crate::capture::capture(&crate::capture::CaptureSpec::for_machine(
             e.workload,
             profile.clone(),
-            machine.nr_cpus(),
+            &machine,
         ))?;
         best = best.min(untrapped_ns(
             table,

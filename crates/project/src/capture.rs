@@ -97,6 +97,11 @@ pub struct CaptureSpec {
     /// kvcache: requests per window; `None` (the default) is one sweep of the server's keys
     /// ([`crate::kvcapture`]).
     pub kvcache_window: Option<usize>,
+    /// The target machine's nodes, which the engine's memory-derived tunables (pcp `"auto"`
+    /// batch and high, the vmstat threshold) are sized for instead of the capture's small
+    /// arena ([`pagelab_mm::TunablesFor`]); `None`: the arena's. The fault benchmarks' captures
+    /// use it; kvcache and netpipe size their own memory and keep their arenas'.
+    pub tunables_for: Option<pagelab_mm::TunablesFor>,
 }
 
 /// pft's bytes a capture records by default: 16 384 faults.
@@ -114,6 +119,19 @@ impl CaptureSpec {
             companions: 0,
             kvcache: None,
             kvcache_window: None,
+            tunables_for: None,
+        }
+    }
+
+    /// A capture for `machine`: its CPU count, and its nodes' memory where the file gives it.
+    pub fn for_machine(
+        workload: WorkloadKind,
+        profile: Profile,
+        machine: &crate::machine::Machine,
+    ) -> Self {
+        CaptureSpec {
+            tunables_for: machine.tunables_for(),
+            ..Self::new(workload, profile, machine.nr_cpus())
         }
     }
 }
@@ -851,8 +869,13 @@ pub fn capture_raw(spec: &CaptureSpec) -> Result<RawCapture, CaptureError> {
         ..Sizes::default()
     };
     let arena = engine_arena(spec.workload, tasks, sizes);
-    let kernel = engine::boot(&spec.profile.policy, arena, spec.kernel_cpus.max(tasks))
-        .map_err(CaptureError::Workload)?;
+    let kernel = engine::boot_for(
+        &spec.profile.policy,
+        arena,
+        spec.kernel_cpus.max(tasks),
+        spec.tunables_for,
+    )
+    .map_err(CaptureError::Workload)?;
     let (_run, vms) =
         engine::tasks(&kernel, tasks, Mode::Threads, false).map_err(CaptureError::Workload)?;
     // Events a window may record: the profiles record 19 to 26 a fault today (pvl-v2's

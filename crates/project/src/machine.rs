@@ -324,6 +324,12 @@ pub struct Memory {
         skip_serializing_if = "is_default_page_size"
     )]
     pub page_size: u64,
+    /// Memory of one NUMA node, GiB: what the kernel's memory-derived tunables follow (the
+    /// per-CPU lists' automatic batch and high, the vmstat fold threshold), which a capture
+    /// sizes for this machine instead of its own small arena ([`Machine::tunables_for`]).
+    /// Absent: unknown, and captures size them from their arena.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_gib: Option<f64>,
 }
 
 fn default_page_size() -> u64 {
@@ -461,6 +467,13 @@ pub const BANDWIDTH: Range = Range {
     zero: false,
     unit: "GB/s",
 };
+/// Memory of one node: 64 MiB to 64 TiB.
+pub const NODE_MEMORY: Range = Range {
+    lo: 1.0 / 16.0,
+    hi: 65_536.0,
+    zero: false,
+    unit: "GiB",
+};
 /// All-core clock.
 pub const CLOCK: Range = Range {
     lo: 0.1,
@@ -482,6 +495,7 @@ pub fn range_of(key: &str) -> Range {
         "cpu.ghz" => CLOCK,
         "cpu.smt_throughput" => SMT_THROUGHPUT,
         k if k.starts_with("kernel.") => KERNEL_COST,
+        "memory.node_gib" => NODE_MEMORY,
         k if k.starts_with("memory.") => BANDWIDTH,
         _ => LATENCY,
     }
@@ -834,6 +848,11 @@ impl Machine {
                 "memory.core_bandwidth_gbs".to_string(),
                 self.memory.core_bandwidth_gbs,
             ),
+        ]);
+        if let Some(g) = self.memory.node_gib {
+            v.push(("memory.node_gib".to_string(), g));
+        }
+        v.extend([
             ("kernel.trap_ns".to_string(), self.kernel.trap_ns),
             ("kernel.wakeup_ns".to_string(), self.kernel.wakeup_ns),
             ("kernel.ipi_ns".to_string(), self.kernel.ipi_ns),
@@ -911,6 +930,24 @@ impl Machine {
     pub fn nr_cpus(&self) -> usize {
         self.nr_cores()
             .saturating_mul(self.topology.threads_per_core)
+    }
+
+    /// What an engine standing for this machine sizes its memory-derived tunables for: one
+    /// node's pages, the nodes, one node's CPUs. `None` when the file gives no node memory, or
+    /// when its pages are not the engine's 4 KiB, which the engine's copies of the kernel's
+    /// formulas (`zone_batchsize`'s 1 MiB cap, `min_free_kbytes`, the threshold's 128 MiB
+    /// units) count in.
+    pub fn tunables_for(&self) -> Option<pagelab_mm::TunablesFor> {
+        let gib = self.memory.node_gib?;
+        if self.memory.page_size != pagelab_mm::page::PAGE_SIZE as u64 {
+            return None;
+        }
+        let nodes = self.nr_nodes();
+        Some(pagelab_mm::TunablesFor {
+            node_pages: (gib * (1u64 << 30) as f64 / self.memory.page_size as f64) as u64,
+            nodes,
+            node_cpus: (self.nr_cpus() / nodes.max(1)).max(1),
+        })
     }
 
     /// Where Linux CPU `cpu` is.
@@ -1001,6 +1038,38 @@ mod tests {
         assert_eq!(m.pos(10).node, 1);
         assert!(m.calibration.is_none(), "no table is fitted to it");
         assert!((m.kernel.trap_ns - 1050.0 / 3.1).abs() < 1.0);
+    }
+
+    /// A capture stands for the machine's nodes: their pages in the machine's page size, the
+    /// nodes, the CPUs of one. A machine without `memory.node_gib` leaves the arena's sizing.
+    #[test]
+    fn tunables_follow_the_nodes_memory_where_the_file_gives_it() {
+        let t = Machine::load("skylake-sp-2s-52c")
+            .unwrap()
+            .tunables_for()
+            .unwrap();
+        assert_eq!((t.node_pages, t.nodes, t.node_cpus), (96 << 18, 2, 52));
+        // 16 KiB pages: the engine's formulas count 4 KiB ones, so the arena sizes them.
+        let altix = Machine::load("altix-3700-512p").unwrap();
+        assert_eq!(altix.memory.node_gib, Some(4.0));
+        assert!(altix.tunables_for().is_none());
+        assert!(
+            Machine::load("epyc-7k62-2s")
+                .unwrap()
+                .tunables_for()
+                .is_none()
+        );
+        for name in [
+            "broadwell-2s-44c",
+            "icelake-2s-64c",
+            "granite-rapids-2s-128c",
+            "dev-host",
+        ] {
+            assert!(
+                Machine::load(name).unwrap().memory.node_gib.is_some(),
+                "{name}"
+            );
+        }
     }
 
     #[test]
@@ -1148,6 +1217,7 @@ mod tests {
             ("memory.core_bandwidth_gbs", |m, v| {
                 m.memory.core_bandwidth_gbs = v;
             }),
+            ("memory.node_gib", |m, v| m.memory.node_gib = Some(v)),
             ("kernel.trap_ns", |m, v| m.kernel.trap_ns = v),
             ("kernel.wakeup_ns", |m, v| m.kernel.wakeup_ns = v),
             ("kernel.ipi_ns", |m, v| m.kernel.ipi_ns = v),

@@ -413,7 +413,7 @@ pub fn capture_all(
                 }
                 continue;
             }
-            let mut cs = CaptureSpec::new(spec.workload, p.clone(), spec.machine.nr_cpus());
+            let mut cs = CaptureSpec::for_machine(spec.workload, p.clone(), &spec.machine);
             cs.kvcache = spec.kvcache;
             if paced {
                 raws.push(capture_raw(&cs)?);

@@ -1164,6 +1164,8 @@ pub fn self_check_on(
             }
         }
         progress(&format!("capturing and replaying {w}"));
+        // Sized as the engine measured beside it is (its own arena), not as the host's
+        // node: the self-check compares the engine with its own projection.
         let raw = crate::capture::capture_raw(&crate::capture::CaptureSpec::new(
             w,
             profile.clone(),

@@ -612,3 +612,64 @@ fn munmap_downgrades_mmap_lock_where_the_profile_does() {
         assert_eq!(held, None, "{profile}: a hold left open in {ops}");
     }
 }
+
+#[test]
+fn lru_size_statistics_record_their_folds_where_the_profile_keeps_them() {
+    // `lru.size_stats`: the node's and the zone's per-CPU differentials fold into shared
+    // counters past `stat_threshold` (4.8+), the memcg's rstat bookkeeping reads its group's
+    // pending count every 64 updates (5.2+ statistics, the 6.1 rule); 2.6.13 keeps neither.
+    for (profile, vmstat, memcg) in [
+        ("linux-6.7", true, true),
+        ("linux-4.15", true, false),
+        ("linux-2.6.13", false, false),
+    ] {
+        let t = page_fault1(profile, false);
+        let count = |class: &str, atomic: bool| {
+            t.events
+                .iter()
+                .filter(|e| match **e {
+                    Event::Atomic { inst } => atomic && t.instances[inst as usize].class == class,
+                    Event::Line {
+                        inst, write: false, ..
+                    } => !atomic && t.instances[inst as usize].class == class,
+                    _ => false,
+                })
+                .count()
+        };
+        let (node, zone, machine) = (
+            count("vm_stat (node)", true),
+            count("vm_stat (zone)", true),
+            count("vm_stat (machine)", true),
+        );
+        assert_eq!(node > 0, vmstat, "{profile}: {node} node folds");
+        assert_eq!(node, zone, "{profile}: the node and the zone fold together");
+        assert_eq!(
+            machine,
+            node + zone,
+            "{profile}: each fold adds to the machine's sum"
+        );
+        let reads = count("memcg stats_updates", false);
+        assert_eq!(
+            reads > 0,
+            memcg,
+            "{profile}: {reads} reads of the group's count"
+        );
+        // The faults add as many pages as the unmap removes, and the folds come from both:
+        // at least one per threshold's worth of pages each way, at most one per page.
+        if vmstat {
+            assert!(
+                (2..=2 * t.meta.ops as usize).contains(&node),
+                "{profile}: {node}"
+            );
+        }
+        for i in &t.instances {
+            match i.class.as_str() {
+                "vm_stat (node)" | "vm_stat (zone)" => assert_eq!(i.scope, Scope::Node),
+                "vm_stat (machine)" | "memcg stats_updates" => {
+                    assert_eq!(i.scope, Scope::Machine)
+                }
+                _ => {}
+            }
+        }
+    }
+}

@@ -94,7 +94,19 @@ pub struct EngineRun {
 
 /// Boot a kernel of `arena` bytes with `nr_cpus` virtual CPUs.
 pub fn boot(policy: &Policy, arena: u64, nr_cpus: usize) -> Result<Arc<Kernel>, WorkloadError> {
+    boot_for(policy, arena, nr_cpus, None)
+}
+
+/// [`boot`], with the kernel's memory-derived tunables (pcp `"auto"` batch and high, the vmstat
+/// threshold) sized for `tunables`' nodes instead of the arena's ([`pagelab_mm::TunablesFor`]).
+pub fn boot_for(
+    policy: &Policy,
+    arena: u64,
+    nr_cpus: usize,
+    tunables: Option<pagelab_mm::TunablesFor>,
+) -> Result<Arc<Kernel>, WorkloadError> {
     let mut cfg = MemConfig::new(arena, nr_cpus);
+    cfg.tunables_for = tunables;
     // Fault the host memory in up front: first touches of a VM's memory are slow enough to
     // swamp a warm-up.
     cfg.arena.prefault = true;

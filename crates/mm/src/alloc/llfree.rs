@@ -62,6 +62,7 @@ use pagelab_sync::{LockClass, Scope, trace};
 use super::buddy::Zone;
 use crate::cpu::CpuId;
 use crate::page::Pfn;
+use crate::vmstat::stat_threshold;
 
 /// Order of a huge frame (2 MiB).
 pub const HUGE_ORDER: u32 = 9;
@@ -156,14 +157,6 @@ fn free_run(v: u64, order: u32) -> Option<u32> {
         .find(|&i| (v >> i) & mask == 0)
 }
 
-/// `calculate_normal_threshold` (mm/vmstat.c): how far a CPU's counter delta may drift before
-/// it is folded, growing with the CPU count and the zone's size, at most 125.
-pub fn stat_threshold(managed_pages: u64, nr_cpus: usize) -> i64 {
-    let fls = |x: u64| i64::from(64 - x.leading_zeros());
-    let mem = managed_pages >> (27 - 12);
-    (2 * fls(nr_cpus as u64) * (1 + fls(mem))).min(125)
-}
-
 /// Counts of the reservation machinery, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LlFreeStats {
@@ -200,8 +193,10 @@ fn past_the_end(w: usize, cap: u32) -> u64 {
 
 impl LlFree {
     /// All frames of `[start, end)` free, with reservation slots for CPUs `0..=nr_cpus` (the
-    /// last one for kernel threads). The caller adds the frames to the zone's free count.
-    pub fn new(start: Pfn, end: Pfn, nr_cpus: usize) -> LlFree {
+    /// last one for kernel threads). The caller adds the frames to the zone's free count. The
+    /// counter's fold threshold follows a zone of `sizing_pages` if given (the machine the
+    /// engine stands for, [`super::TunablesFor`]), else this one.
+    pub fn new(start: Pfn, end: Pfn, nr_cpus: usize, sizing_pages: Option<u64>) -> LlFree {
         let frames = end.0 - start.0;
         let nr_children = frames.div_ceil(HUGE_FRAMES) as usize;
         let nr_trees = frames.div_ceil(TREE_FRAMES) as usize;
@@ -243,7 +238,7 @@ impl LlFree {
             children,
             trees,
             locals,
-            threshold: stat_threshold(u64::from(frames), nr_cpus),
+            threshold: stat_threshold(sizing_pages.unwrap_or(u64::from(frames)), nr_cpus),
         }
     }
 
@@ -940,7 +935,7 @@ mod tests {
     fn capture_records_shared_lines_only() {
         let zone = Zone::new(0, 0, Pfn(0), Pfn(8192), 32, pagelab_sync::LockKind::Queued);
         zone.mod_free_pages(8192);
-        let ll = LlFree::new(Pfn(0), Pfn(8192), 2);
+        let ll = LlFree::new(Pfn(0), Pfn(8192), 2, None);
         // Reserves a tree for CPU 0.
         let a = ll.alloc(CpuId(0), 0, &zone).unwrap();
         trace::start(1024);

@@ -118,6 +118,37 @@ pub struct MemConfig {
     /// Memory cgroups: the root (id 0) and `nr_memcgs - 1` children
     /// ([`crate::reclaim::memcg`]). The LRU keeps one lruvec per (memcg, node).
     pub nr_memcgs: usize,
+    /// The machine the kernel's memory-derived tunables are sized for, when it is not this
+    /// arena; see [`TunablesFor`].
+    pub tunables_for: Option<TunablesFor>,
+}
+
+/// A machine whose nodes the kernel's memory-derived tunables are computed for, where the
+/// engine's arena is smaller than the machine it stands for (a projector's capture boots an
+/// engine of the target machine's CPU count over an arena of a few hundred MiB): the per-CPU
+/// lists' `"auto"` batch and high (`zone_batchsize`, `zone_highsize`, which grow with the zone
+/// and its low watermark) and the vmstat fold threshold (`calculate_normal_threshold`). In the
+/// kernel these follow the zone's size; sizing them from a small arena would give a 4 KiB
+/// machine's node of 256 GiB a pcp batch of 7 instead of 63. The arena's own zones, free
+/// pages and watermarks stay what they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TunablesFor {
+    /// Pages of one node (its one zone).
+    pub node_pages: u64,
+    /// The machine's nodes (`min_free_kbytes` is computed over all of them).
+    pub nodes: usize,
+    /// CPUs of one node (`zone_highsize` divides the low watermark among them).
+    pub node_cpus: usize,
+}
+
+impl TunablesFor {
+    /// (managed pages, low watermark, CPUs) of one node, as the pcp sizing reads them.
+    fn pcp_inputs(&self) -> (u64, u64, usize) {
+        let nodes = self.nodes.max(1) as u64;
+        let share = buddy::min_free_pages(self.node_pages.saturating_mul(nodes)) / nodes;
+        let low = buddy::zone_wmarks(self.node_pages, share)[Wmark::Low as usize];
+        (self.node_pages, low, self.node_cpus.max(1))
+    }
 }
 
 impl MemConfig {
@@ -127,7 +158,21 @@ impl MemConfig {
             nr_cpus,
             nr_nodes: 1,
             nr_memcgs: 1,
+            tunables_for: None,
         }
+    }
+
+    /// The same arena with the kernel's memory-derived tunables sized for `t`'s nodes.
+    pub fn with_tunables_for(mut self, t: TunablesFor) -> Self {
+        self.tunables_for = Some(t);
+        self
+    }
+
+    /// (managed pages, low watermark, CPUs) the pcp sizing of a zone of `managed` pages with
+    /// low watermark `low` reads: the zone's own, or the machine's node's.
+    fn pcp_inputs(&self, managed: u64, low: u64) -> (u64, u64, usize) {
+        self.tunables_for
+            .map_or((managed, low, self.nr_cpus), |t| t.pcp_inputs())
     }
 
     /// The same machine with `n` memory cgroups, the root included.
@@ -186,6 +231,8 @@ pub struct Mem {
     zones: Box<[Zone]>,
     /// Frames per zone except the last, to find a frame's zone by division.
     zone_span: u32,
+    /// The machine the memory-derived tunables are sized for, if not this arena.
+    tunables_for: Option<TunablesFor>,
     /// `[zone][cpu]`, each in its own cache line.
     pcp: Box<[CachePadded<SpinLock<PcpState>>]>,
     pcp_params: Box<[PcpParams]>,
@@ -315,12 +362,8 @@ impl Mem {
         for (start, end, share) in zone_layout(cfg, nr_pages)? {
             let managed = u64::from(end - start);
             let wmark = buddy::zone_wmarks(managed, share);
-            let p = PcpParams::resolve(
-                &policy.pcp,
-                managed,
-                wmark[Wmark::Low as usize],
-                cfg.nr_cpus,
-            );
+            let (m, low, cpus) = cfg.pcp_inputs(managed, wmark[Wmark::Low as usize]);
+            let p = PcpParams::resolve(&policy.pcp, m, low, cpus);
             policy
                 .check_zone(managed, p.batch, p.high_min)
                 .map_err(|e| MemError::Config(e.0))?;
@@ -355,7 +398,8 @@ impl Mem {
                     .iter()
                     .map(|z| {
                         z.mod_free_pages(z.managed as i64);
-                        LlFree::new(z.start_pfn, z.end_pfn, cfg.nr_cpus)
+                        let sizing = cfg.tunables_for.map(|t| t.node_pages);
+                        LlFree::new(z.start_pfn, z.end_pfn, cfg.nr_cpus, sizing)
                     })
                     .collect(),
             ),
@@ -363,12 +407,8 @@ impl Mem {
         let pcp_params: Box<[PcpParams]> = zones
             .iter()
             .map(|z| {
-                PcpParams::resolve(
-                    &policy.pcp,
-                    z.managed,
-                    z.wmark[Wmark::Low as usize],
-                    cfg.nr_cpus,
-                )
+                let (m, low, cpus) = cfg.pcp_inputs(z.managed, z.wmark[Wmark::Low as usize]);
+                PcpParams::resolve(&policy.pcp, m, low, cpus)
             })
             .collect();
         let pcp = (0..zones.len() * cfg.nr_cpus)
@@ -396,6 +436,7 @@ impl Mem {
             pages,
             // Every zone but the last spans the first one's frames.
             zone_span: zones[0].end_pfn.0 - zones[0].start_pfn.0,
+            tunables_for: cfg.tunables_for,
             zones,
             pcp,
             pcp_params,
@@ -414,6 +455,15 @@ impl Mem {
 
     pub fn arena(&self) -> &Arena {
         &self.arena
+    }
+
+    /// Pages of one node as the kernel's memory-derived tunables see it: the machine's
+    /// ([`TunablesFor`]) if the engine stands for one, else this arena's largest zone.
+    pub fn tunables_node_pages(&self) -> u64 {
+        self.tunables_for.map_or_else(
+            || self.zones.iter().map(|z| z.managed).max().unwrap_or(0),
+            |t| t.node_pages,
+        )
     }
 
     /// The memory cgroups' page counters.

@@ -64,6 +64,7 @@ use std::sync::atomic::Ordering::Release;
 
 use super::LruList;
 use super::lruvec::LruGuard;
+use super::size_stats::StatCpu;
 use super::smp_list::LocalChain;
 use super::stats::LruEvent;
 use super::{Loc, Lru};
@@ -150,8 +151,8 @@ impl Lru {
         self.events
             .count(cpu, LruEvent::FlushPages, pfns.len() as u64);
         let holds = match self.add_mode {
-            LruAdd::Splice => self.splice_lru(pfns),
-            LruAdd::Batch | LruAdd::PerPage => self.move_lru(pfns),
+            LruAdd::Splice => self.splice_lru(cpu, pfns),
+            LruAdd::Batch | LruAdd::PerPage => self.move_lru(cpu, pfns),
         };
         self.events.count(cpu, LruEvent::FlushLockHold, holds);
         // `folios_put(fbatch)`: pages released while batched are freed here.
@@ -161,7 +162,7 @@ impl Lru {
 
     /// `folio_batch_move_lru` with `lru_add`: one lock hold per run of pages under the same
     /// lock. Returns the number of holds.
-    fn move_lru(&self, pfns: &[Pfn]) -> u64 {
+    fn move_lru(&self, cpu: CpuId, pfns: &[Pfn]) -> u64 {
         let pages = self.mem.pages();
         let mut held: Option<(usize, LruGuard<'_>)> = None;
         let mut holds = 0;
@@ -179,7 +180,8 @@ impl Lru {
             if self.mglru.is_some() {
                 self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
             }
-            guard[slot].add_front(pages, LruList::of(page.flags()), pfn);
+            self.clear_unevictable(page);
+            guard[slot].add_front(pages, LruList::of(page.flags()), pfn, StatCpu::Cpu(cpu));
             // Under the lock: an isolator that wins the flag waits for this hold to end.
             page.flags.fetch_or(pg::LRU, Release);
         }
@@ -188,7 +190,7 @@ impl Lru {
 
     /// The splice flush: local chains built outside any lock, one hold per lock, `PG_lru` set
     /// after the splices (see the module documentation). Returns the number of holds.
-    fn splice_lru(&self, pfns: &[Pfn]) -> u64 {
+    fn splice_lru(&self, cpu: CpuId, pfns: &[Pfn]) -> u64 {
         let pages = self.mem.pages();
         let empty = Run {
             lock: 0,
@@ -230,12 +232,13 @@ impl Lru {
             let guard = self.locks[group[0].lock].lock_for_add();
             holds += 1;
             for r in group {
-                guard[r.slot].splice_front(pages, r.lru, &r.chain);
+                guard[r.slot].splice_front(pages, r.lru, &r.chain, StatCpu::Cpu(cpu));
             }
         }
         // Every page is on its shared list and every lock released: publish the token.
         for &pfn in pfns {
             self.sched_point();
+            self.clear_unevictable(&pages[pfn]);
             pages[pfn].flags.fetch_or(pg::LRU, Release);
         }
         holds

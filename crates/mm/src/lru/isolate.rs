@@ -26,6 +26,7 @@
 
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
+use super::size_stats::StatCpu;
 use super::stats::LruEvent;
 use super::{Loc, Lru, LruList};
 use crate::cpu::CpuId;
@@ -68,7 +69,7 @@ impl Lru {
         self.mem.get_page(pfn);
         let Loc { lock, slot } = self.locate(pfn);
         let guard = self.locks[lock].lock();
-        guard[slot].del(pages, LruList::of(page.flags()), pfn);
+        guard[slot].del(pages, LruList::of(page.flags()), pfn, StatCpu::Unbound);
         if self.mglru.is_some() {
             self.lrugens[self.lruvec_index(lock, slot)].unlinked(page, false);
         }
@@ -92,10 +93,12 @@ impl Lru {
                 self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
             }
             let lru = LruList::of(page.flags());
-            guard[slot].add_front(pages, lru, pfn);
+            // `folio_putback_lru` adds through `lru_add`, as a new page does.
+            self.clear_unevictable(page);
+            guard[slot].add_front(pages, lru, pfn, StatCpu::Cpu(cpu));
             page.flags.fetch_or(pg::LRU, Release);
             if self.put_testzero(pfn) {
-                guard[slot].del(pages, lru, pfn);
+                guard[slot].del(pages, lru, pfn, StatCpu::Cpu(cpu));
                 page.clear_nonatomic(pg::LRU);
                 true
             } else {

@@ -51,6 +51,7 @@ use pagelab_sync::{LockKind, RwSem, RwSemReadGuard, RwSemWriteGuard, SpinGuard, 
 
 use super::LruList;
 use super::batch_lock::{BatchedLruLock, ListBatches, NUM_LRU_BATCH_LOCKS};
+use super::size_stats::{Holder, LruvecStat, StatCpu};
 use super::smp_list::{List, ListHead, LocalChain};
 use crate::page::{PageArray, Pfn};
 use crate::policy::LruRelease;
@@ -67,6 +68,9 @@ pub struct Lruvec {
     /// only under that batch lock, so a plain load and store. A list's size is its `len` less
     /// these ([`Lruvec::len`]).
     batch_removed: Box<[[AtomicU64; LruList::COUNT]]>,
+    /// The node's, zone's and memcg's statistics of the lists' sizes, where the policy keeps
+    /// them ([`super::size_stats`]).
+    stat: Option<LruvecStat>,
 }
 
 impl Lruvec {
@@ -83,6 +87,17 @@ impl Lruvec {
                 .collect(),
             ..Self::default()
         }
+    }
+
+    /// Count this lruvec's pages in the node's, zone's and memcg's statistics too.
+    pub fn with_stat(mut self, stat: Option<LruvecStat>) -> Self {
+        self.stat = stat;
+        self
+    }
+
+    /// The statistics this lruvec updates, if the policy keeps any.
+    pub fn stat(&self) -> Option<&LruvecStat> {
+        self.stat.as_ref()
     }
 
     /// The batch bookkeeping, under `release = "batch-locks"`.
@@ -112,12 +127,22 @@ impl Lruvec {
     }
 
     /// Counter update by the holder of `lru_lock` (exclusively): a plain load and store, no
-    /// locked instruction, as the kernel's `update_lru_size` under the lock. A removal under a
-    /// batch lock alone counts in that lock's tally instead ([`Self::del`]).
+    /// locked instruction, as the kernel's `update_lru_size` under the lock, after the node's,
+    /// zone's and memcg's statistics on `cpu`. A removal under a batch lock alone counts in
+    /// that lock's tally instead ([`Self::del`]).
     #[inline]
-    fn add_len(&self, lru: LruList, delta: i64) {
+    fn add_len(&self, lru: LruList, delta: i64, cpu: StatCpu) {
+        self.stat_update(Holder::Exclusive, lru, delta, cpu);
         let c = &self.len[lru as usize];
         c.store(c.load(Relaxed).wrapping_add_signed(delta), Relaxed);
+    }
+
+    /// `update_lru_size`'s statistics beyond the lruvec's own counter.
+    #[inline]
+    fn stat_update(&self, holder: Holder, lru: LruList, delta: i64, cpu: StatCpu) {
+        if let Some(s) = &self.stat {
+            s.update(holder, cpu, lru, delta);
+        }
     }
 
     /// The address of `lru`'s head (its line is the list's instance in traces).
@@ -159,7 +184,7 @@ impl Lruvec {
 
     /// `lruvec_add_folio`: link `pfn` at the hot end of `lru`.
     #[inline]
-    pub fn add_front(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+    pub fn add_front(&self, pages: &PageArray, lru: LruList, pfn: Pfn, cpu: StatCpu) {
         self.trace_link(pages, lru, true);
         link_runs::linked(pfn);
         let list = self.list(pages, lru);
@@ -172,12 +197,12 @@ impl Lruvec {
         if let Some(b) = &self.batches {
             b.linked(&list, lru, pfn.0, true);
         }
-        self.add_len(lru, 1);
+        self.add_len(lru, 1, cpu);
     }
 
     /// `lruvec_add_folio_tail`: link `pfn` at the cold end of `lru`.
     #[inline]
-    pub fn add_back(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+    pub fn add_back(&self, pages: &PageArray, lru: LruList, pfn: Pfn, cpu: StatCpu) {
         self.trace_link(pages, lru, false);
         link_runs::linked(pfn);
         let list = self.list(pages, lru);
@@ -190,14 +215,14 @@ impl Lruvec {
         if let Some(b) = &self.batches {
             b.linked(&list, lru, pfn.0, false);
         }
-        self.add_len(lru, 1);
+        self.add_len(lru, 1, cpu);
     }
 
     /// `lruvec_del_folio`: unlink `pfn`, which is on `lru`. Under batch locks, the caller holds
     /// the page's batch lock, and `lru_lock` too if the page is a sentinel
     /// ([`super::batch_lock`]).
     #[inline]
-    pub fn del(&self, pages: &PageArray, lru: LruList, pfn: Pfn) {
+    pub fn del(&self, pages: &PageArray, lru: LruList, pfn: Pfn, cpu: StatCpu) {
         // Read before `unlinking`, which may make this page's neighbours sentinels (not it).
         let tally = self.batch_tally(pfn);
         if trace::active() {
@@ -243,11 +268,12 @@ impl Lruvec {
         }
         list.remove(pfn.0);
         match tally {
-            Some(r) => {
+            Some((tag, r)) => {
+                self.stat_update(Holder::Batch(tag), lru, -1, cpu);
                 let c = &r[lru as usize];
                 c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
             }
-            None => self.add_len(lru, -1),
+            None => self.add_len(lru, -1, cpu),
         }
     }
 
@@ -255,14 +281,15 @@ impl Lruvec {
     /// the page's batch lock: a non-sentinel's (a sentinel's remover holds `lru_lock` too, and
     /// counts in `len`). Whoever holds every lock (`lru_lock_all`) may use either.
     #[inline]
-    fn batch_tally(&self, pfn: Pfn) -> Option<&[AtomicU64; LruList::COUNT]> {
+    fn batch_tally(&self, pfn: Pfn) -> Option<(usize, &[AtomicU64; LruList::COUNT])> {
         let tags = self.batches.as_ref()?.tags();
-        (!tags.is_sentinel(pfn.0)).then(|| &self.batch_removed[tags.tag(pfn.0)])
+        let tag = tags.tag(pfn.0);
+        (!tags.is_sentinel(pfn.0)).then(|| (tag, &self.batch_removed[tag]))
     }
 
     /// Splice a local chain onto the hot end of `lru` in O(1).
     #[inline]
-    pub fn splice_front(&self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+    pub fn splice_front(&self, pages: &PageArray, lru: LruList, chain: &LocalChain, cpu: StatCpu) {
         self.trace_link(pages, lru, true);
         let list = self.list(pages, lru);
         if let Some(b) = &self.batches {
@@ -278,12 +305,12 @@ impl Lruvec {
         if let Some(b) = &self.batches {
             b.spliced(&list, lru, chain, true);
         }
-        self.add_len(lru, i64::from(chain.len()));
+        self.add_len(lru, i64::from(chain.len()), cpu);
     }
 
     /// Splice a local chain onto the cold end of `lru` in O(1).
     #[inline]
-    pub fn splice_back(&self, pages: &PageArray, lru: LruList, chain: &LocalChain) {
+    pub fn splice_back(&self, pages: &PageArray, lru: LruList, chain: &LocalChain, cpu: StatCpu) {
         self.trace_link(pages, lru, false);
         let list = self.list(pages, lru);
         if let Some(b) = &self.batches {
@@ -299,16 +326,17 @@ impl Lruvec {
         if let Some(b) = &self.batches {
             b.spliced(&list, lru, chain, false);
         }
-        self.add_len(lru, i64::from(chain.len()));
+        self.add_len(lru, i64::from(chain.len()), cpu);
     }
 
     /// `smp_del_page_from_lru_list`: unlink `pfn` from `lru` while other removers may run; the
     /// caller holds the lock shared. Returns the removal's wait count.
     #[inline]
-    pub fn smp_del(&self, pages: &PageArray, lru: LruList, pfn: Pfn) -> u32 {
+    pub fn smp_del(&self, pages: &PageArray, lru: LruList, pfn: Pfn, cpu: StatCpu) -> u32 {
         let waits = self.list(pages, lru).smp_del(pfn.0);
         // The size is updated atomically by every concurrent remover: one shared line.
         trace::atomic(&LRU_LIST, self.len_addr(lru));
+        self.stat_update(Holder::Shared, lru, -1, cpu);
         self.len[lru as usize].fetch_sub(1, Relaxed);
         waits
     }
@@ -452,6 +480,7 @@ impl LruLock {
         global: bool,
         tags: Option<&std::sync::Arc<super::batch_lock::PageTags>>,
         seed: u32,
+        mut stat: impl FnMut(usize) -> Option<LruvecStat>,
     ) -> Self {
         let class = if global {
             &LRU_LOCK_GLOBAL
@@ -466,19 +495,24 @@ impl LruLock {
                             tags.clone(),
                             seed.wrapping_mul(64).wrapping_add(i as u32),
                         ))
+                        .with_stat(stat(i))
                     })
                     .collect();
                 LruLock::Batched(Box::new(BatchedLruLock::new(kind, class, v)))
             }
             (LruRelease::BatchLocks, None) => panic!("batch locks need the pages' batch tags"),
             (LruRelease::Concurrent, _) => {
-                let v = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
+                let v = (0..nr_lruvecs)
+                    .map(|i| Lruvec::new().with_stat(stat(i)))
+                    .collect();
                 LruLock::Rw(CachePadded::new(
                     RwSem::new(v).with_class(class).as_rwlock(),
                 ))
             }
             (LruRelease::Locked, _) => {
-                let v = (0..nr_lruvecs).map(|_| Lruvec::new()).collect();
+                let v = (0..nr_lruvecs)
+                    .map(|i| Lruvec::new().with_stat(stat(i)))
+                    .collect();
                 LruLock::Spin(CachePadded::new(SpinLock::new(kind, v).with_class(class)))
             }
         }
@@ -579,13 +613,21 @@ mod tests {
     #[test]
     fn a_removal_records_the_neighbours_across_a_run_edge() {
         let pages = PageArray::new(16);
-        let lock = LruLock::new(LruRelease::Locked, LockKind::Queued, 1, false, None, 0);
+        let lock = LruLock::new(
+            LruRelease::Locked,
+            LockKind::Queued,
+            1,
+            false,
+            None,
+            0,
+            |_| None,
+        );
         let lru = LruList::ActiveAnon;
         trace::start(1024);
         for run in [0..4u32, 4..8] {
             let g = lock.lock_for_add();
             for p in run {
-                g[0].add_front(&pages, lru, Pfn(p));
+                g[0].add_front(&pages, lru, Pfn(p), StatCpu::Unbound);
             }
         }
         // Hot end first: 7 6 5 4 | 3 2 1 0.
@@ -593,7 +635,7 @@ mod tests {
         let _ = trace::stop();
         let del = |p: u32| {
             trace::start(64);
-            g[0].del(&pages, lru, Pfn(p));
+            g[0].del(&pages, lru, Pfn(p), StatCpu::Unbound);
             entry_writes(&trace::stop())
         };
         assert_eq!(del(1), 0, "both neighbours (2, 0) from its own run");
@@ -623,6 +665,7 @@ mod tests {
             false,
             Some(&tags),
             7,
+            |_| None,
         );
         let lru = LruList::InactiveAnon;
         let len_line = lock.lock()[0].len_addr(lru);
@@ -645,7 +688,7 @@ mod tests {
         {
             let g = lock.lock_for_add();
             for p in 0..N {
-                g[0].add_front(&pages, lru, Pfn(p));
+                g[0].add_front(&pages, lru, Pfn(p), StatCpu::Unbound);
             }
         }
         assert_eq!(
@@ -661,20 +704,20 @@ mod tests {
             .expect("an inner page");
         let edge = (0..N).find(|&p| tags.is_sentinel(p)).expect("a sentinel");
         trace::start(64);
-        g[0].del(&pages, lru, Pfn(inner));
+        g[0].del(&pages, lru, Pfn(inner), StatCpu::Unbound);
         assert_eq!(
             size_events(&trace::stop()),
             (0, 0),
             "a batch lock's own tally"
         );
         trace::start(64);
-        g[0].del(&pages, lru, Pfn(edge));
+        g[0].del(&pages, lru, Pfn(edge), StatCpu::Unbound);
         assert_eq!(size_events(&trace::stop()), (0, 1), "under lru_lock");
         assert_eq!(g[0].len(lru), u64::from(N) - 2);
         assert_eq!(g[0].check_list(&pages, lru), Ok(u64::from(N) - 2));
         for p in 0..N {
             if p != inner && p != edge {
-                g[0].del(&pages, lru, Pfn(p));
+                g[0].del(&pages, lru, Pfn(p), StatCpu::Unbound);
             }
         }
         assert_eq!(g[0].len(lru), 0);

@@ -42,6 +42,7 @@ use std::sync::atomic::Ordering::{AcqRel, Relaxed};
 
 use super::LruList;
 use super::LruvecMut;
+use super::size_stats::StatCpu;
 use super::smp_list::LocalChain;
 use crate::page::{Page, Pfn, pg};
 use crate::policy::MglruMove;
@@ -414,7 +415,7 @@ impl Mover {
         let page = &v.pages[pfn];
         let file = from.is_file();
         let to = LruList::generation(to_gen, file);
-        v.lruvec.del(v.pages, from, pfn);
+        v.lruvec.del(v.pages, from, pfn, StatCpu::Move);
         let g = v.lrugen;
         let _ = page.flags.fetch_update(AcqRel, Relaxed, |f| {
             let newer = page_gen(f).filter(|&cur| {
@@ -427,9 +428,9 @@ impl Mover {
         match self.policy {
             MglruMove::PerFolio => {
                 if self.tail {
-                    v.lruvec.add_back(v.pages, to, pfn);
+                    v.lruvec.add_back(v.pages, to, pfn, StatCpu::Move);
                 } else {
-                    v.lruvec.add_front(v.pages, to, pfn);
+                    v.lruvec.add_front(v.pages, to, pfn, StatCpu::Move);
                 }
                 self.moves += 1;
             }
@@ -448,9 +449,9 @@ impl Mover {
     fn flush(&mut self, v: &mut LruvecMut<'_>) {
         if let Some((to, chain)) = self.run.take() {
             if self.tail {
-                v.lruvec.splice_back(v.pages, to, &chain);
+                v.lruvec.splice_back(v.pages, to, &chain, StatCpu::Move);
             } else {
-                v.lruvec.splice_front(v.pages, to, &chain);
+                v.lruvec.splice_front(v.pages, to, &chain, StatCpu::Move);
             }
             self.moves += 1;
         }

@@ -57,6 +57,7 @@ pub mod isolate;
 pub mod lruvec;
 pub mod mglru;
 pub mod release;
+pub mod size_stats;
 pub mod smp_list;
 pub mod stats;
 
@@ -71,6 +72,7 @@ use crate::page::{PageArray, Pfn, pg};
 use crate::policy::{LruAdd, LruLockScope, LruPolicy, LruRelease};
 use batch::{Batch, MAX_BATCH};
 use lruvec::{LruLock, Lruvec};
+use size_stats::{LruSizeStats, LruvecStat, StatCpu};
 use stats::LruEvents;
 pub use stats::{LruEvent, LruStats};
 
@@ -207,6 +209,16 @@ impl LruCensus {
     }
 }
 
+/// (node, memcg) of the lruvec at `slot` of lock `lock`, under lock scope `scope`.
+fn lruvec_at(scope: LruLockScope, nr_memcgs: usize, lock: usize, slot: usize) -> (usize, usize) {
+    let idx = match scope {
+        LruLockScope::Global => slot,
+        LruLockScope::Node => lock * nr_memcgs + slot,
+        LruLockScope::MemcgNode => lock,
+    };
+    (idx / nr_memcgs, idx % nr_memcgs)
+}
+
 /// The engine's LRU: every lruvec, their locks, the per-CPU add batches and the counters.
 pub struct Lru {
     mem: Arc<Mem>,
@@ -216,6 +228,8 @@ pub struct Lru {
     release_free: crate::policy::ReleaseFree,
     scope: LruLockScope,
     batch_size: usize,
+    /// `lru.add_clears_unevictable`: the add's locked test-and-clear of `PG_unevictable`.
+    add_clears_unevictable: bool,
     /// MGLRU's move policy when MGLRU replaces the classic lists.
     mglru: Option<crate::policy::MglruMove>,
     /// Per lruvec (indexed `node * nr_memcgs + memcg`), MGLRU's sequence numbers and refault
@@ -229,6 +243,8 @@ pub struct Lru {
     tags: Option<Arc<batch_lock::PageTags>>,
     batches: PerCpu<SpinLock<Batch>>,
     events: LruEvents,
+    /// The node's, zone's and memcg's statistics of the lists' sizes ([`size_stats`]).
+    size_stats: Arc<LruSizeStats>,
     /// A loom-visible operation run before each lockless page-metadata step; see
     /// [`Lru::sched_point`].
     #[cfg(loom)]
@@ -260,6 +276,15 @@ impl Lru {
         };
         let tags = (policy.release == LruRelease::BatchLocks)
             .then(|| Arc::new(batch_lock::PageTags::new(mem.pages().len())));
+        let nr_cpus = mem.nr_cpus();
+        let managed = mem.tunables_node_pages();
+        let stats = Arc::new(LruSizeStats::new(
+            policy.size_stats,
+            nr_nodes,
+            nr_memcgs,
+            nr_cpus,
+            managed,
+        ));
         let locks = (0..nr_locks)
             .map(|i| {
                 LruLock::new(
@@ -269,16 +294,26 @@ impl Lru {
                     policy.lock_scope == LruLockScope::Global,
                     tags.as_ref(),
                     i as u32,
+                    |slot| {
+                        let (node, memcg) = lruvec_at(policy.lock_scope, nr_memcgs, i, slot);
+                        let batches = if policy.release == LruRelease::BatchLocks {
+                            batch_lock::NUM_LRU_BATCH_LOCKS
+                        } else {
+                            0
+                        };
+                        let concurrent = policy.release == LruRelease::Concurrent;
+                        LruvecStat::new(&stats, node, memcg, nr_cpus, batches, concurrent)
+                    },
                 )
             })
             .collect();
-        let nr_cpus = mem.nr_cpus();
         Lru {
             add_mode: policy.add,
             release_mode: policy.release,
             release_free: policy.release_free,
             scope: policy.lock_scope,
             batch_size: policy.batch as usize,
+            add_clears_unevictable: policy.add_clears_unevictable,
             mglru: policy.mglru.then_some(policy.mglru_move),
             lrugens: (0..nr_lruvecs).map(|_| mglru::LruGen::default()).collect(),
             nr_nodes,
@@ -289,6 +324,7 @@ impl Lru {
                 SpinLock::new(spinlock, Batch::new()).with_class(&LRU_BATCH)
             }),
             events: LruEvents::new(nr_cpus),
+            size_stats: stats,
             #[cfg(loom)]
             loom_point: pagelab_sync::shim::atomic::AtomicU32::new(0),
             mem,
@@ -297,6 +333,11 @@ impl Lru {
 
     pub fn mem(&self) -> &Arc<Mem> {
         &self.mem
+    }
+
+    /// The node's, zone's and memcg's statistics of the lists' sizes.
+    pub fn size_stats(&self) -> &LruSizeStats {
+        &self.size_stats
     }
 
     pub fn nr_nodes(&self) -> usize {
@@ -370,12 +411,7 @@ impl Lru {
 
     /// (node, memcg) of the lruvec at `slot` of lock `lock`.
     fn lruvec_of(&self, lock: usize, slot: usize) -> (usize, usize) {
-        let idx = match self.scope {
-            LruLockScope::Global => slot,
-            LruLockScope::Node => lock * self.nr_memcgs + slot,
-            LruLockScope::MemcgNode => lock,
-        };
-        (idx / self.nr_memcgs, idx % self.nr_memcgs)
+        lruvec_at(self.scope, self.nr_memcgs, lock, slot)
     }
 
     /// `folio_add_lru`: a page the caller holds a reference to joins the list its flags say
@@ -415,10 +451,22 @@ impl Lru {
         if self.mglru.is_some() {
             self.lrugens[self.lruvec_index(lock, slot)].prepare_link(page);
         }
-        guard[slot].add_front(pages, LruList::of(page.flags()), pfn);
+        self.clear_unevictable(page);
+        guard[slot].add_front(pages, LruList::of(page.flags()), pfn, StatCpu::Cpu(cpu));
         page.flags.fetch_or(pg::LRU, Release);
         drop(guard);
         self.events.count(cpu, LruEvent::AddDirect, 1);
+    }
+
+    /// `folio_test_clear_unevictable` in `lru_add` (4.16+, where the policy says so): a locked
+    /// test-and-clear of the page's flags inside the add's hold (after the splice's holds, in
+    /// Daniel Jordan's splice, where `PG_lru` is set). The engine has no mlock, so
+    /// the flag is never set; the instruction and its cost are the kernel's.
+    #[inline]
+    fn clear_unevictable(&self, page: &crate::page::Page) {
+        if self.add_clears_unevictable {
+            page.flags.fetch_and(!pg::UNEVICTABLE, AcqRel);
+        }
     }
 
     /// Run `f` with the lruvec of (`node`, `memcg`) locked exclusively: what a reclaim module
@@ -581,6 +629,14 @@ impl Lru {
                 return Err(format!("{pfn:?} has PG_lru but is on no list"));
             }
         }
+        let guards: Vec<_> = self.locks.iter().map(|l| l.lock()).collect();
+        let diffs: Vec<_> = guards
+            .iter()
+            .flat_map(|g| g.iter().filter_map(|v| v.stat().map(|s| s.diffs())))
+            .collect();
+        self.size_stats.check(&diffs, &census.lruvecs)?;
+        drop(diffs);
+        drop(guards);
         Ok(census)
     }
 }
@@ -649,15 +705,16 @@ impl LruvecMut<'_> {
 
     /// Unlink `pfn` from `lru` (`lruvec_del_folio`), leaving its flags alone.
     pub fn del(&mut self, lru: LruList, pfn: Pfn) {
-        self.lruvec.del(self.pages, lru, pfn);
+        self.lruvec.del(self.pages, lru, pfn, StatCpu::Unbound);
     }
 
     /// Link `pfn` at the hot (`hot`) or cold end of `lru`, leaving its flags alone.
     pub fn add(&mut self, lru: LruList, pfn: Pfn, hot: bool) {
         if hot {
-            self.lruvec.add_front(self.pages, lru, pfn);
+            self.lruvec
+                .add_front(self.pages, lru, pfn, StatCpu::Unbound);
         } else {
-            self.lruvec.add_back(self.pages, lru, pfn);
+            self.lruvec.add_back(self.pages, lru, pfn, StatCpu::Unbound);
         }
     }
 
@@ -673,7 +730,7 @@ impl LruvecMut<'_> {
             to.is_file(),
             "{pfn:?} cannot move between anon and file lists"
         );
-        self.lruvec.del(self.pages, from, pfn);
+        self.lruvec.del(self.pages, from, pfn, StatCpu::Unbound);
         if to.is_active() {
             page.set(pg::ACTIVE);
         } else {
@@ -711,7 +768,8 @@ impl LruvecMut<'_> {
             );
             return false;
         }
-        self.lruvec.del(self.pages, LruList::of(page.flags()), pfn);
+        self.lruvec
+            .del(self.pages, LruList::of(page.flags()), pfn, StatCpu::Unbound);
         true
     }
 }

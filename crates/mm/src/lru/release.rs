@@ -57,6 +57,7 @@ use pagelab_sync::{RwSemReadGuard, SpinGuard};
 use super::LruList;
 use super::batch_lock::{BatchedLruLock, PageTags};
 use super::lruvec::{LruGuard, Lruvec};
+use super::size_stats::StatCpu;
 use super::stats::LruEvent;
 use super::{Loc, Lru};
 use crate::cpu::CpuId;
@@ -248,9 +249,11 @@ impl Lru {
                 }
                 let lru = LruList::of(page.flags());
                 match held.as_mut() {
-                    Some((_, Hold::Exclusive(g))) => g[slot].del(pages, lru, pfn),
+                    Some((_, Hold::Exclusive(g))) => {
+                        g[slot].del(pages, lru, pfn, StatCpu::Cpu(cpu))
+                    }
                     Some((_, Hold::Shared(g))) => {
-                        waits += u64::from(g[slot].smp_del(pages, lru, pfn));
+                        waits += u64::from(g[slot].smp_del(pages, lru, pfn, StatCpu::Cpu(cpu)));
                     }
                     None => unreachable!("locked above"),
                 }
@@ -328,7 +331,7 @@ impl Lru {
                     if held.as_ref().is_some_and(|h| h.lru.is_some()) {
                         sentinels_unlinked += 1;
                     }
-                    b.lruvecs()[slot].del(pages, LruList::of(page.flags()), pfn);
+                    b.lruvecs()[slot].del(pages, LruList::of(page.flags()), pfn, StatCpu::Cpu(cpu));
                     // `__ClearPageLRU`: the count is zero, nobody else touches the page.
                     page.clear_nonatomic(pg::LRU);
                 }
