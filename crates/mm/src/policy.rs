@@ -1694,17 +1694,9 @@ mod tests {
             // update_lru_size: the lruvec's sizes only in 2.6.13, the node's and zone's per-CPU
             // page state from 4.8, the memcg's per-CPU statistics too from 5.2; lru_add's
             // test-and-clear of PG_unevictable from 4.16.
-            let v4: &[&str] = &[
-                "vanilla-4.9",
-                "hopcpu",
-                "linux-4.15",
-                "large-zone-batch",
-                "lru-lock-base",
-                "lru-lock-splice",
-            ];
             let (stats, clears) = if name.starts_with("linux-2.6.") {
                 (LruSizeStats::Lruvec, false)
-            } else if v4.contains(&name.as_str()) {
+            } else if before_4_20.contains(&name.as_str()) {
                 (LruSizeStats::Vmstat, false)
             } else {
                 (LruSizeStats::Memcg, true)

@@ -509,6 +509,11 @@ mod tests {
             .collect()
     }
 
+    /// One page joins `lru` on CPU 0, under `holder`.
+    fn add_one(s: &LruSizeStats, d: &LruvecDiffs, holder: Holder, lru: LruList) {
+        s.update(d, holder, StatCpu::Cpu(CpuId(0)), lru, 1);
+    }
+
     fn lists(anon: u64) -> Vec<[u64; LruList::COUNT]> {
         let mut l = [0; LruList::COUNT];
         l[LruList::InactiveAnon.idx()] = anon;
@@ -571,13 +576,7 @@ mod tests {
         let batch = |s: &LruSizeStats| {
             trace::start(1024);
             for _ in 0..MEMCG_CHARGE_BATCH {
-                s.update(
-                    &d,
-                    Holder::Exclusive,
-                    StatCpu::Cpu(CpuId(0)),
-                    LruList::ActiveFile,
-                    1,
-                );
+                add_one(s, &d, Holder::Exclusive, LruList::ActiveFile);
             }
             recorded(&trace::stop())
                 .into_iter()
@@ -624,13 +623,7 @@ mod tests {
             for _ in 0..2 {
                 sc.spawn(|| {
                     for _ in 0..N {
-                        s.update(
-                            &d,
-                            Holder::Shared,
-                            StatCpu::Cpu(CpuId(0)),
-                            LruList::InactiveAnon,
-                            1,
-                        );
+                        add_one(&s, &d, Holder::Shared, LruList::InactiveAnon);
                     }
                 });
             }
