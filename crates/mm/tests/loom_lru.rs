@@ -327,6 +327,7 @@ fn setup_mglru(cpus: usize, add: LruAdd, mv: MglruMove) -> (Arc<Mem>, Arc<Lru>) 
         release_free: ReleaseFree::Batch,
         mglru: true,
         mglru_move: mv,
+        ..LruPolicy::default()
     };
     let lru = Arc::new(Lru::new(m.clone(), &lp, LockKind::Ticket, 1));
     (m, lru)

@@ -532,9 +532,12 @@ impl Lru {
             nr_memcgs: self.nr_memcgs,
             ..LruCensus::default()
         };
+        // Each lruvec's statistics, read under its lock with its lists.
+        let mut diff_totals = Vec::new();
         for (li, lock) in self.locks.iter().enumerate() {
             let guard = lock.lock();
             for (slot, lv) in guard.iter().enumerate() {
+                diff_totals.extend(lv.stat().map(|s| s.diffs().totals()));
                 let (node, memcg) = self.lruvec_of(li, slot);
                 let here = |e: String| format!("lruvec (node {node}, memcg {memcg}): {e}");
                 for lru in LruList::ALL {
@@ -629,14 +632,7 @@ impl Lru {
                 return Err(format!("{pfn:?} has PG_lru but is on no list"));
             }
         }
-        let guards: Vec<_> = self.locks.iter().map(|l| l.lock()).collect();
-        let diffs: Vec<_> = guards
-            .iter()
-            .flat_map(|g| g.iter().filter_map(|v| v.stat().map(|s| s.diffs())))
-            .collect();
-        self.size_stats.check(&diffs, &census.lruvecs)?;
-        drop(diffs);
-        drop(guards);
+        self.size_stats.check(&diff_totals, &census.lruvecs)?;
         Ok(census)
     }
 }

@@ -365,42 +365,45 @@ impl LruSizeStats {
         }
     }
 
-    /// Node `node`'s counter of `item` and the differentials of `diffs` (the node's lruvecs).
-    fn exact<'a>(
-        shared: &AtomicI64,
-        diffs: impl Iterator<Item = &'a LruvecDiffs>,
-        pick: impl Fn(&Diffs) -> &AtomicI64,
-    ) -> i64 {
-        shared.load(Relaxed)
-            + diffs
-                .flat_map(|d| d.slots.iter())
-                .map(|s| pick(s).load(Relaxed))
-                .sum::<i64>()
-    }
-
     /// Check the invariant against `on_lists[node * nr_memcgs + memcg][lru]`, the pages on
-    /// each lruvec's lists, given every lruvec's differentials. Call at quiescence.
+    /// each lruvec's lists, given every lruvec's differentials summed over its sets
+    /// ([`LruvecDiffs::totals`]). Call at quiescence.
     pub fn check(
         &self,
-        diffs: &[&LruvecDiffs],
+        totals: &[DiffTotals],
         on_lists: &[[u64; LruList::COUNT]],
     ) -> Result<(), String> {
         if self.mode == Mode::Lruvec {
             return Ok(());
         }
+        // Pages per node and item, and per memcg and item.
         let mut want = vec![[0i64; NR_LRU_LISTS]; self.nodes.len()];
+        let mut want_memcg = vec![[0i64; NR_LRU_LISTS]; self.nr_memcgs];
         for (idx, lists) in on_lists.iter().enumerate() {
             for lru in LruList::ALL {
-                want[idx / self.nr_memcgs][item(lru)] += lists[lru.idx()] as i64;
+                let n = lists[lru.idx()] as i64;
+                want[idx / self.nr_memcgs][item(lru)] += n;
+                want_memcg[idx % self.nr_memcgs][item(lru)] += n;
+            }
+        }
+        let mut diff_node = vec![[0i64; NR_LRU_LISTS]; self.nodes.len()];
+        let mut diff_zone = diff_node.clone();
+        let mut diff_memcg = vec![[0i64; NR_LRU_LISTS]; self.nr_memcgs];
+        for t in totals {
+            for i in 0..NR_LRU_LISTS {
+                diff_node[t.node][i] += t.node_diff[i];
+                diff_zone[t.node][i] += t.zone_diff[i];
+                diff_memcg[t.memcg][i] += t.memcg_state[i];
             }
         }
         for i in 0..NR_LRU_LISTS {
-            let mut machine = [0i64; 2];
-            for (node, w) in want.iter().enumerate() {
-                let of_node = || diffs.iter().copied().filter(move |d| d.node == node);
-                let n = Self::exact(&self.nodes[node][i], of_node(), |s| &s.node[i]);
-                let z = Self::exact(&self.zones[node][i], of_node(), |s| &s.zone[i]);
-                for (what, got) in [("node", n), ("zone", z)] {
+            let total: i64 = want.iter().map(|w| w[i]).sum();
+            for (what, shared, diffs, machine) in [
+                ("node", &self.nodes, &diff_node, &self.machine_node),
+                ("zone", &self.zones, &diff_zone, &self.machine_zone),
+            ] {
+                for (node, w) in want.iter().enumerate() {
+                    let got = shared[node][i].load(Relaxed) + diffs[node][i];
                     if got != w[i] {
                         return Err(format!(
                             "{what} {node}: LRU item {i} counts {got} pages, its lists hold {}",
@@ -408,50 +411,57 @@ impl LruSizeStats {
                         ));
                     }
                 }
-                machine[0] += n - self.nodes[node][i].load(Relaxed);
-                machine[1] += z - self.zones[node][i].load(Relaxed);
-            }
-            let total: i64 = want.iter().map(|w| w[i]).sum();
-            for (what, m, c) in [
-                ("vm_node_stat", machine[0], &self.machine_node[i]),
-                ("vm_zone_stat", machine[1], &self.machine_zone[i]),
-            ] {
-                let got = m + c.load(Relaxed);
+                let got = machine[i].load(Relaxed) + diffs.iter().map(|d| d[i]).sum::<i64>();
                 if got != total {
                     return Err(format!(
-                        "{what}: LRU item {i} counts {got} pages, the lists hold {total}"
+                        "the machine's {what} counter: LRU item {i} counts {got} pages, the lists hold {total}"
                     ));
                 }
             }
             if self.mode == Mode::Memcg {
-                for memcg in 0..self.nr_memcgs {
-                    let got: i64 = diffs
-                        .iter()
-                        .filter(|d| d.memcg == memcg)
-                        .flat_map(|d| d.slots.iter())
-                        .map(|s| s.memcg[i].load(Relaxed))
-                        .sum();
-                    let want: i64 = on_lists
-                        .iter()
-                        .enumerate()
-                        .filter(|(idx, _)| idx % self.nr_memcgs == memcg)
-                        .map(|(_, l)| {
-                            LruList::ALL
-                                .iter()
-                                .filter(|lru| item(**lru) == i)
-                                .map(|lru| l[lru.idx()] as i64)
-                                .sum::<i64>()
-                        })
-                        .sum();
-                    if got != want {
+                for (memcg, w) in want_memcg.iter().enumerate() {
+                    let got = diff_memcg[memcg][i];
+                    if got != w[i] {
                         return Err(format!(
-                            "memcg {memcg}: LRU item {i} counts {got} pages per CPU, its lists hold {want}"
+                            "memcg {memcg}: LRU item {i} counts {got} pages per CPU, its lists hold {}",
+                            w[i]
                         ));
                     }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// One lruvec's differentials summed over its per-CPU sets ([`LruvecDiffs::totals`]).
+#[derive(Clone, Copy, Debug)]
+pub struct DiffTotals {
+    node: usize,
+    memcg: usize,
+    node_diff: [i64; NR_LRU_LISTS],
+    zone_diff: [i64; NR_LRU_LISTS],
+    memcg_state: [i64; NR_LRU_LISTS],
+}
+
+impl LruvecDiffs {
+    /// The sums of this lruvec's sets (a racy snapshot unless its locks are held).
+    pub fn totals(&self) -> DiffTotals {
+        let mut t = DiffTotals {
+            node: self.node,
+            memcg: self.memcg,
+            node_diff: [0; NR_LRU_LISTS],
+            zone_diff: [0; NR_LRU_LISTS],
+            memcg_state: [0; NR_LRU_LISTS],
+        };
+        for s in self.slots.iter() {
+            for i in 0..NR_LRU_LISTS {
+                t.node_diff[i] += s.node[i].load(Relaxed);
+                t.zone_diff[i] += s.zone[i].load(Relaxed);
+                t.memcg_state[i] += s.memcg[i].load(Relaxed);
+            }
+        }
+        t
     }
 }
 
@@ -535,7 +545,7 @@ mod tests {
             s.update(&d, Holder::Exclusive, cpu, LruList::InactiveAnon, 1);
         }
         assert_eq!(recorded(&trace::stop()), vec![], "within the threshold");
-        s.check(&[&d], &lists(20)).unwrap();
+        s.check(&[d.totals()], &lists(20)).unwrap();
         trace::start(256);
         s.update(&d, Holder::Exclusive, cpu, LruList::InactiveAnon, 1);
         assert_eq!(
@@ -549,8 +559,8 @@ mod tests {
         );
         assert_eq!(s.nodes[0][0].load(Relaxed), 21);
         assert_eq!(s.machine_zone[0].load(Relaxed), 21);
-        s.check(&[&d], &lists(21)).unwrap();
-        let e = s.check(&[&d], &lists(22)).unwrap_err();
+        s.check(&[d.totals()], &lists(21)).unwrap();
+        let e = s.check(&[d.totals()], &lists(22)).unwrap_err();
         assert!(
             e.contains("counts 21 pages") && e.contains("hold 22"),
             "{e}"
@@ -563,7 +573,7 @@ mod tests {
             LruList::InactiveAnon,
             -1,
         );
-        s.check(&[&d], &lists(20)).unwrap();
+        s.check(&[d.totals()], &lists(20)).unwrap();
     }
 
     /// `memcg_rstat_updated` with two levels (a group under the root): every 64 updates each
@@ -596,7 +606,7 @@ mod tests {
         assert_eq!(s.memcg_updates[0].load(Relaxed), 128);
         let mut on = [0; LruList::COUNT];
         on[LruList::ActiveFile.idx()] = 3 * MEMCG_CHARGE_BATCH as u64;
-        s.check(&[&d], &[[0; LruList::COUNT], on]).unwrap();
+        s.check(&[d.totals()], &[[0; LruList::COUNT], on]).unwrap();
     }
 
     /// MGLRU's moves between generations and 2.6's lruvec-only mode leave the statistics alone.
@@ -605,7 +615,7 @@ mod tests {
         let s = LruSizeStats::new(Mode::Memcg, 1, 1, 1, 1 << 18);
         let d = s.lruvec_diffs(0, 0, 1, 0, false).unwrap();
         s.update(&d, Holder::Exclusive, StatCpu::Move, LruList::Gen2Anon, 1);
-        s.check(&[&d], &lists(0)).unwrap();
+        s.check(&[d.totals()], &lists(0)).unwrap();
         assert_eq!(item(LruList::Gen2Anon), item(LruList::InactiveAnon));
         assert_eq!(item(LruList::Gen0File), item(LruList::InactiveFile));
         let none = LruSizeStats::new(Mode::Lruvec, 1, 1, 1, 1 << 18);
@@ -628,6 +638,6 @@ mod tests {
                 });
             }
         });
-        s.check(&[&d], &lists(2 * N as u64)).unwrap();
+        s.check(&[d.totals()], &lists(2 * N as u64)).unwrap();
     }
 }
