@@ -674,7 +674,7 @@ pub enum LruSizeStats {
     /// `__mod_lruvec_state` calling `__mod_memcg_lruvec_state`: the memcg's and the lruvec's
     /// per-CPU state) and rstat's count of updates per level of the hierarchy, added to the
     /// memcg's shared count every `MEMCG_CHARGE_BATCH` updates unless a flush is already due
-    /// (6.8's per-group rule, 8d59d2214c23; 6.1 to 6.7 kept one machine-wide count, which the
+    /// (6.8's per-group rule, Yosry Ahmed's; 6.1 to 6.7 kept one machine-wide count, which the
     /// engine does not distinguish: `lru::size_stats`).
     #[default]
     Memcg,
@@ -753,10 +753,10 @@ pub struct LruPolicy {
     /// The page-state statistics updated per page inside `lru_lock`.
     #[serde(default)]
     pub size_stats: LruSizeStats,
-    /// Whether adding a page to the LRU clears `PG_unevictable` with a locked
-    /// test-and-clear before setting `PG_lru` (`TestClearPageUnevictable` in
-    /// `__pagevec_lru_add_fn` since 9c4e6b1a7027, 4.16; `folio_test_clear_unevictable` in
-    /// `lru_add_fn`, and in `lru_add` since 6.10): a second locked instruction per page inside
+    /// Whether adding a page to the LRU clears `PG_unevictable` with a locked test-and-clear
+    /// before setting `PG_lru` (`TestClearPageUnevictable` in `__pagevec_lru_add_fn` since "mm,
+    /// mlock, vmscan: no more skipping pagevecs", 4.16; `folio_test_clear_unevictable` in
+    /// `lru_add_fn`, later renamed `lru_add`): a second locked instruction per page inside
     /// the lock.
     #[serde(default = "LruPolicy::default_add_clears_unevictable")]
     pub add_clears_unevictable: bool,

@@ -19,7 +19,9 @@
 //!   check that the group is queued for the next flush on this CPU, and per level of the
 //!   hierarchy a per-CPU count of updates that, every `MEMCG_CHARGE_BATCH` (64), reads the
 //!   group's shared count and adds to it with a locked add unless a flush is already due (more
-//!   than 64 per CPU pending: 873f64b791a2, 6.1; per group since 8d59d2214c23, 6.8).
+//!   than 64 per CPU pending: Jiebin Sun's "remove the redundant updating of
+//!   stats_flush_threshold", 2022, its commit not checked here; per group since Yosry Ahmed's "make
+//!   stats flushing threshold per-memcg", 6.8).
 //!
 //! The per-CPU lines are the CPU's own and are not recorded in traces (like every CPU-scoped
 //! line): they cost the replay only their captured compute. The folds and the shared count are
