@@ -832,6 +832,7 @@ impl RawCapture {
             compute_ns,
             relative,
             turns,
+            level_scale: 1.0,
         });
     }
 

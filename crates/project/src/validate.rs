@@ -2048,6 +2048,7 @@ b,processes,8,faults/sec,8080,100
                         compute_ns: 650.31,
                         relative: 1.0204,
                         turns: 10,
+                        level_scale: 0.8125,
                     }),
                 ),
                 ("old".into(), None, None),
@@ -2067,7 +2068,7 @@ b,processes,8,faults/sec,8080,100
             "{s}"
         );
         assert!(
-            s.contains("    paced: compute 650.3 ns per op from 10 turns side by side (1.020 of the paced profiles' geometric mean; this capture's untraced window measured 700.0)"),
+            s.contains("    paced: compute 650.3 ns per op from 10 turns side by side (1.020 of the paced profiles' geometric mean; this capture's untraced window measured 700.0; the round's level x 0.812, to the quickest round's)"),
             "{s}"
         );
         assert!(

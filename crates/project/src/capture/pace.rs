@@ -97,6 +97,14 @@ impl Paced {
     /// pacing. `None` when the pacing or every capture gives nothing to go on.
     pub fn targets(&self, measured: &[Option<f64>]) -> Option<Vec<f64>> {
         let rel = self.relative()?;
+        let level = self.level(measured)?;
+        Some(rel.iter().map(|r| r * level).collect())
+    }
+
+    /// The round's level that [`Paced::targets`] gives its profiles' relative compute: the
+    /// median over the captures of measured over relative compute.
+    pub fn level(&self, measured: &[Option<f64>]) -> Option<f64> {
+        let rel = self.relative()?;
         if rel.len() != measured.len() {
             return None;
         }
@@ -105,8 +113,7 @@ impl Paced {
             .zip(&rel)
             .filter_map(|(m, r)| m.filter(|m| m.is_finite() && *m > 0.0).map(|m| m / r))
             .collect();
-        let level = median(&levels)?;
-        Some(rel.iter().map(|r| r * level).collect())
+        median(&levels)
     }
 }
 
