@@ -453,13 +453,12 @@ pub fn capture_all(
                 pace::TURNS,
             )?;
             let measured: Vec<Option<f64>> = raws.iter().map(|r| r.compute_per_op()).collect();
-            let level = timed.level(&measured);
-            if let (Some(level), Some(rel)) = (level, timed.relative()) {
-                for (r, rel) in raws.iter_mut().zip(rel) {
-                    r.pace_to(rel * level, rel, pace::TURNS);
+            if let (Some(targets), Some(rel)) = (timed.targets(&measured), timed.relative()) {
+                for ((r, t), rel) in raws.iter_mut().zip(targets).zip(rel) {
+                    r.pace_to(t, rel, pace::TURNS);
                 }
             }
-            levels.push(level);
+            levels.push(timed.level(&measured));
             for (i, r) in raws.into_iter().enumerate() {
                 traces[i].push(r.build());
             }
