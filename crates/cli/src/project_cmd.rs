@@ -96,7 +96,8 @@ pub(crate) struct ProjectArgs {
     /// Task counts, mmtests style (1,4,16 or 1..8 or 2..64:2).
     #[arg(long)]
     tasks: Option<String>,
-    /// Sample windows (will-it-scale) or seeded repetitions (pft) per row and capture.
+    /// Sample windows per row and capture of a cyclic workload (will-it-scale). A fixed-work
+    /// one (pft) gives one value a capture: its repetitions are the captures.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     samples: u64,
     /// Captures of each profile on the engine, taken in turns and each replayed: the rows'
@@ -135,6 +136,8 @@ pub(crate) struct ValidateArgs {
     /// Skip the published tables (only the self-consistency check).
     #[arg(long)]
     self_check_only: bool,
+    /// Sample windows per row and capture of a cyclic table (page_fault1); a fixed-work one
+    /// (pft) gives one value a capture.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
     samples: u64,
     /// Captures of each profile on the engine, taken in turns and each replayed. Two by

@@ -56,8 +56,8 @@ pub(crate) struct ProjectionArgs {
     /// machine's CPUs and the published table's task counts).
     #[arg(long, value_name = "LIST", conflicts_with = "no_project")]
     pub(crate) project_tasks: Option<String>,
-    /// Seeded replays (pft) or sample windows (will-it-scale) per projected row and capture
-    /// (default 3).
+    /// Sample windows per projected row and capture of a cyclic workload (will-it-scale;
+    /// default 3). A fixed-work one (pft) gives one value a capture.
     #[arg(long, value_name = "N", conflicts_with = "no_project",
           value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub(crate) project_samples: Option<u64>,

@@ -116,7 +116,7 @@ pub struct ClassStats {
 
 impl ClassStats {
     /// Adds `c` to the class of its name in `into`, or appends it: several replays' classes
-    /// (seeds, captures) merged into one list, in the order first met.
+    /// (a row's captures) merged into one list, in the order first met.
     pub fn merge_into(into: &mut Vec<ClassStats>, c: &ClassStats) {
         match into.iter_mut().find(|x| x.name == c.name) {
             Some(x) => x.merge(c),
@@ -124,7 +124,7 @@ impl ClassStats {
         }
     }
 
-    /// Adds another replay's figures for the same class (a fixed-work row's seeds): every
+    /// Adds another replay's figures for the same class (another capture's): every
     /// field is a count or a sum, so the merged class reads as one longer run.
     pub fn merge(&mut self, o: &ClassStats) {
         let ClassStats {
