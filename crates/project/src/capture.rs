@@ -34,8 +34,9 @@
 //!
 //! Every recorded window (the main ones and the fallback ones) is checked against the
 //! scheduler's own account of the capturing thread ([`SchedAccount`]: `run_delay` and
-//! involuntary context switches) and for stalls (a gap between two events longer than
-//! [`CaptureGuard::STALL_NS`]): a window the host took the CPU away in is run again, up to
+//! involuntary context switches) and for stalls (a gap between two events as long as a
+//! scheduler's slice, [`CaptureGuard::RETAKE_NS`]): a window the host took the CPU away in is
+//! run again, up to
 //! [`RETAKES`] times for the recordings and [`FALLBACK_RETAKES`] for each fallback class, the
 //! least disturbed attempt being kept when the budget is spent. Such a window keeps the lost time inside whatever the
 //! thread was doing, often a critical section (a fault's `mmap_lock` or per-VMA lock hold, or
@@ -189,7 +190,7 @@ pub const FALLBACK_RETAKES: usize = 4;
 /// kept the thread waiting, and a stall's length when it is one.
 fn severity(c: &WindowCheck) -> f64 {
     let wait = c.sched.map_or(0.0, |s| s.run_delay_ns as f64);
-    let stall = if c.longest_gap_ns >= CaptureGuard::STALL_NS {
+    let stall = if c.longest_gap_ns >= CaptureGuard::RETAKE_NS {
         c.longest_gap_ns
     } else {
         0.0
@@ -271,11 +272,12 @@ impl WindowCheck {
     }
 
     /// The host took the CPU away from the recording thread: the scheduler ran something
-    /// else while it was runnable, or a stall left a gap no engine path takes.
+    /// else while it was runnable, or a stall as long as a scheduler's slice left a gap
+    /// ([`CaptureGuard::RETAKE_NS`]). Shorter stalls are taken out of the trace instead.
     pub fn disturbed(&self) -> bool {
         self.sched
             .is_some_and(|s| s.run_delay_ns > 0 || s.nivcsw > 0)
-            || self.longest_gap_ns >= CaptureGuard::STALL_NS
+            || self.longest_gap_ns >= CaptureGuard::RETAKE_NS
     }
 }
 
@@ -1092,19 +1094,27 @@ mod tests {
             longest_gap_ns: 0.0,
         };
         assert!(only_delay.disturbed());
-        // A stall the scheduler did not account (a hypervisor's steal): found by its gap.
+        // A stall the scheduler did not account (a hypervisor's steal): found by its gap,
+        // when it is as long as a slice.
         let tpn = raw::ticks_per_ns();
         let t0 = 1_000_000u64;
         let gap = |ns: f64| (ns * tpn) as u64;
-        let events = [
-            raw_event(t0),
-            raw_event(t0 + gap(300.0)),
-            raw_event(t0 + gap(300.0) + gap(2.0 * CaptureGuard::STALL_NS)),
-        ];
-        let c = WindowCheck::of(&events, None);
-        assert!(c.longest_gap_ns > 1.5 * CaptureGuard::STALL_NS, "{c:?}");
+        let with_gap = |ns: f64| {
+            [
+                raw_event(t0),
+                raw_event(t0 + gap(300.0)),
+                raw_event(t0 + gap(300.0) + gap(ns)),
+            ]
+        };
+        let c = WindowCheck::of(&with_gap(1.5 * CaptureGuard::RETAKE_NS), None);
+        assert!(c.longest_gap_ns > 1.4 * CaptureGuard::RETAKE_NS, "{c:?}");
         assert!(c.disturbed());
-        let c = WindowCheck::of(&events[..2], Some(SchedAccount::default()));
+        // A shorter one, a VM exit's or an interrupt's, is not worth a retake: the trace
+        // drops it ([`CaptureGuard::INTERRUPT_NS`]).
+        let c = WindowCheck::of(&with_gap(2.0 * CaptureGuard::STALL_NS), None);
+        assert!(c.longest_gap_ns > 1.5 * CaptureGuard::STALL_NS, "{c:?}");
+        assert!(!c.disturbed());
+        let c = WindowCheck::of(&with_gap(300.0)[..2], Some(SchedAccount::default()));
         assert!(c.longest_gap_ns < 1_000.0, "{c:?}");
         assert!(!c.disturbed());
     }
@@ -1159,14 +1169,15 @@ mod tests {
             sched: Some(SchedAccount::default()),
             longest_gap_ns: gap_ms * 1e6,
         };
-        // Each attempt is told apart by its gap; the second is the least disturbed.
-        for gap in [3.0, 0.5, 2.0, 4.0, 1.0] {
+        // Each attempt is told apart by its gap, every one long enough to retake
+        // (`CaptureGuard::RETAKE_NS`); the second is the least disturbed.
+        for gap in [3.0, 1.2, 2.0, 4.0, 1.5] {
             assert!(c.fallbacks.lock().unwrap().is_empty());
             assert!(matches!(step(&c, 100.0, stalled(gap)), Slot::Fallback(_)));
         }
         let kept = c.fallbacks.lock().unwrap();
         assert_eq!(kept.len(), 1);
-        assert_eq!(kept[0].1.longest_gap_ns, 0.5e6);
+        assert_eq!(kept[0].1.longest_gap_ns, 1.2e6);
         drop(kept);
         let g = c.guard();
         assert_eq!(

@@ -264,7 +264,7 @@ pub struct UntracedHold {
 /// (`nonvoluntary_ctxt_switches`, `nivcsw`, counted in `__schedule` when a task is switched
 /// out while still runnable). A hypervisor's steal and long interrupts show in neither, so
 /// the guard also looks for a stall: a gap between two recorded events, or a memory write,
-/// longer than [`CaptureGuard::STALL_NS`]. Shorter interruptions, down to
+/// of [`CaptureGuard::RETAKE_NS`] or more. Shorter interruptions, down to
 /// [`CaptureGuard::INTERRUPT_NS`], are taken out of the trace without a retake.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CaptureGuard {
@@ -290,14 +290,28 @@ pub struct CaptureGuard {
 }
 
 impl CaptureGuard {
-    /// A gap at least this long between two recorded events makes the window one to retake:
-    /// the engine's fault path records an event every few hundred nanoseconds, a timer tick's
-    /// interrupt takes a few microseconds (tens in a guest, with its VM exits), while a task
-    /// the scheduler runs instead keeps the CPU for at least a slice (0.75 ms by default,
-    /// `sysctl_sched_base_slice`). 100 us lies between the two by an order of magnitude each
-    /// way. Shorter losses of the host's are taken out of the trace without a retake down to
-    /// [`Self::INTERRUPT_NS`]; below that they stay, as the real machine's interrupts would.
+    /// A gap at least this long between two events is a stall of the host's in the untimed
+    /// windows' hold and write timings ([`pagelab_sync::trace::time_holds`]), which drop it,
+    /// and the bound below which a trace's writes give the window's clearing rate
+    /// ([`Trace::from_raw_with_fallbacks`]): the engine's fault path records an event every
+    /// few hundred nanoseconds, a timer tick's interrupt takes a few microseconds (tens in a
+    /// guest, with its VM exits), while a task the scheduler runs instead keeps the CPU for at
+    /// least a slice (0.75 ms by default, `sysctl_sched_base_slice`). 100 us lies between the
+    /// two by an order of magnitude each way. Recorded windows drop their gaps down to
+    /// [`Self::INTERRUPT_NS`], and are retaken only for one of [`Self::RETAKE_NS`].
     pub const STALL_NS: f64 = 100_000.0;
+
+    /// A gap at least this long between two recorded events makes the window one to retake,
+    /// as a window the guest's scheduler preempted is: something else ran for a slice (here,
+    /// the hypervisor ran another guest on the vCPU), and the caches the recording finds
+    /// afterwards are that other work's. Shorter gaps are taken out of the trace
+    /// ([`Self::INTERRUPT_NS`]) and the window kept. Until 2026-11-30 every gap of
+    /// [`Self::STALL_NS`] was retaken: page_fault1's windows held one of 100 to 300 us often
+    /// enough that a capture could spend its whole budget of 16 retakes on them, while the
+    /// gaps were dropped from whichever window was kept. Three captures of linux-4.15 in
+    /// turns took 3.6, 2.8 and 5.4 s (5, 2 and 16 retakes) with that rule and 2.9, 2.4 and
+    /// 2.6 s (2, 0 and 1) with this one (docs/model.md, section 4, round 41).
+    pub const RETAKE_NS: f64 = 1_000_000.0;
 
     /// A gap at least this long between two recorded events is an interruption of the host's,
     /// and a capture's trace drops it ([`Trace::from_raw_with_fallbacks`]) without retaking
@@ -313,8 +327,8 @@ impl CaptureGuard {
     /// which take about 7% of the untraced run (2026-11-30, docs/model.md section 1). The
     /// engine's longest stretch between two recorded events in that capture is an unmap's
     /// zap of one page table's 512 entries, which records nothing until its RSS update: 15 to
-    /// 17 us. 40 us is more than twice that. A window still holding a gap of
-    /// [`Self::STALL_NS`] is retaken.
+    /// 17 us. 40 us is more than twice that. A window holding a gap of [`Self::RETAKE_NS`]
+    /// is retaken.
     pub const INTERRUPT_NS: f64 = 40_000.0;
 
     /// One line for `pagelab trace` and `validate`.
