@@ -37,7 +37,8 @@ use crate::results_cmd::Format;
 /// Captures per profile in `reproduce`'s projection: one keeps the README's main job within a
 /// few minutes on 2 cores; `pagelab project` takes 3 and `validate` 2.
 const REPRODUCE_CAPTURES: u64 = 1;
-/// Seeded replays per projected row (pft's repetitions, will-it-scale's sample windows).
+/// Sample windows per projected will-it-scale row and capture (a pft row gives one value a
+/// capture).
 const REPRODUCE_SAMPLES: u64 = 3;
 /// Faults per replayed CPU for fixed-work workloads (pft), as `project` and `validate`.
 const REPRODUCE_OPS_PER_CPU: u64 = 8192;

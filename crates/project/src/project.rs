@@ -111,8 +111,9 @@ pub struct Row {
     /// `(metric, higher_is_better, samples)`.
     pub metrics: Vec<(String, bool, Vec<f64>)>,
     pub classes: Vec<ClassStats>,
-    /// Operations completed in the measured span, and that span in simulated ns: what turns the classes' totals into figures per operation
-    /// and shares of the run ([`ProjRow::lock_stat`]).
+    /// Operations completed in the measured span, and that span in simulated ns: what turns
+    /// the classes' totals into figures per operation and shares of the run
+    /// ([`ProjRow::lock_stat`]).
     pub ops: u64,
     pub span_ns: f64,
     /// Simulated events and the seconds they took (the speed benchmark).
@@ -323,13 +324,14 @@ pub fn replay_row(
     };
     let replay = Replay::new(machine, trace, spec)?;
     // One replay, whatever the window: a fixed-work replay gives one value, whatever `samples`
-    // says. It differs from seed to seed only in where each CPU starts, and over four seeds
-    // pft's rows moved by 0.01 to 0.13% of their rate (2026-11-30, `REPLAY_SEEDS=4` of
-    // `replay_speed` on a pvl-v2 capture at 4 to 128 threads), against captures' ranges of 1 to
-    // 3%: more seeds would only multiply the replay's time. A row's repetitions are its
-    // captures.
+    // says. The seed draws where each CPU starts, which spinner a ticket lock serves next and
+    // the host's time slices (a self-check row). Over four seeds (2026-11-30, `REPLAY_SEEDS=4`
+    // of `replay_speed`) pft's rows moved by 0.01 to 0.13% of their rate (a pvl-v2 capture at
+    // 4 to 128 threads), against captures' ranges of 1 to 3%; a ticket-lock convoy moves more
+    // (lameter-2005's linux-2.6.13 on the Altix: 2.7% at 64 threads, where the kernels differ
+    // by a factor of 16; docs/model.md, section 4, round 41). More seeds would multiply the
+    // replay's time for that; a row's repetitions are its captures.
     let r = replay.run(seed)?;
-    let (events, ops, span_ns) = (r.events, r.ops, r.span_ns);
     let metrics = match trace.meta.window {
         // The trace's operations per second: `faults/sec` for will-it-scale, `ops/sec` for
         // kvcache and the research benchmarks' iterations or requests (their measured metric),
@@ -348,15 +350,14 @@ pub fn replay_row(
             ("faults/sec".to_string(), true, r.samples),
         ],
     };
-    let classes = r.classes;
     Ok(Row {
         mode,
         tasks,
         metrics,
-        classes,
-        ops,
-        span_ns,
-        events,
+        classes: r.classes,
+        ops: r.ops,
+        span_ns: r.span_ns,
+        events: r.events,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
@@ -499,11 +500,13 @@ pub fn project(
     }
 }
 
-/// The seed of capture `c`'s replays: every (capture, seed) pair of a row replays with a seed
-/// of its own, so that the captures' replays are not the same draws of the replay's randomness.
+/// The seed of capture `c`'s replay: each capture of a row replays with a seed of its own, so
+/// that the captures' replays are not the same draws of the replay's randomness. (Until
+/// 2026-11-30 a fixed-work row took `samples` seeds a capture, and capture `c` started at
+/// `seed + c x samples`; now `--samples` counts a cyclic replay's windows only, and no seed
+/// depends on it.)
 fn capture_seed(spec: &ProjectSpec, c: usize) -> u64 {
-    spec.seed
-        .wrapping_add((c as u64).wrapping_mul(spec.samples as u64))
+    spec.seed.wrapping_add(c as u64)
 }
 
 /// Replays every row of every capture in `traces` (one list per profile of `spec`, in its
@@ -1019,13 +1022,10 @@ mod tests {
         // One fault is 500 or 1000 ns of compute (the clock ratio applies alike to both).
         let ratio = means[0] / means[1];
         assert!((ratio - 2.0).abs() < 0.05, "{means:?}");
-        // One value a capture: a fixed-work row is not replayed again with other seeds.
+        // One value a capture: a fixed-work row is not replayed again with other seeds, so its
+        // values are its captures' means.
         let v = row.values("faults/sec");
-        assert_eq!(v.len(), 2);
-        let (lo, hi) = v
-            .iter()
-            .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
-        assert!(lo <= means[1] && hi >= means[0], "{v:?} {means:?}");
+        assert_eq!(v, means, "{v:?} {means:?}");
         // Stored as one repeat per capture.
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("r.db")).unwrap();

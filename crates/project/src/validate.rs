@@ -5,7 +5,7 @@
 //! The published tables live in `data/published/` (embedded). Each is compared on the mean it
 //! publishes: will-it-scale's arithmetic mean of runs for the 2018 table, mmtests' harmonic mean
 //! for the 2023 one; the projected row is the same mean over all its samples (every capture,
-//! every window or seed). For each row the report gives the published and projected means and
+//! every window). For each row the report gives the published and projected means and
 //! the error; then, for each percent change between a profile and the experiment's baseline at
 //! one mode, task count and metric, whether the projected change has the published sign and its
 //! error in percentage points. Changes are classed as beyond the published noise (5 points or
