@@ -19,6 +19,8 @@
 //! replays each rwsem downgrade as a release and a new read acquire (before format 7);
 //! `REPLAY_WHOLE_TRACE=1` makes each CPU's cycle the whole trace (the rule before 2026-11-29)
 //! and `REPLAY_SEEDS=N` prints each row's mean rate over seeds 1 to N and its spread.
+//! `REPLAY_SCALE_HOLDS=CLASS:F` multiplies the compute inside the class's exclusive holds by F
+//! (`lru_lock:2`): how long a lock's holds would have to be for a published shape.
 
 use std::path::Path;
 
@@ -53,6 +55,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Event::Atomic { inst: i } => !data.contains(&inst[*i as usize].class.as_str()),
             _ => true,
         });
+    }
+    if let Ok(spec) = std::env::var("REPLAY_SCALE_HOLDS") {
+        // What longer holds of one class would do, on one capture: the compute inside its
+        // exclusive holds times F (a diagnostic of how long the machine's holds must be for
+        // a published table's shape; nothing in the model takes F).
+        let (class, f) = spec
+            .split_once(':')
+            .ok_or("REPLAY_SCALE_HOLDS: CLASS:FACTOR, e.g. lru_lock:2")?;
+        let f: f64 = f
+            .parse()
+            .ok()
+            .filter(|f: &f64| f.is_finite() && *f >= 0.0)
+            .ok_or("REPLAY_SCALE_HOLDS: the factor is a number, 0 or more")?;
+        let inst = t.instances.clone();
+        let of_class = |i: u32| inst[i as usize].class == class;
+        let scale = |events: &mut [Event]| {
+            let mut depth = 0i32;
+            for e in events {
+                match e {
+                    Event::Acquire {
+                        inst,
+                        shared: false,
+                        ..
+                    } if of_class(*inst) => depth += 1,
+                    Event::Release {
+                        inst,
+                        shared: false,
+                    } if of_class(*inst) => depth -= 1,
+                    Event::Compute { ns } if depth > 0 => *ns *= f,
+                    _ => {}
+                }
+            }
+        };
+        scale(&mut t.events);
+        for seg in t.fallbacks.iter_mut().flat_map(|fb| fb.segments.iter_mut()) {
+            scale(seg);
+        }
     }
     if let Some(how) = std::env::var_os("REPLAY_PREFETCH_AS") {
         // What the prefetches for writing add, on one capture: `none` drops them, `write`
