@@ -2468,6 +2468,25 @@ pub(crate) mod tests {
             .collect()
     }
 
+    /// Each compute event's time, in order.
+    fn compute_times(t: &Trace) -> Vec<f64> {
+        t.events
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Compute { ns } => Some(ns),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `raw` as a guarded capture converts it (untraced time far above it: no scaling).
+    fn guarded(raw: &[raw::Event]) -> Trace {
+        let mut m = meta();
+        m.untraced_ns = 1e9;
+        m.guard = Some(CaptureGuard::default());
+        Trace::from_raw(m, raw)
+    }
+
     /// The raw events that open and close an exclusive hold.
     fn exclusive_hold() -> (raw::Kind, raw::Kind) {
         (
@@ -2570,19 +2589,9 @@ pub(crate) mod tests {
             ev(90_000.0, raw::Kind::Atomic),
             ev(90_000.0, raw::Kind::Ops(1)),
         ];
-        let mut m = meta();
-        m.untraced_ns = 1e9;
-        m.guard = Some(CaptureGuard::default());
-        let t = Trace::from_raw(m, &raw_events);
+        let t = guarded(&raw_events);
         assert_eq!(t.meta.guard.as_ref().unwrap().stalls_removed, 0);
-        let compute: f64 = t
-            .events
-            .iter()
-            .map(|e| match *e {
-                Event::Compute { ns } => ns,
-                _ => 0.0,
-            })
-            .sum();
+        let compute: f64 = compute_times(&t).iter().sum();
         assert!((compute - 90_000.0).abs() < 10.0, "{:?}", t.events);
     }
 
@@ -2624,19 +2633,9 @@ pub(crate) mod tests {
             write(127_100.0, 4096, 50_000.0),
             ev(177_200.0, raw::Kind::Ops(1)),
         ];
-        let mut m = meta();
-        m.untraced_ns = 1e9;
-        m.guard = Some(CaptureGuard::default());
-        let t = Trace::from_raw(m, &raw_events);
+        let t = guarded(&raw_events);
         assert_eq!(t.meta.guard.as_ref().unwrap().stalls_removed, 2);
-        let computes: Vec<f64> = t
-            .events
-            .iter()
-            .filter_map(|e| match *e {
-                Event::Compute { ns } => Some(ns),
-                _ => None,
-            })
-            .collect();
+        let computes = compute_times(&t);
         assert!(
             computes.iter().all(|&c| c < 25_000.0),
             "the interruption goes: {computes:?}"
