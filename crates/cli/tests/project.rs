@@ -267,7 +267,7 @@ fn traces_are_written_and_read_back() {
         "{show}"
     );
     let junk = d.0.join("junk.pltrace");
-    std::fs::write(&junk, b"PLTRACE7 but not really").unwrap();
+    std::fs::write(&junk, b"PLTRACE8 but not really").unwrap();
     fails(&db, &["trace", junk.to_str().unwrap()], "corrupt");
     fails(
         &db,

@@ -65,6 +65,7 @@ impl Sum {
                 *self.line_kinds.entry(k).or_default() += 1;
             }
             Event::Ops { n } => self.ops += u64::from(n),
+            Event::Fence => *self.line_kinds.entry("fence".into()).or_default() += 1,
             Event::Release { .. } | Event::TrapReturn => {}
         }
     }

@@ -15,7 +15,9 @@
 //! every queued rwlock of the trace as an rw_semaphore of that algorithm (`spin-writers`: the
 //! replay of `lru_lock` in concurrent mode before it was traced as a queued rwlock);
 //! `REPLAY_NO_RETURNS=1` drops the exceptions' returns, at which a CPU waits for a prefetch
-//! still in flight (the replay before trace format 6); `REPLAY_DOWNGRADE_AS_RELEASE=1`
+//! still in flight (the replay before trace format 6); `REPLAY_NO_FENCES=1` drops the fences
+//! (a private locked instruction after a store, where the CPU waits for its stores' lines;
+//! the replay before format 8); `REPLAY_DOWNGRADE_AS_RELEASE=1`
 //! replays each rwsem downgrade as a release and a new read acquire (before format 7);
 //! `REPLAY_WHOLE_TRACE=1` makes each CPU's cycle the whole trace (the rule before 2026-11-29)
 //! and `REPLAY_SEEDS=N` prints each row's mean rate over seeds 1 to N and its spread.
@@ -141,6 +143,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // What the exception's return adds, on one capture: without its events no CPU waits
         // at a fault's end for a prefetch still on its way (the rule before format 6).
         t.events.retain(|e| *e != Event::TrapReturn);
+    }
+    if std::env::var_os("REPLAY_NO_FENCES").is_some() {
+        // What the private locked instructions' drains add, on one capture: without them a
+        // hold's stores wait for their lines only at its release (the rule before format 8).
+        t.events.retain(|e| *e != Event::Fence);
+        for f in &mut t.fallbacks {
+            for seg in &mut f.segments {
+                seg.retain(|e| *e != Event::Fence);
+            }
+        }
     }
     if let Some(how) = std::env::var_os("REPLAY_STORES_AS") {
         // What the store buffer takes off, on one capture: `write` replays each store the CPU

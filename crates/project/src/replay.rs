@@ -232,6 +232,10 @@ enum Op {
     /// A store the CPU does not wait for, to a line or to a list entry named relative to it
     /// ([`Sim::store`]).
     Store(u32, Sym),
+    /// A locked instruction on a private line after a store ([`Event::Fence`]): the CPU waits
+    /// for its buffered stores to have their lines. The resource is the last store's, whose
+    /// class the wait is counted under (`drain_ns`).
+    Fence(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -634,7 +638,28 @@ fn event_op(e: &Event, map: &mut impl FnMut(u32) -> Option<u32>, flush: bool) ->
         Event::Line { inst, write, sym } => map(inst).map(|r| Op::Line(r, write, sym)),
         Event::Prefetch { inst } => map(inst).map(Op::Prefetch),
         Event::Store { inst, sym } => map(inst).map(|r| Op::Store(r, sym)),
+        // Its resource is filled in by [`fence_after_store`].
+        Event::Fence => Some(Op::Fence(NONE)),
     }
+}
+
+/// Gives a fence the resource of the last store before it, or leaves it out (`None`) when no
+/// store has come since the last op that drains the store buffer: it could not wait then. A
+/// store to a private line maps to no op, so a fence after only such stores goes too. `last`
+/// carries the state from op to op through one program.
+fn fence_after_store(last: &mut Option<u32>, op: Op) -> Option<Op> {
+    match op {
+        Op::Store(r, _) => *last = Some(r),
+        Op::Fence(_) => return last.take().map(Op::Fence),
+        Op::Acquire(..)
+        | Op::Try(..)
+        | Op::Release(..)
+        | Op::Downgrade(_)
+        | Op::Atomic(_)
+        | Op::Flush => *last = None,
+        _ => {}
+    }
+    Some(op)
 }
 
 impl<'a> Replay<'a> {
@@ -834,6 +859,8 @@ impl<'a> Replay<'a> {
             let (mut depth, mut seen) = (0i64, 0u64);
             // Which returns can find their fault's prefetch in flight ([`elide_return`]).
             let mut elision = Elision::new();
+            // The last store since the store buffer last drained ([`fence_after_store`]).
+            let mut last_store = None;
             for (e, _) in events.iter().zip(keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
@@ -853,7 +880,7 @@ impl<'a> Replay<'a> {
                     }
                     ref e => event_op(e, &mut map, flush),
                 };
-                if let Some(op) = op {
+                if let Some(op) = op.and_then(|o| fence_after_store(&mut last_store, o)) {
                     if elide_return(&mut elision, op) {
                         continue;
                     }
@@ -893,13 +920,15 @@ impl<'a> Replay<'a> {
                 let (start, len) = *compiled.entry(g).or_insert_with(|| {
                     let start = alt_ops.len();
                     let mut pending = 0.0f64;
+                    let mut last_store = None;
                     for e in segment(g as usize) {
                         let op = match *e {
                             Event::Compute { ns } => {
                                 pending += ns * scale;
                                 continue;
                             }
-                            ref e => event_op(e, &mut map, flush),
+                            ref e => event_op(e, &mut map, flush)
+                                .and_then(|o| fence_after_store(&mut last_store, o)),
                         };
                         if let (Some(o), Event::Acquire { trylock: true, .. }) = (op, *e) {
                             trylock_read_next_to_exchange(&mut alt_ops, &mut pending, o);
@@ -2139,6 +2168,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                     | Op::Acquire(..)
                     | Op::Try(..)
                     | Op::Flush
+                    | Op::Fence(_)
             ) && cpu.stores_until > t
             {
                 let at = cpu.stores_until;
@@ -2147,7 +2177,8 @@ impl<'r, 'a> Sim<'r, 'a> {
                 | Op::Downgrade(ri)
                 | Op::Atomic(ri)
                 | Op::Acquire(ri, _)
-                | Op::Try(ri, ..) = op
+                | Op::Try(ri, ..)
+                | Op::Fence(ri) = op
                 {
                     let class = self.res[ri as usize].class;
                     self.stats[class].drain_ns += (at - t) as f64 / 1000.0;
@@ -2198,6 +2229,8 @@ impl<'r, 'a> Sim<'r, 'a> {
                 }
                 Op::Prefetch(ri) => self.prefetch(ri as usize, c, t),
                 Op::Store(ri, sym) => self.store(ri as usize, c, t, sym),
+                // Its only cost, the drain, was waited for above.
+                Op::Fence(_) => {}
                 Op::Acquire(ri, shared) => match self.acquire(ri as usize, shared, c, t) {
                     Some(at) if at > t => {
                         self.schedule(c, at);
@@ -3022,6 +3055,82 @@ ipi_handler_ns = 500.0
         );
         assert!((stored - 50.0).abs() < 5.0, "hold {stored} ns with stores");
         assert!((drain_s - 50.0).abs() < 5.0, "release waited {drain_s} ns");
+    }
+
+    /// A fence (a locked instruction on a private line: the next page's reference drop) makes
+    /// the CPU wait for its buffered stores' lines there. Two CPUs take turns at a lock whose
+    /// hold stores to two lines the other CPU wrote last (50 ns each): with a fence between
+    /// the stores the hold pays the two transfers one after the other (100 ns), without it
+    /// together at the release (50 ns). A fence with no store before it since the lock was
+    /// taken is compiled away and costs nothing.
+    #[test]
+    fn a_fence_between_stores_under_a_lock_pays_their_transfers_in_turn() {
+        let run = |fence: bool, leading_fence: bool| {
+            let mut t = trace(RwsemAlgo::SpinWriters);
+            t.instances = vec![Instance {
+                class: "lru_lock".into(),
+                scope: Scope::Node,
+                model: LockModel::Queued,
+                sleeps: false,
+                rwsem: None,
+            }];
+            for _ in 0..2 {
+                t.instances.push(Instance {
+                    class: "lru list".into(),
+                    scope: Scope::Node,
+                    model: LockModel::Line,
+                    sleeps: false,
+                    rwsem: None,
+                });
+            }
+            let mut body = vec![Event::Acquire {
+                inst: 0,
+                shared: false,
+                trylock: false,
+            }];
+            if leading_fence {
+                body.push(Event::Fence);
+            }
+            body.push(Event::Store {
+                inst: 1,
+                sym: Sym::Here,
+            });
+            if fence {
+                body.push(Event::Fence);
+            }
+            body.extend([
+                Event::Store {
+                    inst: 2,
+                    sym: Sym::Here,
+                },
+                Event::Release {
+                    inst: 0,
+                    shared: false,
+                },
+                Event::Compute { ns: 2000.0 },
+                Event::Ops { n: 1 },
+            ]);
+            t.meta.window = Window::Cycle;
+            t.events = body.iter().cycle().take(body.len() * 64).copied().collect();
+            let out = replay_two_threads(&t);
+            let lock = out.classes.iter().find(|c| c.name == "lru_lock").unwrap();
+            let lines = out.classes.iter().find(|c| c.name == "lru list").unwrap();
+            (
+                lock.hold_ns / lock.holds as f64,
+                lines.drain_ns / lock.holds as f64,
+            )
+        };
+        let (apart, fence_wait) = run(true, false);
+        let (together, no_wait) = run(false, false);
+        let (leading, _) = run(false, true);
+        assert!((apart - 100.0).abs() < 5.0, "hold {apart} ns with a fence");
+        assert!(
+            (fence_wait - 50.0).abs() < 5.0,
+            "fence waited {fence_wait} ns"
+        );
+        assert!((together - 50.0).abs() < 5.0, "hold {together} ns without");
+        assert_eq!(no_wait, 0.0);
+        assert_eq!(leading, together, "a fence before any store costs nothing");
     }
 
     /// A TLB shootdown's IPI reaches every running CPU, but a CPU spinning for a lock runs

@@ -10,7 +10,7 @@
 //! # File format (`.pltrace`)
 //!
 //! ```text
-//! magic      8 bytes  "PLTRACE7"
+//! magic      8 bytes  "PLTRACE8"
 //! header     u32 LE length, then that many bytes of JSON: TraceMeta and the instance table
 //! events     u64 LE count, then per event a tag byte and LEB128 varints:
 //!              0 compute   tenths of a nanosecond
@@ -29,21 +29,23 @@
 //!                          down): a store the CPU does not wait for
 //!             11 trap return (the exception's `iretq`, which serializes)
 //!             12 downgrade instance (an rwsem's write hold become a read hold)
+//!             13 fence     (a locked instruction on a private line, after a store)
 //! fallbacks  varint count, then per trylock class: its name (varint length, UTF-8 bytes), a
 //!            varint count of segments, and per segment a varint count of events, then those
 //!            events encoded as above
 //! checksum   u32 LE CRC-32 of everything before it
 //! ```
 //!
-//! Format 7 (magic `PLTRACE7`) holds the line events, the fallback segments, prefetches,
-//! stores the CPU does not wait for, each fault's return and rwsem downgrades; a file of an
-//! older format (1: neither; 2: one of the first two; 3: prefetches recorded as line writes the
-//! CPU waited for; 4: every store recorded as a write the CPU waited for; 5: no returns, where
-//! the replay waits for a prefetch still in flight; 6: a downgrade recorded as a release and a
-//! new read acquire, between which the replay let a waiting writer in) is refused with a
-//! one-line error (capture it again), since replaying it would silently leave out shared
-//! lines, fallbacks or those waits, stall on prefetches and stores, or reorder an rwsem's
-//! holders.
+//! Format 8 (magic `PLTRACE8`) holds the line events, the fallback segments, prefetches,
+//! stores the CPU does not wait for, each fault's return, rwsem downgrades and the fences
+//! after such stores; a file of an older format (1: neither; 2: one of the first two; 3:
+//! prefetches recorded as line writes the CPU waited for; 4: every store recorded as a write
+//! the CPU waited for; 5: no returns, where the replay waits for a prefetch still in flight;
+//! 6: a downgrade recorded as a release and a new read acquire, between which the replay let a
+//! waiting writer in; 7: no fences, so the stores under `lru_lock` waited for their lines
+//! only at the release) is refused with a one-line error (capture it again), since replaying
+//! it would silently leave out shared lines, fallbacks or those waits, stall on prefetches
+//! and stores, or reorder an rwsem's holders.
 //!
 //! # Fallbacks
 //!
@@ -460,6 +462,10 @@ pub enum Event {
         inst: u32,
         sym: Sym,
     },
+    /// A locked instruction on a line no other CPU meets (a page's own count or flags), after
+    /// a store: the CPU waits there until its buffered stores have their lines
+    /// (`pagelab_sync::trace::Kind::Fence`).
+    Fence,
 }
 
 /// A whole trace.
@@ -483,8 +489,8 @@ struct Header {
 pub const PAIR_RECEIVER: &str = "pair receiver";
 
 /// The format this version writes and reads (the magic's last character).
-const FORMAT: char = '7';
-const MAGIC: &[u8; 8] = b"PLTRACE7";
+const FORMAT: char = '8';
+const MAGIC: &[u8; 8] = b"PLTRACE8";
 
 /// Turns raw events into trace events, interning lock addresses as instances.
 struct Builder {
@@ -659,6 +665,8 @@ impl Builder {
         let mut ops = 0u64;
         let mut section = Section::default();
         let mut at = Where::default();
+        // Whether a store was kept since the last event that drains the store buffer.
+        let mut store_kept = false;
         for e in events {
             if let Some(p) = prev {
                 let raw = e.t.saturating_sub(p) as f64 / self.tpn;
@@ -723,10 +731,22 @@ impl Builder {
                     inst: self.intern(e),
                     sym,
                 }),
+                // Only after a store kept in the trace can it wait for anything.
+                raw::Kind::Fence => store_kept.then_some(Event::Fence),
             };
             let Some(ev) = ev else { continue };
             if section.repeats(&ev) {
                 continue;
+            }
+            match ev {
+                Event::Store { .. } => store_kept = true,
+                Event::Acquire { .. }
+                | Event::Release { .. }
+                | Event::Downgrade { .. }
+                | Event::Atomic { .. }
+                | Event::TlbFlush { .. }
+                | Event::Fence => store_kept = false,
+                _ => {}
             }
             out.push(ev);
         }
@@ -1511,6 +1531,7 @@ fn encode_event(b: &mut Vec<u8>, e: &Event) {
             varint(b, u64::from(inst));
             b.push(sym_bits(sym));
         }
+        Event::Fence => b.push(13),
     }
 }
 
@@ -1587,6 +1608,7 @@ fn decode_event(
         },
         5 => Event::Trap,
         11 => Event::TrapReturn,
+        13 => Event::Fence,
         6 => Event::TlbFlush { inst: inst(r)? },
         7 => Event::Ops {
             n: u32::try_from(r.varint().ok_or_else(|| bad("ops"))?).map_err(|_| bad("ops"))?,
@@ -1898,6 +1920,7 @@ pub(crate) mod tests {
                     host_ns: 250.5,
                 },
                 Event::Trap,
+                Event::Fence,
                 Event::TlbFlush { inst: 0 },
                 Event::Ops { n: 300 },
                 Event::Line {
@@ -1953,28 +1976,35 @@ pub(crate) mod tests {
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 7); capture it again"
+            "old.pltrace: trace format 2 is no longer read (this pagelab reads format 8); capture it again"
         );
         // Format 4 recorded every store as a write the CPU waited for.
         b[7] = b'4';
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 7); capture it again"
+            "old.pltrace: trace format 4 is no longer read (this pagelab reads format 8); capture it again"
         );
         // Format 5 had no exception returns, at which the replay waits for a prefetch.
         b[7] = b'5';
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 5 is no longer read (this pagelab reads format 7); capture it again"
+            "old.pltrace: trace format 5 is no longer read (this pagelab reads format 8); capture it again"
         );
         // Format 6 recorded a downgrade as a release and a new acquire.
         b[7] = b'6';
         let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
         assert_eq!(
             e,
-            "old.pltrace: trace format 6 is no longer read (this pagelab reads format 7); capture it again"
+            "old.pltrace: trace format 6 is no longer read (this pagelab reads format 8); capture it again"
+        );
+        // Format 7 had no fences, so a hold's stores waited only at its release.
+        b[7] = b'7';
+        let e = Trace::decode(&b, "old.pltrace").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "old.pltrace: trace format 7 is no longer read (this pagelab reads format 8); capture it again"
         );
         // A bad line reference is corruption, named.
         let t = Trace {
@@ -2325,6 +2355,69 @@ pub(crate) mod tests {
                     sym: Sym::Entry
                 },
             ],
+            "{:?}",
+            t.events
+        );
+    }
+
+    /// A fence (a private locked instruction) is kept only after a store kept since the last
+    /// event that drains the store buffer: not after a repeated store, nor after an atomic or
+    /// a lock operation, where it could wait for nothing.
+    #[test]
+    fn a_fence_is_kept_only_after_a_store_that_is_kept() {
+        static LOCK: LockClass = LockClass::new("lock", Scope::Node);
+        static LIST: LockClass = LockClass::new("list", Scope::Node);
+        let ev = line_event;
+        let acquire = ev(
+            raw::Kind::Acquire {
+                access: Access::Exclusive,
+                trylock: false,
+            },
+            &LOCK,
+            1,
+        );
+        let fence = ev(raw::Kind::Fence, &raw::UNCLASSIFIED, 0);
+        let events = vec![
+            acquire,
+            // Nothing stored yet: dropped.
+            fence,
+            ev(raw::Kind::Store { sym: Sym::Here }, &LIST, 2),
+            // After a kept store: kept.
+            fence,
+            // A repeated store is dropped, and so is the fence after it.
+            ev(raw::Kind::Store { sym: Sym::Here }, &LIST, 2),
+            fence,
+            // Another entry is always kept, and the fence after it.
+            ev(raw::Kind::Store { sym: Sym::Entry }, &LIST, 2),
+            fence,
+            // A second fence in a row waits for nothing.
+            fence,
+            ev(raw::Kind::Store { sym: Sym::Entry }, &LIST, 2),
+            // An atomic drains the stores itself.
+            ev(raw::Kind::Atomic, &LIST, 3),
+            fence,
+            ev(
+                raw::Kind::Release {
+                    access: Access::Exclusive,
+                },
+                &LOCK,
+                1,
+            ),
+        ];
+        let t = Trace::from_raw(meta(), &events);
+        let kinds: Vec<&str> = t
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Store { .. } => Some("store"),
+                Event::Fence => Some("fence"),
+                Event::Atomic { .. } => Some("atomic"),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["store", "fence", "store", "fence", "store", "atomic"],
             "{:?}",
             t.events
         );

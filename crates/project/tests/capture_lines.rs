@@ -673,3 +673,60 @@ fn lru_size_statistics_record_their_folds_where_the_profile_keeps_them() {
         }
     }
 }
+
+/// The reference drops of 4.15's `release_pages` and the `PG_lru` sets of its adds are locked
+/// instructions on the page's own line inside `lru_lock`: after a neighbour's link stored at a
+/// run's edge, the next one is recorded as a fence, where the CPU waits for that store's line.
+/// No fence comes before any store of its hold, and none lies under `zone->lock`, whose
+/// holds (the buddy allocator's) have no locked instruction per page in the kernel or the
+/// engine. The RFC v1 releases unlink their runs' edges (the sentinels) in a second pass,
+/// with no reference drop between them, so under its batch locks a release records none.
+#[test]
+fn locked_instructions_after_the_lru_stores_are_recorded_as_fences() {
+    let t = page_fault1("linux-4.15", false);
+    let class = |inst: u32| t.instances[inst as usize].class.as_str();
+    let (mut held, mut stored) = (None::<&str>, false);
+    let (mut under_lru, mut elsewhere) = (0usize, 0usize);
+    for e in &t.events {
+        match *e {
+            Event::Acquire { inst, .. } if matches!(class(inst), "lru_lock" | "zone->lock") => {
+                held = Some(class(inst));
+                stored = false;
+            }
+            Event::Release { inst, .. } if Some(class(inst)) == held => held = None,
+            Event::Store { .. } => stored = true,
+            Event::Fence => {
+                assert!(stored, "a fence with no store before it in its hold");
+                stored = false;
+                if held == Some("lru_lock") {
+                    under_lru += 1;
+                } else {
+                    elsewhere += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let ops = t.meta.ops as f64;
+    // One per add hold of 14 pages after its first page's stores, and one per run's edge a
+    // release unlinks: about 1/14 + 1/14 a fault.
+    assert!(
+        under_lru as f64 / ops > 0.1,
+        "{under_lru} fences under lru_lock in {ops} faults"
+    );
+    assert_eq!(elsewhere, 0, "fences outside lru_lock");
+
+    let rfc = page_fault1("lru-lock-base", false);
+    let rfc_class = |inst: u32| rfc.instances[inst as usize].class.as_str();
+    let mut batch_held = 0i32;
+    let mut under_batch = 0usize;
+    for e in &rfc.events {
+        match *e {
+            Event::Acquire { inst, .. } if rfc_class(inst) == "lru_batch_lock" => batch_held += 1,
+            Event::Release { inst, .. } if rfc_class(inst) == "lru_batch_lock" => batch_held -= 1,
+            Event::Fence if batch_held > 0 => under_batch += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(under_batch, 0, "fences under the RFC v1 batch locks");
+}

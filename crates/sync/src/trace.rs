@@ -242,6 +242,15 @@ pub enum Kind {
     /// store (a list head, read for its first entry before it is rewritten): the CPU waits for
     /// that one.
     Store { sym: Sym },
+    /// A locked instruction on a line no other CPU meets (a page's own reference count or
+    /// flags: `put_page_testzero`, `SetPageLRU` under `lru_lock`), recorded only when a store
+    /// to a shared line ([`Kind::Store`]) came before it since the last lock operation or
+    /// atomic. Its own cost is this host's compute; what it adds on x86 is the wait for the
+    /// store buffer to drain: writes are not reordered with locked instructions (Intel SDM
+    /// vol. 3A, 8.2.2 in the editions that number it so), so a locked instruction executes
+    /// only once every earlier store has its line, and the neighbours' links one page's
+    /// unlink stored wait for their lines before the next page's reference drop.
+    Fence,
     /// A prefetch for writing (`prefetchw`) of the shared line at the instance: the line is
     /// asked for exclusive, taking it from the other CPUs' caches as a store would, but the
     /// CPU goes on while it travels. Only a later access of the same line waits, for what is
@@ -317,6 +326,10 @@ impl Drop for Buf {
 
 thread_local! {
     static BUF: Buf = const { Buf(RefCell::new(None)) };
+    /// Whether this thread recorded a [`Kind::Store`] since its last event that waits for the
+    /// store buffer (a lock operation, an atomic, a fence, a TLB flush): only then can a
+    /// [`fence`] wait for anything, so only then is it recorded.
+    static STORE_PENDING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether any thread is recording (one `Relaxed` load: the hooks' fast path).
@@ -341,6 +354,7 @@ pub fn start(capacity: usize) {
         let mut b = b.0.borrow_mut();
         if b.is_none() {
             *b = Some(resident_buffer(capacity));
+            STORE_PENDING.with(|p| p.set(false));
             HOOKS.fetch_add(1, Relaxed);
         }
     });
@@ -393,6 +407,16 @@ fn push(kind: Kind, class: &'static LockClass, instance: usize, model: LockModel
                 instance,
                 model,
             });
+            match kind {
+                Kind::Store { .. } => STORE_PENDING.with(|p| p.set(true)),
+                Kind::Acquire { .. }
+                | Kind::Release { .. }
+                | Kind::Downgrade
+                | Kind::Atomic
+                | Kind::Fence
+                | Kind::TlbFlush => STORE_PENDING.with(|p| p.set(false)),
+                _ => {}
+            }
         }
     });
 }
@@ -528,6 +552,16 @@ pub fn line_sym_write(class: &'static LockClass, anchor: usize, sym: Sym) {
 pub fn line_store(class: &'static LockClass, anchor: usize, sym: Sym) {
     if active() && class.scope.is_shared() {
         push(Kind::Store { sym }, class, anchor, LockModel::Line);
+    }
+}
+
+/// A locked read-modify-write of a line no other CPU meets (a page's own reference count or
+/// flags) was executed: recorded as a [`Kind::Fence`] when a store to a shared line is
+/// waiting before it, since on x86 it cannot execute until that store has its line.
+#[inline]
+pub fn fence() {
+    if active() && STORE_PENDING.with(Cell::get) {
+        push(Kind::Fence, &UNCLASSIFIED, 0, LockModel::Line);
     }
 }
 
@@ -1260,6 +1294,38 @@ mod tests {
         // Ended: spans are neither timed nor recorded.
         write_span().end(4096);
         assert_eq!(time_writes(None), WriteTime::default());
+    }
+
+    /// A fence is recorded only while a store to a shared line waits before it: not at the
+    /// start, not after a line write the CPU waited for, not twice in a row, not after an
+    /// atomic or a lock operation drained the stores, and a new recording starts with none.
+    #[test]
+    fn a_fence_is_recorded_only_after_a_store_since_the_last_drain() {
+        start(32);
+        fence();
+        line_write(&A, 1);
+        fence();
+        line_store(&A, 1, Sym::Entry);
+        fence();
+        fence();
+        line_store(&A, 1, Sym::Here);
+        atomic(&A, 2);
+        fence();
+        line_store(&A, 1, Sym::Here);
+        release(&A, 3, LockModel::Queued, Access::Exclusive);
+        fence();
+        line_store(&A, 1, Sym::Here);
+        let kinds: Vec<_> = stop().iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds.iter().filter(|k| **k == Kind::Fence).count(),
+            1,
+            "{kinds:?}"
+        );
+        assert_eq!(kinds[2], Kind::Fence, "{kinds:?}");
+        // The store pending when the last recording stopped does not carry over.
+        start(4);
+        fence();
+        assert!(stop().is_empty());
     }
 
     #[test]

@@ -60,8 +60,6 @@
 //! references may free pages). Invariant (checked by `Lru::check`): a batched page is not
 //! `PG_lru`, is on no list and in no other batch, and holds a reference.
 
-use std::sync::atomic::Ordering::Release;
-
 use super::LruList;
 use super::lruvec::LruGuard;
 use super::size_stats::StatCpu;
@@ -69,7 +67,7 @@ use super::smp_list::LocalChain;
 use super::stats::LruEvent;
 use super::{Loc, Lru};
 use crate::cpu::CpuId;
-use crate::page::{Pfn, pg};
+use crate::page::Pfn;
 use crate::policy::LruAdd;
 
 /// Largest `lru.batch` the policy accepts.
@@ -183,7 +181,7 @@ impl Lru {
             self.clear_unevictable(page);
             guard[slot].add_front(pages, LruList::of(page.flags()), pfn, StatCpu::Cpu(cpu));
             // Under the lock: an isolator that wins the flag waits for this hold to end.
-            page.flags.fetch_or(pg::LRU, Release);
+            super::set_lru(page);
         }
         holds
     }
@@ -239,7 +237,7 @@ impl Lru {
         for &pfn in pfns {
             self.sched_point();
             self.clear_unevictable(&pages[pfn]);
-            pages[pfn].flags.fetch_or(pg::LRU, Release);
+            super::set_lru(&pages[pfn]);
         }
         holds
     }

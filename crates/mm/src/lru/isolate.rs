@@ -24,7 +24,7 @@
 //! owner may change its flags freely. Checked by the tests: of two isolators exactly one wins,
 //! and putback restores the list, the counts and the reference count.
 
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 
 use super::size_stats::StatCpu;
 use super::stats::LruEvent;
@@ -96,7 +96,7 @@ impl Lru {
             // `folio_putback_lru` adds through `lru_add`, as a new page does.
             self.clear_unevictable(page);
             guard[slot].add_front(pages, lru, pfn, StatCpu::Cpu(cpu));
-            page.flags.fetch_or(pg::LRU, Release);
+            super::set_lru(page);
             if self.put_testzero(pfn) {
                 guard[slot].del(pages, lru, pfn, StatCpu::Cpu(cpu));
                 page.clear_nonatomic(pg::LRU);

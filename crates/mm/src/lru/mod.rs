@@ -219,6 +219,15 @@ fn lruvec_at(scope: LruLockScope, nr_memcgs: usize, lock: usize, slot: usize) ->
     (idx / nr_memcgs, idx % nr_memcgs)
 }
 
+/// `folio_set_lru` under `lru_lock`: a locked `or` on the page's own flags. On x86 it executes
+/// only once the stores before it (the links and the size the add just stored) have their
+/// lines, which the trace records as a fence ([`pagelab_sync::trace::fence`]).
+#[inline]
+fn set_lru(page: &crate::page::Page) {
+    page.flags.fetch_or(pg::LRU, Release);
+    pagelab_sync::trace::fence();
+}
+
 /// The engine's LRU: every lruvec, their locks, the per-CPU add batches and the counters.
 pub struct Lru {
     mem: Arc<Mem>,
@@ -453,7 +462,7 @@ impl Lru {
         }
         self.clear_unevictable(page);
         guard[slot].add_front(pages, LruList::of(page.flags()), pfn, StatCpu::Cpu(cpu));
-        page.flags.fetch_or(pg::LRU, Release);
+        set_lru(page);
         drop(guard);
         self.events.count(cpu, LruEvent::AddDirect, 1);
     }
@@ -466,6 +475,7 @@ impl Lru {
     fn clear_unevictable(&self, page: &crate::page::Page) {
         if self.add_clears_unevictable {
             page.flags.fetch_and(!pg::UNEVICTABLE, AcqRel);
+            pagelab_sync::trace::fence();
         }
     }
 
@@ -744,6 +754,9 @@ impl LruvecMut<'_> {
         let page = &self.pages[pfn];
         let rc = &page.refcount;
         self.lru.sched_point();
+        // Locked instructions on the page's own line inside the hold (this exchange, then the
+        // flag's): the stores of the previous page's unlink wait for their lines before them.
+        pagelab_sync::trace::fence();
         let mut cur = rc.load(Relaxed);
         loop {
             if cur <= 0 {

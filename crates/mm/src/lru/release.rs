@@ -356,11 +356,14 @@ impl Lru {
         }
     }
 
-    /// `folio_put_testzero`: drop a reference; whether it was the last.
+    /// `folio_put_testzero`: drop a reference; whether it was the last. A locked instruction
+    /// on the page's own line, inside the hold from a release's second page on: on x86 it
+    /// waits for the links the previous page's unlink stored (a fence in the trace).
     #[inline]
     pub(super) fn put_testzero(&self, pfn: Pfn) -> bool {
         self.sched_point();
         let prev = self.mem.pages()[pfn].refcount.fetch_sub(1, AcqRel);
+        pagelab_sync::trace::fence();
         assert!(
             prev >= 1,
             "bad page state: {pfn:?} released with refcount {prev}"
