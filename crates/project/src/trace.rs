@@ -1266,7 +1266,7 @@ impl Trace {
                 c[k] += 1;
             }
         };
-        let (mut writes, mut traps, mut flushes) = (0u64, 0u64, 0u64);
+        let (mut writes, mut traps, mut flushes, mut fences) = (0u64, 0u64, 0u64, 0u64);
         for e in &self.events {
             match *e {
                 Event::Acquire { inst, .. } => bump(inst, &[0]),
@@ -1288,6 +1288,7 @@ impl Trace {
                 },
                 Event::Write { bytes, .. } => writes += u64::from(bytes),
                 Event::Trap => traps += 1,
+                Event::Fence => fences += 1,
                 _ => {}
             }
             if let Event::TlbFlush { .. } = e {
@@ -1296,10 +1297,11 @@ impl Trace {
         }
         let _ = writeln!(
             s,
-            "per op: {:.3} traps, {:.1} bytes written, {:.5} TLB flushes",
+            "per op: {:.3} traps, {:.1} bytes written, {:.5} TLB flushes, {:.4} fences",
             traps as f64 / ops,
             writes as f64 / ops,
-            flushes as f64 / ops
+            flushes as f64 / ops,
+            fences as f64 / ops
         );
         for f in &self.fallbacks {
             let n = f.segments.len().max(1) as f64;

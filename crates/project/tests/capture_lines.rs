@@ -693,7 +693,14 @@ fn locked_instructions_after_the_lru_stores_are_recorded_as_fences() {
                 held = Some(class(inst));
                 stored = false;
             }
-            Event::Release { inst, .. } if Some(class(inst)) == held => held = None,
+            // Every lock operation and atomic drains the store buffer.
+            Event::Acquire { .. } | Event::Atomic { .. } => stored = false,
+            Event::Release { inst, .. } => {
+                if Some(class(inst)) == held {
+                    held = None;
+                }
+                stored = false;
+            }
             Event::Store { .. } => stored = true,
             Event::Fence => {
                 assert!(stored, "a fence with no store before it in its hold");

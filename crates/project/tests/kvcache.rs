@@ -96,6 +96,11 @@ fn an_mglru_capture_records_aging_eviction_memcg_and_swap() {
             reads > 0 && writes > 0,
             "{profile}: {reads} reads, {writes} writes"
         );
+        // Reclaim's isolations and the generation updates after an unlink (`folio_inc_gen`'s
+        // exchange, `set_mask_bits`) are locked instructions after the unlink's stores:
+        // recorded as fences.
+        let fences = t.events.iter().filter(|e| **e == Event::Fence).count();
+        assert!(fences > 0, "{profile}: no fence");
     }
 }
 

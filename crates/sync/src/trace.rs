@@ -246,10 +246,10 @@ pub enum Kind {
     /// flags: `put_page_testzero`, `SetPageLRU` under `lru_lock`), recorded only when a store
     /// to a shared line ([`Kind::Store`]) came before it since the last lock operation or
     /// atomic. Its own cost is this host's compute; what it adds on x86 is the wait for the
-    /// store buffer to drain: writes are not reordered with locked instructions (Intel SDM
-    /// vol. 3A, 8.2.2 in the editions that number it so), so a locked instruction executes
-    /// only once every earlier store has its line, and the neighbours' links one page's
-    /// unlink stored wait for their lines before the next page's reference drop.
+    /// store buffer to drain: reads and writes are not reordered with locked instructions
+    /// (Intel SDM vol. 3A, 8.2.2; 10.2.2 in recent editions), which current cores enforce by
+    /// draining the store buffer before the locked instruction, so the neighbours' links one
+    /// page's unlink stored wait for their lines before the next page's reference drop.
     Fence,
     /// A prefetch for writing (`prefetchw`) of the shared line at the instance: the line is
     /// asked for exclusive, taking it from the other CPUs' caches as a store would, but the
@@ -380,6 +380,7 @@ fn resident_buffer(capacity: usize) -> Vec<Event> {
 
 /// Stops recording on this thread and returns what was recorded (empty if it was not).
 pub fn stop() -> Vec<Event> {
+    STORE_PENDING.with(|p| p.set(false));
     BUF.with(|b| match b.0.borrow_mut().take() {
         Some(v) => {
             HOOKS.fetch_sub(1, Relaxed);

@@ -348,6 +348,8 @@ impl LruGen {
             let gi = gen_from_seq(seq);
             Some(with_gens(f & !pg::ACTIVE, gi, gi))
         });
+        // `set_mask_bits`, a locked exchange on the page's own line.
+        pagelab_sync::trace::fence();
     }
 
     /// `lru_gen_del_folio`'s flag update after the unlink: the page leaves its generation; a
@@ -362,6 +364,8 @@ impl LruGen {
             }
             Some(n)
         });
+        // `set_mask_bits` after the unlink's stores: a locked exchange, which waits for them.
+        pagelab_sync::trace::fence();
     }
 }
 
@@ -425,6 +429,8 @@ impl Mover {
             });
             Some(with_gens(f, newer.unwrap_or(logical), to_gen))
         });
+        // `folio_inc_gen`'s `try_cmpxchg` after the unlink's stores.
+        pagelab_sync::trace::fence();
         match self.policy {
             MglruMove::PerFolio => {
                 if self.tail {

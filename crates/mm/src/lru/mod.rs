@@ -737,11 +737,13 @@ impl LruvecMut<'_> {
             "{pfn:?} cannot move between anon and file lists"
         );
         self.lruvec.del(self.pages, from, pfn, StatCpu::Unbound);
+        // `SetPageActive` / `ClearPageActive`: locked, after the unlink's stores.
         if to.is_active() {
             page.set(pg::ACTIVE);
         } else {
             page.clear(pg::ACTIVE);
         }
+        pagelab_sync::trace::fence();
         self.add(to, pfn, hot);
     }
 
@@ -754,9 +756,6 @@ impl LruvecMut<'_> {
         let page = &self.pages[pfn];
         let rc = &page.refcount;
         self.lru.sched_point();
-        // Locked instructions on the page's own line inside the hold (this exchange, then the
-        // flag's): the stores of the previous page's unlink wait for their lines before them.
-        pagelab_sync::trace::fence();
         let mut cur = rc.load(Relaxed);
         loop {
             if cur <= 0 {
@@ -767,6 +766,9 @@ impl LruvecMut<'_> {
                 Err(c) => cur = c,
             }
         }
+        // A locked exchange on the page's own line inside the hold (then the flag's): the
+        // stores of the previous page's unlink wait for their lines before it.
+        pagelab_sync::trace::fence();
         self.lru.sched_point();
         if page.flags.fetch_and(!pg::LRU, AcqRel) & pg::LRU == 0 {
             // Whoever owns the token holds a reference too, so this is not the last one.
