@@ -2577,6 +2577,38 @@ ipi_handler_ns = 500.0
             .unwrap()
     }
 
+    /// Two threads taking turns at a node's queued spinlock of class `lock` (instance 0) whose
+    /// holds touch two lines of class `line` (instances 1 and 2): `body`, one operation,
+    /// cycled 64 times and replayed; the lock's and the lines' statistics.
+    fn turns_at_a_lock_over_two_lines(
+        lock: &str,
+        line: &str,
+        body: &[Event],
+    ) -> (ClassStats, ClassStats) {
+        let mut t = trace(RwsemAlgo::SpinWriters);
+        t.instances = vec![Instance {
+            class: lock.into(),
+            scope: Scope::Node,
+            model: LockModel::Queued,
+            sleeps: false,
+            rwsem: None,
+        }];
+        for _ in 0..2 {
+            t.instances.push(Instance {
+                class: line.into(),
+                scope: Scope::Node,
+                model: LockModel::Line,
+                sleeps: false,
+                rwsem: None,
+            });
+        }
+        t.meta.window = Window::Cycle;
+        t.events = body.iter().cycle().take(body.len() * 64).copied().collect();
+        let out = replay_two_threads(&t);
+        let class = |name: &str| out.classes.iter().find(|c| c.name == name).unwrap().clone();
+        (class(lock), class(line))
+    }
+
     fn with_sim(algo: RwsemAlgo, f: impl FnOnce(&mut Sim<'_, '_>)) {
         with_trace(trace(algo), 3, f);
     }
@@ -3031,23 +3063,6 @@ ipi_handler_ns = 500.0
     #[test]
     fn stores_under_a_lock_pay_their_transfers_together_at_the_release() {
         let run = |store: bool| {
-            let mut t = trace(RwsemAlgo::SpinWriters);
-            t.instances = vec![Instance {
-                class: "zone->lock".into(),
-                scope: Scope::Node,
-                model: LockModel::Queued,
-                sleeps: false,
-                rwsem: None,
-            }];
-            for _ in 0..2 {
-                t.instances.push(Instance {
-                    class: "free_area".into(),
-                    scope: Scope::Node,
-                    model: LockModel::Line,
-                    sleeps: false,
-                    rwsem: None,
-                });
-            }
             let access = |inst, sym| {
                 if store {
                     Event::Store { inst, sym }
@@ -3076,11 +3091,7 @@ ipi_handler_ns = 500.0
                 Event::Compute { ns: 2000.0 },
                 Event::Ops { n: 1 },
             ];
-            t.meta.window = Window::Cycle;
-            t.events = body.iter().cycle().take(body.len() * 64).copied().collect();
-            let out = replay_two_threads(&t);
-            let lock = out.classes.iter().find(|c| c.name == "zone->lock").unwrap();
-            let lines = out.classes.iter().find(|c| c.name == "free_area").unwrap();
+            let (lock, lines) = turns_at_a_lock_over_two_lines("zone->lock", "free_area", &body);
             (
                 lock.hold_ns / lock.holds as f64,
                 lock.drain_ns / lock.holds as f64,
@@ -3110,23 +3121,6 @@ ipi_handler_ns = 500.0
     #[test]
     fn a_fence_between_stores_under_a_lock_pays_their_transfers_in_turn() {
         let run = |fence: bool, leading_fence: bool| {
-            let mut t = trace(RwsemAlgo::SpinWriters);
-            t.instances = vec![Instance {
-                class: "lru_lock".into(),
-                scope: Scope::Node,
-                model: LockModel::Queued,
-                sleeps: false,
-                rwsem: None,
-            }];
-            for _ in 0..2 {
-                t.instances.push(Instance {
-                    class: "lru list".into(),
-                    scope: Scope::Node,
-                    model: LockModel::Line,
-                    sleeps: false,
-                    rwsem: None,
-                });
-            }
             let mut body = vec![Event::Acquire {
                 inst: 0,
                 shared: false,
@@ -3154,11 +3148,7 @@ ipi_handler_ns = 500.0
                 Event::Compute { ns: 2000.0 },
                 Event::Ops { n: 1 },
             ]);
-            t.meta.window = Window::Cycle;
-            t.events = body.iter().cycle().take(body.len() * 64).copied().collect();
-            let out = replay_two_threads(&t);
-            let lock = out.classes.iter().find(|c| c.name == "lru_lock").unwrap();
-            let lines = out.classes.iter().find(|c| c.name == "lru list").unwrap();
+            let (lock, lines) = turns_at_a_lock_over_two_lines("lru_lock", "lru list", &body);
             (
                 lock.hold_ns / lock.holds as f64,
                 lines.drain_ns / lock.holds as f64,
