@@ -2578,12 +2578,13 @@ ipi_handler_ns = 500.0
     }
 
     /// Two threads taking turns at a node's queued spinlock of class `lock` (instance 0) whose
-    /// holds touch two lines of class `line` (instances 1 and 2): `body`, one operation,
-    /// cycled 64 times and replayed; the lock's and the lines' statistics.
+    /// holds run `hold`, touching two lines of class `line` (instances 1 and 2), with 2 us of
+    /// compute between holds: one operation a hold, cycled 64 times and replayed; the lock's
+    /// and the lines' statistics.
     fn turns_at_a_lock_over_two_lines(
         lock: &str,
         line: &str,
-        body: &[Event],
+        hold: &[Event],
     ) -> (ClassStats, ClassStats) {
         let mut t = trace(RwsemAlgo::SpinWriters);
         t.instances = vec![Instance {
@@ -2602,6 +2603,20 @@ ipi_handler_ns = 500.0
                 rwsem: None,
             });
         }
+        let mut body = vec![Event::Acquire {
+            inst: 0,
+            shared: false,
+            trylock: false,
+        }];
+        body.extend_from_slice(hold);
+        body.extend([
+            Event::Release {
+                inst: 0,
+                shared: false,
+            },
+            Event::Compute { ns: 2000.0 },
+            Event::Ops { n: 1 },
+        ]);
         t.meta.window = Window::Cycle;
         t.events = body.iter().cycle().take(body.len() * 64).copied().collect();
         let out = replay_two_threads(&t);
@@ -3074,24 +3089,13 @@ ipi_handler_ns = 500.0
                     }
                 }
             };
-            let body = [
-                Event::Acquire {
-                    inst: 0,
-                    shared: false,
-                    trylock: false,
-                },
+            let hold = [
                 access(1, Sym::Here),
                 access(1, Sym::First),
                 access(2, Sym::Here),
                 access(2, Sym::First),
-                Event::Release {
-                    inst: 0,
-                    shared: false,
-                },
-                Event::Compute { ns: 2000.0 },
-                Event::Ops { n: 1 },
             ];
-            let (lock, lines) = turns_at_a_lock_over_two_lines("zone->lock", "free_area", &body);
+            let (lock, lines) = turns_at_a_lock_over_two_lines("zone->lock", "free_area", &hold);
             (
                 lock.hold_ns / lock.holds as f64,
                 lock.drain_ns / lock.holds as f64,
@@ -3121,34 +3125,22 @@ ipi_handler_ns = 500.0
     #[test]
     fn a_fence_between_stores_under_a_lock_pays_their_transfers_in_turn() {
         let run = |fence: bool, leading_fence: bool| {
-            let mut body = vec![Event::Acquire {
-                inst: 0,
-                shared: false,
-                trylock: false,
-            }];
+            let mut hold = Vec::new();
             if leading_fence {
-                body.push(Event::Fence);
+                hold.push(Event::Fence);
             }
-            body.push(Event::Store {
+            hold.push(Event::Store {
                 inst: 1,
                 sym: Sym::Here,
             });
             if fence {
-                body.push(Event::Fence);
+                hold.push(Event::Fence);
             }
-            body.extend([
-                Event::Store {
-                    inst: 2,
-                    sym: Sym::Here,
-                },
-                Event::Release {
-                    inst: 0,
-                    shared: false,
-                },
-                Event::Compute { ns: 2000.0 },
-                Event::Ops { n: 1 },
-            ]);
-            let (lock, lines) = turns_at_a_lock_over_two_lines("lru_lock", "lru list", &body);
+            hold.push(Event::Store {
+                inst: 2,
+                sym: Sym::Here,
+            });
+            let (lock, lines) = turns_at_a_lock_over_two_lines("lru_lock", "lru list", &hold);
             (
                 lock.hold_ns / lock.holds as f64,
                 lines.drain_ns / lock.holds as f64,
