@@ -1,31 +1,32 @@
-//! The host kernel's own page_fault1 loop, for a profiler: map an anonymous region, write one
-//! byte a page, unmap it, in rounds, and print what the faults and the unmap took a page. Run
-//! under a sampling profiler to see how much of that the host kernel spends inside its LRU lock:
+//! The host kernel's own page_fault1 loop, for a profiler: map an anonymous region (no
+//! transparent huge pages, so every folio is one page), write one byte a page, unmap it, in
+//! rounds, and print what the faults and the unmap took a page. Run under a sampling profiler to
+//! see how much of that time the host kernel spends inside its LRU lock:
 //!
 //! ```text
 //! cargo build --release -p pagelab-project --example kernel_lru_probe
-//! perf record -e cpu-clock -F 20000 -g -o P -- target/release/examples/kernel_lru_probe 30
-//! perf report -i P --no-children --sort sym --stdio
+//! perf record -e cpu-clock -F 2000 -g -o P -- target/release/examples/kernel_lru_probe 60
+//! perf script -i P
 //! ```
 //!
-//! The kernel takes the lruvec's lock with interrupts off (`folio_lruvec_relock_irqsave` in
-//! `folio_batch_move_lru`, the adds, and in `folios_put_refs`, the releases), so a `cpu-clock`
-//! sample that falls inside a hold is taken when the interrupts come back on: at
-//! `_raw_spin_unlock_irqrestore`, under the caller that held the lock. Those samples' share of
-//! the faults' (`exc_page_fault`) or the unmaps' (`__munmap`) samples, times the time a page
-//! this prints, is the kernel's time a page inside the lock, to set beside the engine's
-//! (`pagelab trace`'s "lru_lock holds timed apart"). docs/model.md, section 4, round 42, has a
-//! run.
+//! The kernel takes the lruvec's lock with interrupts off (`folio_lruvec_relock_irqsave`, in
+//! `folio_batch_move_lru` for the adds and under `folios_put_refs` for the releases), so a
+//! `cpu-clock` sample (an hrtimer) that falls due inside a hold is taken when the interrupts come
+//! back on: at `_raw_spin_unlock_irqrestore`, with the function that held the lock as the next
+//! frame of its call chain. Those samples' share of all samples, times the time a page this
+//! prints (faulting plus unmapping), is the kernel's time a page inside the lock, to set beside
+//! the engine's (`pagelab trace`'s "lru_lock holds timed apart"). docs/model.md, section 4,
+//! round 42, has a run.
 //!
 //! `cargo run --release -p pagelab-project --example kernel_lru_probe -- [ROUNDS] [MIB]`
 //! (30 rounds of 128 MiB by default)
 
 use std::time::Instant;
 
-use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
+use rustix::mm::{Advice, MapFlags, ProtFlags, madvise, mmap_anonymous, munmap};
 
-fn arg(i: usize, name: &str, default: usize, max: usize) -> Result<usize, String> {
-    match std::env::args().nth(i) {
+fn arg(value: Option<String>, name: &str, default: usize, max: usize) -> Result<usize, String> {
+    match value {
         None => Ok(default),
         Some(s) => match s.parse::<usize>() {
             Ok(v) if (1..=max).contains(&v) => Ok(v),
@@ -36,10 +37,30 @@ fn arg(i: usize, name: &str, default: usize, max: usize) -> Result<usize, String
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let rounds = arg(1, "ROUNDS", 30, 10_000)?;
-    let mib = arg(2, "MIB", 128, 64 << 10)?;
-    let len = mib << 20;
+fn main() -> std::process::ExitCode {
+    match probe() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kernel_lru_probe: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn probe() -> Result<(), String> {
+    let mut args = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned());
+    let rounds = arg(args.next(), "ROUNDS", 30, 10_000)?;
+    let mib = arg(args.next(), "MIB", 128, 64 << 10)?;
+    if let Some(extra) = args.next() {
+        return Err(format!(
+            "unexpected argument `{extra}` (usage: kernel_lru_probe [ROUNDS] [MIB])"
+        ));
+    }
+    let len = mib
+        .checked_mul(1 << 20)
+        .ok_or_else(|| format!("MIB: {mib} MiB does not fit this machine's address space"))?;
     let page = rustix::param::page_size();
     let pages = len / page;
     let (mut fault_ns, mut unmap_ns) = (Vec::new(), Vec::new());
@@ -52,9 +73,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 len,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE,
-            )?
+            )
         }
+        .map_err(|e| format!("mmap of {mib} MiB: {e}"))?
         .cast::<u8>();
+        // SAFETY: advice on the mapping made above, whole; it changes no byte of it.
+        unsafe { madvise(p.cast(), len, Advice::LinuxNoHugepage) }
+            .map_err(|e| format!("madvise(MADV_NOHUGEPAGE): {e}"))?;
         let t0 = Instant::now();
         for i in 0..pages {
             // SAFETY: `i * page` lies inside the `len` bytes mapped above, which stay mapped
@@ -63,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let t1 = Instant::now();
         // SAFETY: the whole mapping made above, unmapped once, and not touched after.
-        unsafe { munmap(p.cast(), len)? };
+        unsafe { munmap(p.cast(), len) }.map_err(|e| format!("munmap: {e}"))?;
         let t2 = Instant::now();
         fault_ns.push((t1 - t0).as_nanos() as f64 / pages as f64);
         unmap_ns.push((t2 - t1).as_nanos() as f64 / pages as f64);

@@ -1299,7 +1299,8 @@ mod tests {
 
     /// A fence is recorded only while a store to a shared line waits before it: not at the
     /// start, not after a line write the CPU waited for, not twice in a row, not after an
-    /// atomic or a lock operation drained the stores, and a new recording starts with none.
+    /// atomic, a lock operation or a TLB flush drained the stores, not after a store to a
+    /// private line, and a new recording starts with none.
     #[test]
     fn a_fence_is_recorded_only_after_a_store_since_the_last_drain() {
         start(32);
@@ -1316,6 +1317,18 @@ mod tests {
         release(&A, 3, LockModel::Queued, Access::Exclusive);
         fence();
         line_store(&A, 1, Sym::Here);
+        acquire(&A, 3, LockModel::Queued, Access::Exclusive, false);
+        fence();
+        line_store(&A, 1, Sym::Here);
+        downgrade(&A, 4, LockModel::RwSem);
+        fence();
+        line_store(&A, 1, Sym::Here);
+        tlb_flush(&A, 5);
+        fence();
+        // A store to a line no other CPU meets is not recorded, and leaves nothing pending.
+        static PRIVATE: LockClass = LockClass::new("p", Scope::Private);
+        line_store(&PRIVATE, 6, Sym::Here);
+        fence();
         let kinds: Vec<_> = stop().iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds.iter().filter(|k| **k == Kind::Fence).count(),
