@@ -244,8 +244,8 @@ pub enum Kind {
     Store { sym: Sym },
     /// A locked instruction on a line no other CPU meets (a page's own reference count or
     /// flags: `put_page_testzero`, `SetPageLRU` under `lru_lock`), recorded only when a store
-    /// to a shared line ([`Kind::Store`]) came before it since the last lock operation or
-    /// atomic. Its own cost is this host's compute; what it adds on x86 is the wait for the
+    /// to a shared line ([`Kind::Store`]) came before it since the last lock operation,
+    /// atomic, TLB flush or fence. Its own cost is this host's compute; what it adds on x86 is the wait for the
     /// store buffer to drain: reads and writes are not reordered with locked instructions
     /// (Intel SDM vol. 3A, 8.2.2; 10.2.2 in recent editions), which current cores enforce by
     /// draining the store buffer before the locked instruction, so the neighbours' links one
