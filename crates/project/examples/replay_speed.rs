@@ -148,10 +148,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // What the private locked instructions' drains add, on one capture: without them a
         // hold's stores wait for their lines only at its release (the rule before format 8).
         t.events.retain(|e| *e != Event::Fence);
-        for f in &mut t.fallbacks {
-            for seg in &mut f.segments {
-                seg.retain(|e| *e != Event::Fence);
-            }
+        for seg in t.fallbacks.iter_mut().flat_map(|fb| fb.segments.iter_mut()) {
+            seg.retain(|e| *e != Event::Fence);
         }
     }
     if let Some(how) = std::env::var_os("REPLAY_STORES_AS") {

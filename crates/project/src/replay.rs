@@ -239,6 +239,28 @@ enum Op {
     Fence(u32),
 }
 
+impl Op {
+    /// Whether the CPU waits at this op until the stores in its store buffer have their lines,
+    /// and then the resource whose class counts the wait: a locked instruction (taking a lock,
+    /// a trylock, an atomic, a downgrade, a fence) or a lock's release (a store that TSO makes
+    /// visible only after every earlier one), by its resource; a TLB shootdown, whose IPI path
+    /// fences, by none. (A spinlock's release is a plain store: the CPU itself could go on
+    /// while it waits to become visible, but the replay makes it wait with it, 0.4 to 0.5 ns a
+    /// fault on page_fault1's traces.)
+    fn drains_stores(self) -> Option<Option<u32>> {
+        match self {
+            Op::Release(r, _)
+            | Op::Downgrade(r)
+            | Op::Atomic(r)
+            | Op::Acquire(r, _)
+            | Op::Try(r, ..)
+            | Op::Fence(r) => Some(Some(r)),
+            Op::Flush => Some(None),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum LockKind {
     Ticket,
@@ -658,12 +680,7 @@ fn fence_after_store(last: &mut Option<u32>, op: Op) -> Option<Op> {
     match op {
         Op::Store(r, _) => *last = Some(r),
         Op::Fence(_) => return last.take().map(Op::Fence),
-        Op::Acquire(..)
-        | Op::Try(..)
-        | Op::Release(..)
-        | Op::Downgrade(_)
-        | Op::Atomic(_)
-        | Op::Flush => *last = None,
+        _ if op.drains_stores().is_some() => *last = None,
         _ => {}
     }
     Some(op)
@@ -2161,32 +2178,13 @@ impl<'r, 'a> Sim<'r, 'a> {
                 cpu.left -= 1;
                 op
             };
-            // A locked instruction, and a lock's release (a store that TSO makes visible only
-            // after every earlier one), wait until the stores in the store buffer have their
-            // lines. (Taking a lock is a locked instruction too; so is a TLB shootdown's IPI
-            // path, which fences.) A spinlock's release is a plain store: the CPU itself could
-            // go on while it waits to become visible, but the replay makes it wait with it
-            // (0.4 to 0.5 ns a fault on page_fault1's traces).
-            if matches!(
-                op,
-                Op::Release(..)
-                    | Op::Downgrade(_)
-                    | Op::Atomic(_)
-                    | Op::Acquire(..)
-                    | Op::Try(..)
-                    | Op::Flush
-                    | Op::Fence(_)
-            ) && cpu.stores_until > t
+            // The store buffer's drain ([`Op::drains_stores`]).
+            if let Some(counted) = op.drains_stores()
+                && cpu.stores_until > t
             {
                 let at = cpu.stores_until;
                 cpu.held_op = Some(op);
-                if let Op::Release(ri, _)
-                | Op::Downgrade(ri)
-                | Op::Atomic(ri)
-                | Op::Acquire(ri, _)
-                | Op::Try(ri, ..)
-                | Op::Fence(ri) = op
-                {
+                if let Some(ri) = counted {
                     let class = self.res[ri as usize].class;
                     self.stats[class].drain_ns += (at - t) as f64 / 1000.0;
                 }
