@@ -51,6 +51,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         return Ok(());
     }
+    if let [cmd, mib, n] = args.as_slice()
+        && cmd == "clear-order"
+    {
+        // One core clearing an arena of MIB MiB page by page with the engine's clear_page,
+        // in address order and in a shuffled order, N passes each, in the thread's CPU time.
+        use pagelab_mm::arena::{Arena, ArenaConfig};
+        let bytes = mib.parse::<u64>()? << 20;
+        let arena = Arena::new(
+            ArenaConfig {
+                prefault: true,
+                ..ArenaConfig::new(bytes)
+            },
+            0,
+        )?;
+        let pages = arena.nr_pages();
+        let mut order: Vec<u32> = (0..pages as u32).collect();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in (1..order.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let pass = |o: &[u32]| {
+            let c = pagelab_workloads::pft::thread_cpu_ns();
+            for &p in o {
+                arena.zero_page(pagelab_mm::Pfn(p));
+            }
+            (pagelab_workloads::pft::thread_cpu_ns() - c) as f64 / o.len() as f64
+        };
+        let seq: Vec<u32> = (0..pages as u32).collect();
+        for i in 0..n.parse::<usize>()? {
+            let a = pass(&seq);
+            let b = pass(&order);
+            println!(
+                "{i}: in order {a:.0} ns a page ({:.1} GB/s), shuffled {b:.0} ns ({:.1} GB/s)",
+                4096.0 / a,
+                4096.0 / b
+            );
+        }
+        return Ok(());
+    }
     let [workload, out] = args.as_slice() else {
         return Err("usage: selfcheck_probe WORKLOAD OUT".into());
     };

@@ -1144,11 +1144,12 @@ pub fn self_check_on(
                     // 910 ns timed beside the rows with it, 530 to 650 without).
                     lock_stat: false,
                 };
-                let before = Beside::measure(&machine, tasks, window);
+                let footprint = Beside::footprint(w, tasks, req.sizes);
+                let before = Beside::measure(&machine, tasks, footprint, window);
                 let c0 = compute_beside(req.lock_stat);
                 let rows = pagelab_bench::run::run(&req, stop, &mut |_, _, _| {}, &mut |_| Ok(()))?;
                 let c1 = compute_beside(req.lock_stat);
-                let beside = before.mean(&Beside::measure(&machine, tasks, window));
+                let beside = before.mean(&Beside::measure(&machine, tasks, footprint, window));
                 let compute = match (c0, c1) {
                     (Some(a), Some(b)) => Some((a + b) / 2.0),
                     (a, b) => a.or(b),
@@ -1221,28 +1222,56 @@ pub struct Beside {
 }
 
 impl Beside {
-    /// Bytes one core clears to measure its bandwidth beside a row: a pass of several
-    /// milliseconds, twice this host's 32 MiB last-level cache, in about a tenth of a second
-    /// for the nine passes of the figure.
-    const CLEAR_BYTES: usize = 64 << 20;
-    /// Bytes every CPU clearing at once clear in all: each thread clears its share of it, but
-    /// no more than [`Self::CLEAR_BYTES`] and no less than 4 MiB (the floor wins above 256
-    /// CPUs), so that a host of hundreds of CPUs is not asked for tens of GiB beside every row.
+    /// The least a clearing pass covers beside a row: a pass of a few milliseconds.
+    const MIN_CLEAR_BYTES: usize = 16 << 20;
+    /// The most every CPU clearing at once clear in all: each thread clears its share of the
+    /// row's footprint, but no less than 4 MiB (the floor wins above 256 CPUs on this cap), so
+    /// that a host of hundreds of CPUs is not asked for tens of GiB beside every row.
     const CLEAR_ALL_BYTES: usize = 1 << 30;
 
-    /// Measures the share of `tasks` busy tasks over `window`, the transfer and the clearing
-    /// bandwidths.
-    pub fn measure(machine: &Machine, tasks: usize, window: std::time::Duration) -> Beside {
+    /// What the engine's run of a self-check row writes over and over: page_fault1's region per
+    /// task, pft's one region shared by its threads. The clearing bandwidth beside the row is
+    /// measured over as much memory, because the engine's clears see the caches its footprint
+    /// leaves them. Until 2026-11-30 it was a fixed 64 MiB, twice the last-level cache of the
+    /// AMD EPYC guest this ran on then. On the Xeon guest that replaced it (480 MiB of L3
+    /// shared with other guests) 64 MiB passes measured 8 to 20 GB/s, as more or less of them
+    /// stayed in the cache, while 128 MiB and larger ones measured 8.1 to 8.5 GB/s and the
+    /// engine's own clears in page_fault1 ran at 9.2 GB/s (`selfcheck_probe clear-order MIB N`;
+    /// `pagelab trace` of a capture's untraced writes). The one-task rows were then projected
+    /// 24 to 63% above the engine.
+    pub fn footprint(w: WorkloadKind, tasks: usize, sizes: pagelab_bench::run::Sizes) -> usize {
+        let bytes = match w {
+            WorkloadKind::Pft | WorkloadKind::PftVmaPerThread | WorkloadKind::Lameter => {
+                sizes.pft_bytes
+            }
+            WorkloadKind::PageFault2 => 2 * sizes.memsize * tasks as u64,
+            _ => sizes.memsize * tasks as u64,
+        };
+        usize::try_from(bytes)
+            .unwrap_or(usize::MAX)
+            .max(Self::MIN_CLEAR_BYTES)
+    }
+
+    /// Measures the share of `tasks` busy tasks over `window`, the transfer, and the clearing
+    /// bandwidths over `footprint` bytes ([`Beside::footprint`]): one core clearing all of
+    /// it, and every CPU clearing its share at once.
+    pub fn measure(
+        machine: &Machine,
+        tasks: usize,
+        footprint: usize,
+        window: std::time::Duration,
+    ) -> Beside {
         let (share, wait_ns) = crate::calibrate::cpu_share(tasks, window);
         let core_ns = (machine.topology.threads_per_core == 1 && machine.nr_cpus() >= 2)
             .then(crate::calibrate::core_transfer_ns);
         let positive = |g: f64| (g.is_finite() && g > 0.0).then_some(g);
-        let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, Self::CLEAR_BYTES));
+        let footprint = footprint.max(Self::MIN_CLEAR_BYTES);
+        let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, footprint));
         let nodes = machine.nr_nodes().max(1) as f64;
         // Every CPU this process may use, as calibrate counts them (`pin_to_core` wraps
         // around the allowed ones, so more threads than that would share CPUs).
         let cpus = pagelab_workloads::pin::allowed_cpus().len().max(1);
-        let each = (Self::CLEAR_ALL_BYTES / cpus).clamp(4 << 20, Self::CLEAR_BYTES);
+        let each = (footprint.min(Self::CLEAR_ALL_BYTES) / cpus).max(4 << 20);
         let node_gbs = positive(crate::calibrate::clear_bandwidth_gbs(cpus, each) / nodes)
             .map(|n| core_gbs.map_or(n, |c| n.max(c)));
         Beside {
@@ -1660,6 +1689,32 @@ mod tests {
             both.node_gbs,
             Some(20.0),
             "one measurement of two: that one"
+        );
+    }
+
+    /// The bandwidth beside a row is measured over what the row's engine writes over and
+    /// over: page_fault1's region once per task (page_fault2's two), pft's one region
+    /// whatever the task count, never less than a pass of a few milliseconds.
+    #[test]
+    fn a_rows_clearing_is_measured_over_its_own_footprint() {
+        let sizes = pagelab_bench::run::Sizes {
+            memsize: 128 << 20,
+            pft_bytes: 256 << 20,
+            ..Default::default()
+        };
+        let f = |w, t| Beside::footprint(w, t, sizes);
+        assert_eq!(f(WorkloadKind::PageFault1, 1), 128 << 20);
+        assert_eq!(f(WorkloadKind::PageFault1, 2), 256 << 20);
+        assert_eq!(f(WorkloadKind::PageFault2, 2), 512 << 20);
+        assert_eq!(f(WorkloadKind::Pft, 1), 256 << 20);
+        assert_eq!(f(WorkloadKind::Pft, 2), 256 << 20);
+        let tiny = pagelab_bench::run::Sizes {
+            memsize: 1 << 20,
+            ..sizes
+        };
+        assert_eq!(
+            Beside::footprint(WorkloadKind::PageFault1, 1, tiny),
+            Beside::MIN_CLEAR_BYTES
         );
     }
 
