@@ -82,7 +82,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (pagelab_workloads::pft::thread_cpu_ns() - c) as f64 / o.len() as f64
         };
         let seq: Vec<u32> = (0..pages as u32).collect();
+        // The same in address order with `gap` iterations of register-only work after each
+        // page (about what the engine computes between two clears), that work timed alone and
+        // taken out: a page cleared while the memory is not kept busy by the clears before it.
+        let gap: u64 = std::env::var("CLEAR_GAP")
+            .ok()
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0);
+        let spin = |k: u64| {
+            let mut x = 1u64;
+            for i in 0..k {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+            x
+        };
         for i in 0..n.parse::<usize>()? {
+            if gap > 0 {
+                let c = pagelab_workloads::pft::thread_cpu_ns();
+                for &p in &seq {
+                    arena.zero_page(pagelab_mm::Pfn(p));
+                    std::hint::black_box(spin(gap));
+                }
+                let both = (pagelab_workloads::pft::thread_cpu_ns() - c) as f64;
+                let c = pagelab_workloads::pft::thread_cpu_ns();
+                for _ in &seq {
+                    std::hint::black_box(spin(gap));
+                }
+                let alone = (pagelab_workloads::pft::thread_cpu_ns() - c) as f64;
+                let per = (both - alone) / pages as f64;
+                println!(
+                    "{i}: with {:.0} ns of work between pages: {per:.0} ns a page ({:.1} GB/s)",
+                    alone / pages as f64,
+                    4096.0 / per
+                );
+            }
             let a = pass(&seq);
             let b = pass(&order);
             println!(
