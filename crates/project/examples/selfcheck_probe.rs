@@ -7,6 +7,13 @@
 //!
 //! `cargo run --release -p pagelab-project --example selfcheck_probe -- WORKLOAD OUT`
 //! (WORKLOAD: pft or page_fault1). Replay a saved pair again with the `replay_speed` example.
+//!
+//! Other modes: `transfer N` (the transfer between the first two CPUs, N times 0.5 s apart);
+//! `bandwidth N` (one core's and both cores' clearing over 64 MiB each and the transfer, N
+//! times; a pass that small may stay in a large last-level cache); `clear-order MIB N` (one
+//! core clearing MIB MiB in address and in shuffled order, and with `CLEAR_GAP=K` with K
+//! iterations of register-only work between pages: docs/model.md, section 4, round 43);
+//! `replay TRACE MACHINE TASKS SHARE WAIT_MS OPS SEEDS`.
 
 use std::path::Path;
 
@@ -54,77 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let [cmd, mib, n] = args.as_slice()
         && cmd == "clear-order"
     {
-        // One core clearing an arena of MIB MiB page by page with the engine's clear_page,
-        // in address order and in a shuffled order, N passes each, in the thread's CPU time.
-        use pagelab_mm::arena::{Arena, ArenaConfig};
-        let bytes = mib.parse::<u64>()? << 20;
-        let arena = Arena::new(
-            ArenaConfig {
-                prefault: true,
-                ..ArenaConfig::new(bytes)
-            },
-            0,
-        )?;
-        let pages = arena.nr_pages();
-        let mut order: Vec<u32> = (0..pages as u32).collect();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for i in (1..order.len()).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            order.swap(i, (x % (i as u64 + 1)) as usize);
-        }
-        let pass = |o: &[u32]| {
-            let c = pagelab_workloads::pft::thread_cpu_ns();
-            for &p in o {
-                arena.zero_page(pagelab_mm::Pfn(p));
-            }
-            (pagelab_workloads::pft::thread_cpu_ns() - c) as f64 / o.len() as f64
-        };
-        let seq: Vec<u32> = (0..pages as u32).collect();
-        // The same in address order with `gap` iterations of register-only work after each
-        // page (about what the engine computes between two clears), that work timed alone and
-        // taken out: a page cleared while the memory is not kept busy by the clears before it.
-        let gap: u64 = std::env::var("CLEAR_GAP")
-            .ok()
-            .and_then(|g| g.parse().ok())
-            .unwrap_or(0);
-        let spin = |k: u64| {
-            let mut x = 1u64;
-            for i in 0..k {
-                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
-            }
-            x
-        };
-        for i in 0..n.parse::<usize>()? {
-            if gap > 0 {
-                let c = pagelab_workloads::pft::thread_cpu_ns();
-                for &p in &seq {
-                    arena.zero_page(pagelab_mm::Pfn(p));
-                    std::hint::black_box(spin(gap));
-                }
-                let both = (pagelab_workloads::pft::thread_cpu_ns() - c) as f64;
-                let c = pagelab_workloads::pft::thread_cpu_ns();
-                for _ in &seq {
-                    std::hint::black_box(spin(gap));
-                }
-                let alone = (pagelab_workloads::pft::thread_cpu_ns() - c) as f64;
-                let per = (both - alone) / pages as f64;
-                println!(
-                    "{i}: with {:.0} ns of work between pages: {per:.0} ns a page ({:.1} GB/s)",
-                    alone / pages as f64,
-                    4096.0 / per
-                );
-            }
-            let a = pass(&seq);
-            let b = pass(&order);
-            println!(
-                "{i}: in order {a:.0} ns a page ({:.1} GB/s), shuffled {b:.0} ns ({:.1} GB/s)",
-                4096.0 / a,
-                4096.0 / b
-            );
-        }
-        return Ok(());
+        return clear_order(mib, n);
     }
     let [workload, out] = args.as_slice() else {
         return Err("usage: selfcheck_probe WORKLOAD OUT".into());
@@ -215,5 +152,99 @@ fn replay(
         mean(&sec),
         mean(&cpu)
     );
+    Ok(())
+}
+
+/// One core (pinned to the first allowed CPU) clearing an arena of `mib` MiB page by page with
+/// the engine's `clear_page`, in address order and in a shuffled order, `n` passes each (which
+/// goes first alternates, so that neither always finds the other's last pages in the cache),
+/// in the thread's CPU time. With `CLEAR_GAP=K`, also in address order with K iterations of
+/// register-only work after each page, that work timed alone and taken out.
+fn clear_order(mib: &str, n: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use pagelab_mm::arena::{Arena, ArenaConfig};
+    use pagelab_workloads::pft::thread_cpu_ns;
+    let mib: u64 = match mib.parse() {
+        Ok(m @ 1..=65536) => m,
+        _ => return Err(format!("MIB: `{mib}` is not a whole number from 1 to 65536").into()),
+    };
+    let n: usize = n
+        .parse()
+        .map_err(|_| format!("N: `{n}` is not a whole number"))?;
+    let gap: u64 = match std::env::var("CLEAR_GAP") {
+        Err(_) => 0,
+        Ok(g) => g
+            .parse()
+            .map_err(|_| format!("CLEAR_GAP: `{g}` is not a whole number"))?,
+    };
+    pagelab_workloads::pin::pin_to_core(0);
+    let arena = Arena::new(
+        ArenaConfig {
+            prefault: true,
+            ..ArenaConfig::new(mib << 20)
+        },
+        0,
+    )?;
+    let pages = arena.nr_pages();
+    let seq: Vec<u32> = (0..pages as u32).collect();
+    let mut shuffled = seq.clone();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..shuffled.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let spin = |k: u64| {
+        let mut x = 1u64;
+        for i in 0..k {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+        x
+    };
+    // ns a page of one pass over `order`, with `k` iterations of work after each page.
+    let pass = |order: &[u32], k: u64| {
+        let c = thread_cpu_ns();
+        for &p in order {
+            arena.zero_page(pagelab_mm::Pfn(p));
+            if k > 0 {
+                std::hint::black_box(spin(k));
+            }
+        }
+        (thread_cpu_ns() - c) as f64 / pages as f64
+    };
+    let gbs = |ns: f64| 4096.0 / ns;
+    for i in 0..n {
+        let (a, b) = if i % 2 == 0 {
+            let a = pass(&seq, 0);
+            (a, pass(&shuffled, 0))
+        } else {
+            let b = pass(&shuffled, 0);
+            (pass(&seq, 0), b)
+        };
+        println!(
+            "{i}: in order {a:.0} ns a page ({:.1} GB/s), shuffled {b:.0} ns ({:.1} GB/s)",
+            gbs(a),
+            gbs(b)
+        );
+        if gap > 0 {
+            let both = pass(&seq, gap);
+            let c = thread_cpu_ns();
+            for _ in &seq {
+                std::hint::black_box(spin(gap));
+            }
+            let work = (thread_cpu_ns() - c) as f64 / pages as f64;
+            let per = both - work;
+            if per > 0.0 {
+                println!(
+                    "{i}: with {work:.0} ns of work between pages: {per:.0} ns a page ({:.1} GB/s)",
+                    gbs(per)
+                );
+            } else {
+                println!(
+                    "{i}: with {work:.0} ns of work between pages: {both:.0} ns a page in all, the clears lost in the noise"
+                );
+            }
+        }
+    }
     Ok(())
 }

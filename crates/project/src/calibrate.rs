@@ -155,10 +155,12 @@ pub fn atomic_ns() -> f64 {
 /// the engine's `clear_page` ([`pagelab_mm::arena::Arena::zero_page`], word by word): the
 /// kernel that runs on this host as the self-check sees it is the engine, and its clearing is
 /// what the trace's writes cost here. Each thread clears its own arena, faulted in first, so
-/// that the host's page faults are not in the figure.
+/// that the host's page faults are not in the figure. A pass that a last-level cache can hold
+/// measures the cache, not the memory the engine's clears reach: callers size `bytes` beyond it
+/// (256 MiB here; the self-check, the row's own footprint: `validate::Beside::footprint`).
 ///
-/// One thread is timed in its own CPU time, not the wall clock: a pass over 256 MiB takes about
-/// 10 ms, longer than the host's slices, so on a shared host every pass lost time to other
+/// One thread is timed in its own CPU time, not the wall clock: a pass over 256 MiB takes
+/// tens of milliseconds, longer than the host's slices, so on a shared host every pass lost time to other
 /// tasks and the quickest of them still did (one core measured 16 to 31 GB/s in calibrations
 /// minutes apart at load average 7-10, while the engine's pft rate per CPU-second stayed within
 /// 15%). Clearing takes the same CPU time preempted or not, and the replay charges it per task
@@ -172,7 +174,7 @@ pub fn atomic_ns() -> f64 {
 /// and the figure took the slowest of those: but the threads' passes drift apart (a
 /// preempted thread falls behind, the other's next pass runs alone), so a thread's quickest
 /// pass could be one it ran with the other idle, and the figure came out above what they
-/// clear together. On this 2-vCPU EPYC guest it gave 21.7 to 30.0 GB/s for two threads beside
+/// clear together. On a 2-vCPU EPYC guest it gave 21.7 to 30.0 GB/s for two threads beside
 /// 11.2 to 18.5 for one, where two threads of a C `memset` loop clearing at once each cleared
 /// about a fifth to a quarter slower than one alone (18.5 to 22.6 GB/s for the two;
 /// docs/model.md, section 4, "round 35"). 0 when `threads` is 0 or an arena could not be had.

@@ -1197,16 +1197,17 @@ pub fn self_check_on(
 /// bandwidth of one core and of every CPU at once ([`crate::calibrate::clear_bandwidth_gbs`]).
 ///
 /// The transfer is measured beside each row rather than taken from the calibration at the
-/// start because it does not stay put on this host: a 2-vCPU guest on an AMD EPYC, it measured
+/// start because it does not stay put on a shared host: on a 2-vCPU guest on an AMD EPYC it measured
 /// 31 ns for stretches of tens of seconds and 145-158 ns for others (30 measurements 0.5 s
 /// apart, 2026-11-24: 21 at 31 ns, 7 at 145-149, then 31 again), as if the hypervisor moved the
 /// two vCPUs between one core complex and two (an L3 shared or not). Every line the tasks pass
 /// between them (the per-VMA lock's count, the LRU and free lists) costs the engine that
 /// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
 /// earlier. The clearing bandwidth moves too (one core 11.2 to 18.5 GB/s in twelve
-/// measurements 0.5 s apart on 2026-11-29, two runs of `selfcheck_probe bandwidth 6`), and
-/// clearing is 40 to 50% of the engine's time a fault here (`perf record` of `pagelab run
-/// pft`, `Arena::zero_page`), so it is measured beside the row for the same reason.
+/// measurements 0.5 s apart on that guest on 2026-11-29, two runs of `selfcheck_probe bandwidth
+/// 6`, whose 64 MiB passes a last-level cache may partly hold: [`Beside::footprint`]), and
+/// clearing is 40 to 50% of the engine's time a fault (`perf record` of `pagelab run pft`,
+/// `Arena::zero_page`), so it is measured beside the row for the same reason.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Beside {
     pub share: f64,
@@ -1224,37 +1225,52 @@ pub struct Beside {
 impl Beside {
     /// The least a clearing pass covers beside a row: a pass of a few milliseconds.
     const MIN_CLEAR_BYTES: usize = 16 << 20;
-    /// The most every CPU clearing at once clear in all: each thread clears its share of the
-    /// row's footprint, but no less than 4 MiB (the floor wins above 256 CPUs on this cap), so
-    /// that a host of hundreds of CPUs is not asked for tens of GiB beside every row.
-    const CLEAR_ALL_BYTES: usize = 1 << 30;
+    /// The most a clearing beside a row covers, one core alone or every CPU at once, so that a
+    /// large footprint (pft's default 1 GiB region) or a host of hundreds of CPUs does not
+    /// have the check fault in and clear many GiB beside every row.
+    const MAX_CLEAR_BYTES: usize = 1 << 30;
+    /// The least each CPU clears when every CPU clears at once: on a host of many CPUs their
+    /// shares of the footprint would be too small to time, so the total is then more than the
+    /// footprint (above 64 CPUs for page_fault1's 256 MiB at two tasks).
+    const MIN_CLEAR_EACH: usize = 4 << 20;
 
-    /// What the engine's run of a self-check row writes over and over: page_fault1's region per
-    /// task, pft's one region shared by its threads. The clearing bandwidth beside the row is
-    /// measured over as much memory, because the engine's clears see the caches its footprint
-    /// leaves them. Until 2026-11-30 it was a fixed 64 MiB, twice the last-level cache of the
-    /// AMD EPYC guest this ran on then. On the Xeon guest that replaced it (480 MiB of L3
-    /// shared with other guests) 64 MiB passes measured 8 to 20 GB/s, as more or less of them
-    /// stayed in the cache, while 128 MiB and larger ones measured 8.1 to 8.5 GB/s and the
-    /// engine's own clears in page_fault1 ran at 9.2 GB/s (`selfcheck_probe clear-order MIB N`;
-    /// `pagelab trace` of a capture's untraced writes). The one-task rows were then projected
-    /// 24 to 63% above the engine.
+    /// What the engine's run of a self-check row writes over and over: page_fault1's and
+    /// page_fault3's region per task, page_fault2's two, and pft's one region shared by its
+    /// threads (pft-vma-per-thread and lameter likewise); the other workloads, which the
+    /// self-check does not run, are taken as page_fault1's. The clearing bandwidth beside the
+    /// row is measured over as much memory, because the engine's clears see the caches its
+    /// footprint leaves them. Until 2026-11-30 it was a fixed 64 MiB, twice the last-level cache
+    /// of the AMD EPYC guest this ran on then. On the Intel Xeon guest that replaced it (480 MiB
+    /// of L3 shared with other guests) 64 MiB passes measured 8.1 to 15.0 GB/s, as more or less
+    /// of them stayed in the cache, while 128 MiB and larger ones measured 7.4 to 8.5 GB/s, and
+    /// the engine's own clears in page_fault1 ran at 9.2 GB/s (`selfcheck_probe clear-order MIB
+    /// N`; `pagelab trace` of a capture's untraced writes). Every row was then projected 10 to
+    /// 55% faster than the engine ran (docs/model.md, section 4, round 43).
     pub fn footprint(w: WorkloadKind, tasks: usize, sizes: pagelab_bench::run::Sizes) -> usize {
+        let tasks = tasks as u64;
         let bytes = match w {
             WorkloadKind::Pft | WorkloadKind::PftVmaPerThread | WorkloadKind::Lameter => {
                 sizes.pft_bytes
             }
-            WorkloadKind::PageFault2 => 2 * sizes.memsize * tasks as u64,
-            _ => sizes.memsize * tasks as u64,
+            WorkloadKind::PageFault2 => sizes.memsize.saturating_mul(2).saturating_mul(tasks),
+            _ => sizes.memsize.saturating_mul(tasks),
         };
-        usize::try_from(bytes)
-            .unwrap_or(usize::MAX)
-            .max(Self::MIN_CLEAR_BYTES)
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+
+    /// What the clearings beside a row cover for a `footprint` of bytes on `cpus` CPUs: one
+    /// core alone clears the footprint, and every CPU at once clears its share of it, each
+    /// within the bounds above.
+    pub fn clear_sizes(footprint: usize, cpus: usize) -> (usize, usize) {
+        let one = footprint.clamp(Self::MIN_CLEAR_BYTES, Self::MAX_CLEAR_BYTES);
+        let each = (footprint.min(Self::MAX_CLEAR_BYTES) / cpus.max(1)).max(Self::MIN_CLEAR_EACH);
+        (one, each)
     }
 
     /// Measures the share of `tasks` busy tasks over `window`, the transfer, and the clearing
-    /// bandwidths over `footprint` bytes ([`Beside::footprint`]): one core clearing all of
-    /// it, and every CPU clearing its share at once.
+    /// bandwidths over `footprint` bytes ([`Beside::footprint`], [`Beside::clear_sizes`]).
+    /// With page_fault1's 128 MiB a task and pft's 256 MiB, the clearings take about a third
+    /// of a second each time on this host, two times a row.
     pub fn measure(
         machine: &Machine,
         tasks: usize,
@@ -1265,13 +1281,12 @@ impl Beside {
         let core_ns = (machine.topology.threads_per_core == 1 && machine.nr_cpus() >= 2)
             .then(crate::calibrate::core_transfer_ns);
         let positive = |g: f64| (g.is_finite() && g > 0.0).then_some(g);
-        let footprint = footprint.max(Self::MIN_CLEAR_BYTES);
-        let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, footprint));
-        let nodes = machine.nr_nodes().max(1) as f64;
         // Every CPU this process may use, as calibrate counts them (`pin_to_core` wraps
         // around the allowed ones, so more threads than that would share CPUs).
         let cpus = pagelab_workloads::pin::allowed_cpus().len().max(1);
-        let each = (footprint.min(Self::CLEAR_ALL_BYTES) / cpus).max(4 << 20);
+        let (one, each) = Self::clear_sizes(footprint, cpus);
+        let core_gbs = positive(crate::calibrate::clear_bandwidth_gbs(1, one));
+        let nodes = machine.nr_nodes().max(1) as f64;
         let node_gbs = positive(crate::calibrate::clear_bandwidth_gbs(cpus, each) / nodes)
             .map(|n| core_gbs.map_or(n, |c| n.max(c)));
         Beside {
@@ -1694,9 +1709,11 @@ mod tests {
 
     /// The bandwidth beside a row is measured over what the row's engine writes over and
     /// over: page_fault1's region once per task (page_fault2's two), pft's one region
-    /// whatever the task count, never less than a pass of a few milliseconds.
+    /// whatever the task count (its siblings likewise); one core clears it all, never less
+    /// than a pass of a few milliseconds nor more than 1 GiB, and every CPU at once its share,
+    /// at least 4 MiB each.
     #[test]
-    fn a_rows_clearing_is_measured_over_its_own_footprint() {
+    fn a_rows_clearing_covers_its_own_footprint_within_bounds() {
         let sizes = pagelab_bench::run::Sizes {
             memsize: 128 << 20,
             pft_bytes: 256 << 20,
@@ -1706,16 +1723,30 @@ mod tests {
         assert_eq!(f(WorkloadKind::PageFault1, 1), 128 << 20);
         assert_eq!(f(WorkloadKind::PageFault1, 2), 256 << 20);
         assert_eq!(f(WorkloadKind::PageFault2, 2), 512 << 20);
-        assert_eq!(f(WorkloadKind::Pft, 1), 256 << 20);
-        assert_eq!(f(WorkloadKind::Pft, 2), 256 << 20);
-        let tiny = pagelab_bench::run::Sizes {
-            memsize: 1 << 20,
+        for w in [
+            WorkloadKind::Pft,
+            WorkloadKind::PftVmaPerThread,
+            WorkloadKind::Lameter,
+        ] {
+            assert_eq!(f(w, 1), 256 << 20, "{w}");
+            assert_eq!(f(w, 2), 256 << 20, "{w}");
+        }
+        let huge = pagelab_bench::run::Sizes {
+            memsize: u64::MAX / 2,
             ..sizes
         };
         assert_eq!(
-            Beside::footprint(WorkloadKind::PageFault1, 1, tiny),
-            Beside::MIN_CLEAR_BYTES
+            Beside::footprint(WorkloadKind::PageFault2, 4, huge),
+            usize::MAX,
+            "saturates, does not wrap"
         );
+        // One core: the footprint, within [16 MiB, 1 GiB]; each of the CPUs: its share, at
+        // least 4 MiB, of at most 1 GiB.
+        assert_eq!(Beside::clear_sizes(128 << 20, 2), (128 << 20, 64 << 20));
+        assert_eq!(Beside::clear_sizes(1 << 20, 2), (16 << 20, 4 << 20));
+        assert_eq!(Beside::clear_sizes(usize::MAX, 2), (1 << 30, 512 << 20));
+        assert_eq!(Beside::clear_sizes(256 << 20, 256), (256 << 20, 4 << 20));
+        assert_eq!(Beside::clear_sizes(256 << 20, 0), (256 << 20, 256 << 20));
     }
 
     #[test]
