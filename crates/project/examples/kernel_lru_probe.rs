@@ -18,6 +18,12 @@
 //! the engine's (`pagelab trace`'s "lru_lock holds timed apart"). docs/model.md, section 4,
 //! round 42, has a run.
 //!
+//! `zone->lock` is taken the same way (`__rmqueue_pcplist` allocating, `free_frozen_page_commit`
+//! freeing), but a kernel with adaptive per-CPU lists keeps this loop on them. Raising
+//! `vm.percpu_pagelist_high_fraction` (as root, e.g. to 1000000; 0 restores the default) cuts
+//! the lists' high mark to a few batches, so that most pages go through the buddy allocator
+//! and its holds can be counted too (round 43).
+//!
 //! `cargo run --release -p pagelab-project --example kernel_lru_probe -- [ROUNDS] [MIB]`
 //! (30 rounds of 128 MiB by default)
 
