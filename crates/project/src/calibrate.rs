@@ -160,12 +160,12 @@ pub fn atomic_ns() -> f64 {
 /// (256 MiB here; the self-check, the row's own footprint: `validate::Beside::footprint`).
 ///
 /// One thread is timed in its own CPU time, not the wall clock: a pass over 256 MiB takes
-/// tens of milliseconds, longer than the host's slices, so on a shared host every pass lost time to other
-/// tasks and the quickest of them still did (one core measured 16 to 31 GB/s in calibrations
-/// minutes apart at load average 7-10, while the engine's pft rate per CPU-second stayed within
-/// 15%). Clearing takes the same CPU time preempted or not, and the replay charges it per task
-/// on its CPU, the share of the CPU it gets being measured and replayed apart
-/// ([`cpu_share`]).
+/// tens of milliseconds, longer than the host's slices, so on a shared host every pass lost
+/// time to other tasks and the quickest of them still did (one core measured 16 to 31 GB/s in
+/// calibrations minutes apart at load average 7-10, while the engine's pft rate per CPU-second
+/// stayed within 15%). Clearing takes the same CPU time preempted or not, and the replay
+/// charges it per task on its CPU, the share of the CPU it gets being measured and replayed
+/// apart ([`cpu_share`]).
 ///
 /// Several threads are timed in wall time, pass by pass *together*
 /// ([`group_pass_ns`]): every pass starts at a barrier, and lasts from the first thread's

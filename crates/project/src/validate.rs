@@ -1197,12 +1197,12 @@ pub fn self_check_on(
 /// bandwidth of one core and of every CPU at once ([`crate::calibrate::clear_bandwidth_gbs`]).
 ///
 /// The transfer is measured beside each row rather than taken from the calibration at the
-/// start because it does not stay put on a shared host: on a 2-vCPU guest on an AMD EPYC it measured
-/// 31 ns for stretches of tens of seconds and 145-158 ns for others (30 measurements 0.5 s
-/// apart, 2026-11-24: 21 at 31 ns, 7 at 145-149, then 31 again), as if the hypervisor moved the
-/// two vCPUs between one core complex and two (an L3 shared or not). Every line the tasks pass
-/// between them (the per-VMA lock's count, the LRU and free lists) costs the engine that
-/// transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
+/// start because it does not stay put on a shared host: on a 2-vCPU guest on an AMD EPYC it
+/// measured 31 ns for stretches of tens of seconds and 145-158 ns for others (30 measurements
+/// 0.5 s apart, 2026-11-24: 21 at 31 ns, 7 at 145-149, then 31 again), as if the hypervisor
+/// moved the two vCPUs between one core complex and two (an L3 shared or not). Every line the
+/// tasks pass between them (the per-VMA lock's count, the LRU and free lists) costs the engine
+/// that transfer, so the replay of a row must use the one the row ran with, not one drawn a minute
 /// earlier. The clearing bandwidth moves too (one core 11.2 to 18.5 GB/s in twelve
 /// measurements 0.5 s apart on that guest on 2026-11-29, two runs of `selfcheck_probe bandwidth
 /// 6`, whose 64 MiB passes a last-level cache may partly hold: [`Beside::footprint`]), and
@@ -1245,7 +1245,7 @@ impl Beside {
     /// of them stayed in the cache, while 128 MiB and larger ones measured 7.4 to 8.5 GB/s, and
     /// the engine's own clears in page_fault1 ran at 9.2 GB/s (`selfcheck_probe clear-order MIB
     /// N`; `pagelab trace` of a capture's untraced writes). Every row was then projected 10 to
-    /// 55% faster than the engine ran (docs/model.md, section 4, round 43).
+    /// 63% faster than the engine ran (docs/model.md, section 4, round 43).
     pub fn footprint(w: WorkloadKind, tasks: usize, sizes: pagelab_bench::run::Sizes) -> usize {
         let tasks = tasks as u64;
         let bytes = match w {
@@ -1269,8 +1269,9 @@ impl Beside {
 
     /// Measures the share of `tasks` busy tasks over `window`, the transfer, and the clearing
     /// bandwidths over `footprint` bytes ([`Beside::footprint`], [`Beside::clear_sizes`]).
-    /// With page_fault1's 128 MiB a task and pft's 256 MiB, the clearings take about a third
-    /// of a second each time on this host, two times a row.
+    /// With page_fault1's 128 MiB a task and pft's 256 MiB, nine passes of each clearing take
+    /// a third to two thirds of a second each time on a host clearing at 8 GB/s, two times a
+    /// row.
     pub fn measure(
         machine: &Machine,
         tasks: usize,
