@@ -463,6 +463,7 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
     spec.check().map_err(|e| e.to_string())?;
     // Open the store first: a store that cannot be written fails before minutes of work.
     let store = open_store(db)?;
+    eprintln!("pagelab: {}", m.trap_source(&machine));
     let stop = interrupt_flag();
     let what = format!("{workload} on {}", m.name);
     let (proj, interrupted) =

@@ -530,6 +530,25 @@ pub struct CpuPos {
 }
 
 impl Machine {
+    /// Where `kernel.trap_ns` comes from, in one line for whoever projects with it, `given`
+    /// being how they named the machine. A fitted trap is the published time per operation
+    /// less the replay of the engine's capture, so it moves with the host that captured it:
+    /// broadwell-2s-44c's, fitted on an AMD EPYC guest at 770 ns, came out 546 ns when fitted
+    /// again on an Intel Xeon guest (2026-11-30). `validate` and `reproduce` fit it again from
+    /// their own captures; `project` takes the file's, and says so.
+    pub fn trap_source(&self, given: &str) -> String {
+        match &self.calibration {
+            Some(c) => format!(
+                "kernel.trap_ns {} ns, the machine file's: fitted to {} on the host that calibrated it, and it moves with the host that captures (`pagelab calibrate --machine {given} --from-table {}` fits it on this one)",
+                self.kernel.trap_ns, c.table, c.table
+            ),
+            None => format!(
+                "kernel.trap_ns {} ns, the machine file's estimate (no published table is fitted to {})",
+                self.kernel.trap_ns, self.name
+            ),
+        }
+    }
+
     /// A shipped machine by name, or a TOML file by path.
     pub fn load(name_or_path: &str) -> Result<Machine, MachineError> {
         if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
@@ -1038,6 +1057,28 @@ mod tests {
         assert_eq!(m.pos(10).node, 1);
         assert!(m.calibration.is_none(), "no table is fitted to it");
         assert!((m.kernel.trap_ns - 1050.0 / 3.1).abs() < 1.0);
+    }
+
+    /// `project` says where the trap it replays with comes from: a fitted one names its table
+    /// and the command that fits it on this host; an estimate says no table is fitted.
+    #[test]
+    fn the_trap_says_where_it_comes_from() {
+        let fitted = Machine::load("broadwell-2s-44c").unwrap();
+        let s = fitted.trap_source("broadwell-2s-44c");
+        assert!(
+            s.starts_with(&format!("kernel.trap_ns {} ns", fitted.kernel.trap_ns)),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "pagelab calibrate --machine broadwell-2s-44c --from-table page_fault1-2018"
+            ),
+            "{s}"
+        );
+        let estimated = Machine::load("broadwell-2s-20c").unwrap();
+        let s = estimated.trap_source("broadwell-2s-20c");
+        assert!(s.contains("estimate"), "{s}");
+        assert!(!s.contains("calibrate"), "{s}");
     }
 
     /// A capture stands for the machine's nodes: their pages in the machine's page size, the
