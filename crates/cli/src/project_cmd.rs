@@ -16,6 +16,7 @@ use pagelab_project::project::{
     DEFAULT_CAPTURES, LockStatLine, Progress, ProjectSpec, Projection, default_label, project,
     store_projection,
 };
+use pagelab_project::sensitivity;
 use pagelab_project::trace::Trace;
 use pagelab_project::validate;
 use pagelab_workloads::{Mode, ParseError, WorkloadKind};
@@ -123,6 +124,13 @@ pub(crate) struct ProjectArgs {
     /// comparison and the statistics; CSV has no layout for them.
     #[arg(long)]
     lock_stat: bool,
+    /// After the projection, replay the same captures with each number of the machine file
+    /// (clock, SMT gain, line transfers, atomic, bandwidths, loaded latency, trap, wake-up,
+    /// TLB shootdown) scaled down and up by PCT percent alone, and print how far each change
+    /// between the profiles moves and whether its sign holds (text or markdown; nothing is
+    /// stored).
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u64).range(1..=90))]
+    sensitivity: Option<u64>,
 }
 
 #[derive(Args)]
@@ -377,6 +385,11 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
     if a.lock_stat && format == Format::Csv {
         return Err("--lock-stat has no CSV layout: use --format text, markdown or json".into());
     }
+    if a.sensitivity.is_some() && matches!(format, Format::Json | Format::Csv) {
+        return Err(
+            "--sensitivity has no JSON or CSV layout: use --format text or markdown".into(),
+        );
+    }
     // Lameter's test faults one region per repetition, split between the threads: each
     // replayed CPU faults its slice of the experiment's size, in the machine's pages.
     let mut region_bytes = None;
@@ -438,6 +451,11 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         Some(t) => parse_tasks(t).map_err(|e| e.to_string())?,
         None => machine_tasks(&m),
     };
+    if a.sensitivity.is_some() && profs.len() < 2 {
+        return Err(
+            "--sensitivity moves the changes between profiles: give at least two profiles".into(),
+        );
+    }
     if a.label.is_some() && profs.len() > 1 {
         return Err(
             "--label names one run; with several profiles each is stored as <profile>@<machine>"
@@ -559,6 +577,41 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
                 "most waited-for lock, {} at the largest task count: {}",
                 p.profile.name,
                 top.join("; ")
+            );
+        }
+    }
+    if let Some(pct) = a.sensitivity {
+        let f = pct as f64 / 100.0;
+        let traces: Vec<Vec<_>> = proj.iter().map(|p| p.traces.clone()).collect();
+        let s = sensitivity::sensitivity(
+            &spec,
+            &traces,
+            &proj,
+            &sensitivity::Param::ALL,
+            &[1.0 - f, 1.0 + f],
+            &mut |v| match v.error {
+                None => eprintln!(
+                    "pagelab: sensitivity: replayed {}/{} variants ({} x{:.2})",
+                    v.done,
+                    v.total,
+                    v.param.key(),
+                    v.factor
+                ),
+                Some(e) => eprintln!(
+                    "pagelab: sensitivity: variant {}/{} ({} x{:.2}) not replayed: {e}",
+                    v.done,
+                    v.total,
+                    v.param.key(),
+                    v.factor
+                ),
+            },
+            &stop,
+        )
+        .map_err(|e| e.to_string())?;
+        print!("{}", sensitivity::render(&s, format == Format::Markdown));
+        if s.interrupted {
+            return Err(
+                "interrupted during the sensitivity replays; the projection is stored".into(),
             );
         }
     }

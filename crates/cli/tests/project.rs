@@ -400,3 +400,73 @@ fn validation_prints_rows_changes_and_a_summary() {
         "cannot be used with",
     );
 }
+
+/// `project --sensitivity`: after the comparison, each machine number scaled alone and the
+/// same captures replayed, a table of each change's extremes; bad requests are one line.
+#[test]
+fn sensitivity_replays_each_machine_number_scaled_and_says_whether_signs_hold() {
+    let d = Dir::new("proj-sensitivity");
+    let db = d.db();
+    let args = |extra: &[&'static str]| {
+        let mut a = vec![
+            "project",
+            "--machine",
+            "icelake-2s-64c",
+            "pft",
+            "--profile",
+            "mm-unstable-20230210",
+            "--profile",
+            "pvl-v2",
+            "--tasks",
+            "1,16",
+            "--captures",
+            "1",
+            "--ops-per-cpu",
+            "256",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let out = ok(&db, &args(&["--sensitivity", "20"]));
+    for key in [
+        "cpu.ghz",
+        "latency.core_ns",
+        "latency.remote_ns",
+        "kernel.trap_ns",
+    ] {
+        assert!(out.contains(&format!("{key}  ")), "{key} missing:\n{out}");
+    }
+    assert!(out.contains("x0.80") && out.contains("x1.20"), "{out}");
+    // Two metrics (faults/cpu and faults/sec) at two task counts for pvl-v2.
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("pvl-v2") && l.contains("threads"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    assert!(
+        out.contains("changes keep their sign under every variant"),
+        "{out}"
+    );
+    fails(
+        &db,
+        &args(&["--sensitivity", "20", "--format", "json"]),
+        "--sensitivity has no JSON or CSV layout",
+    );
+    fails(&db, &args(&["--sensitivity", "0"]), "--sensitivity");
+    fails(
+        &db,
+        &[
+            "project",
+            "--machine",
+            "icelake-2s-64c",
+            "pft",
+            "--profile",
+            "pvl-v2",
+            "--tasks",
+            "1",
+            "--sensitivity",
+            "20",
+        ],
+        "at least two profiles",
+    );
+}

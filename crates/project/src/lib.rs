@@ -22,6 +22,7 @@ pub mod memory;
 pub mod netpipe;
 pub mod project;
 pub mod replay;
+pub mod sensitivity;
 pub mod trace;
 pub mod validate;
 

@@ -44,7 +44,9 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Threads of one address space, or processes with one each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     Processes,
