@@ -174,6 +174,13 @@ pub(crate) struct ValidateArgs {
     /// runs one of them alone.
     #[arg(long, conflicts_with_all = ["self_check_only", "table"])]
     held_out: bool,
+    /// After each table, replay its captures again with each number of its machine (after the
+    /// trap's refit) scaled down and up by PCT percent alone, and show, per published change,
+    /// its lowest and highest projection and the variants that give it the published sign:
+    /// whether an estimate in the machine file could account for an error. About 24 replays
+    /// of each table (minutes); best with --table.
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u64).range(1..=90), conflicts_with = "self_check_only")]
+    sensitivity: Option<u64>,
 }
 
 /// What `validate` prints.
@@ -368,6 +375,14 @@ fn progress_printer(total_label: &str) -> impl FnMut(Progress<'_>) + '_ {
         Progress::Replayed { done, total } => {
             eprintln!("pagelab: {total_label}: replayed {done}/{total} rows")
         }
+        Progress::Variant {
+            done,
+            total,
+            param,
+            factor,
+        } => eprintln!(
+            "pagelab: {total_label}: sensitivity, replayed {done}/{total} variants ({param} x{factor:.2})"
+        ),
     }
 }
 
@@ -757,6 +772,11 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
     let stop = interrupt_flag();
     let mut json = serde_json::Map::new();
     let summary_only = a.format == ValidateFormat::MarkdownSummary;
+    if summary_only && a.sensitivity.is_some() {
+        return Err(
+            "--sensitivity shows each change's variants, which the markdown summary has no room for: use --format text".into(),
+        );
+    }
     let mut reports = Vec::new();
     if !a.self_check_only {
         let (tables, skipped) = tables_to_validate(a.table.as_deref(), a.held_out)?;
@@ -770,6 +790,7 @@ pub(crate) fn validate_cmd(a: ValidateArgs, db: Option<&Path>) -> Result<(), Str
                 a.seed,
                 a.ops_per_cpu,
                 !a.trap_from_file,
+                a.sensitivity.map(|p| p as f64 / 100.0),
                 &mut progress_printer(&what),
                 &stop,
             )

@@ -233,6 +233,14 @@ pub(crate) fn project_and_store(
         pagelab_project::project::Progress::Replayed { done, total } => {
             eprintln!("pagelab: {what}: replayed {done}/{total} rows")
         }
+        pagelab_project::project::Progress::Variant {
+            done,
+            total,
+            param,
+            factor,
+        } => eprintln!(
+            "pagelab: {what}: sensitivity, replayed {done}/{total} variants ({param} x{factor:.2})"
+        ),
     };
     // The fit needs the table's fitted row's profile captured first, as the table's own
     // experiment does; an experiment file that orders its profiles otherwise keeps the file's.

@@ -401,6 +401,76 @@ fn validation_prints_rows_changes_and_a_summary() {
     );
 }
 
+/// `validate --sensitivity`: per published change, its extremes over the machine's numbers
+/// scaled alone and the variants that give it the published sign, and the table's count.
+#[test]
+fn validate_sensitivity_says_which_errors_an_estimate_could_account_for() {
+    let d = Dir::new("validate-sensitivity");
+    let json = d.path("v.json");
+    let out = ok(
+        &d.db(),
+        &[
+            "validate",
+            "--table",
+            "pft-single-vma-2023",
+            "--no-self-check",
+            "--samples",
+            "1",
+            "--captures",
+            "1",
+            "--ops-per-cpu",
+            "128",
+            "--sensitivity",
+            "20",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.contains("each machine number scaled alone by x0.80 and x1.20"),
+        "{out}"
+    );
+    assert!(out.contains("published sign under"), "{out}");
+    // Every published change gets a line: 10 thread counts, two metrics.
+    let part = out.split("published sign under").nth(1).unwrap();
+    assert_eq!(part.matches("\npvl-v2 ").count(), 20, "{out}");
+    assert!(
+        out.contains("pft-single-vma-2023: sensitivity: of the "),
+        "{out}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let changes = doc["pft-single-vma-2023"]["sensitivity"]["changes"]
+        .as_array()
+        .unwrap();
+    assert_eq!(changes.len(), 20);
+    // icelake-2s-64c has two sockets and SMT: all 12 numbers apply, two factors each.
+    assert_eq!(changes[0]["variants"].as_array().unwrap().len(), 24);
+    fails(
+        &d.db(),
+        &[
+            "validate",
+            "--table",
+            "pft-single-vma-2023",
+            "--sensitivity",
+            "20",
+            "--format",
+            "markdown-summary",
+        ],
+        "--sensitivity shows each change's variants",
+    );
+    fails(
+        &d.db(),
+        &["validate", "--sensitivity", "95"],
+        "--sensitivity",
+    );
+    fails(
+        &d.db(),
+        &["validate", "--self-check-only", "--sensitivity", "20"],
+        "cannot be used with",
+    );
+}
+
 /// `project --sensitivity`: after the comparison, each machine number scaled alone and the
 /// same captures replayed, a table of each change's extremes; bad requests are one line.
 #[test]

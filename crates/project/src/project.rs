@@ -293,6 +293,14 @@ pub enum Progress<'a> {
         done: usize,
         total: usize,
     },
+    /// A sensitivity variant replayed: the machine with `param` scaled by `factor`
+    /// ([`crate::sensitivity`]).
+    Variant {
+        done: usize,
+        total: usize,
+        param: &'a str,
+        factor: f64,
+    },
 }
 
 /// Replays `trace` for one row: `samples` windows of a cyclic trace's replay, one value of a

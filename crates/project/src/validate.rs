@@ -470,6 +470,143 @@ pub struct TableReport {
         Option<crate::trace::CaptureGuard>,
         Option<crate::trace::PacedCompute>,
     )>,
+    /// With `validate --sensitivity`: every change as each variant of the machine projected
+    /// it ([`TableSensitivity`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sensitivity: Option<TableSensitivity>,
+}
+
+/// A published change as each sensitivity variant of the machine projected it: the machine
+/// file's numbers scaled alone ([`crate::sensitivity`]), the same captures replayed and
+/// compared as the table is.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeSensitivity {
+    pub profile: String,
+    pub mode: String,
+    pub tasks: usize,
+    pub metric: String,
+    /// `(machine key, factor, projected change)` per variant replayed.
+    pub variants: Vec<(String, f64, f64)>,
+}
+
+/// `validate --sensitivity`: a table's changes under each variant of its machine.
+#[derive(Clone, Debug, Serialize)]
+pub struct TableSensitivity {
+    pub factors: Vec<f64>,
+    /// Variants that are no valid machine, with why (not replayed).
+    pub skipped: Vec<(String, f64, String)>,
+    /// In the order of [`TableReport::changes`].
+    pub changes: Vec<ChangeSensitivity>,
+}
+
+impl TableSensitivity {
+    fn find(&self, c: &Change) -> Option<&ChangeSensitivity> {
+        self.changes.iter().find(|s| {
+            s.profile == c.profile && s.mode == c.mode && s.tasks == c.tasks && s.metric == c.metric
+        })
+    }
+
+    /// The variants under which `c`'s projected change has the published sign.
+    pub fn published_sign_under(&self, c: &Change) -> Vec<(String, f64)> {
+        let sign = |v: f64| (v > 0.0) as i8 - (v < 0.0) as i8;
+        self.find(c)
+            .map(|s| {
+                s.variants
+                    .iter()
+                    .filter(|(_, _, v)| v.is_finite() && sign(*v) == sign(c.published_pct))
+                    .map(|(k, f, _)| (k.clone(), *f))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// How many variants `c` was replayed under.
+    pub fn replayed(&self, c: &Change) -> usize {
+        self.find(c).map_or(0, |s| s.variants.len())
+    }
+
+    /// The report's part: per change, its lowest and highest projection over the variants and
+    /// the variants that give it the published sign; then the table's count.
+    pub fn render(&self, table: &str, changes: &[Change]) -> String {
+        let mut s = String::new();
+        let factors: Vec<String> = self.factors.iter().map(|f| format!("x{f:.2}")).collect();
+        let _ = writeln!(
+            s,
+            "\nsensitivity: each machine number scaled alone by {}, the same captures replayed and compared (not a confidence interval):",
+            factors.join(" and ")
+        );
+        for (k, f, why) in &self.skipped {
+            let _ = writeln!(s, "  {k} x{f:.2} not replayed: {why}");
+        }
+        let _ = writeln!(
+            s,
+            "{:<22} {:<9} {:>5} {:<10} {:>10} {:>10} {:>34} {:>34}  published sign under",
+            "profile", "mode", "tasks", "metric", "published", "projected", "lowest", "highest"
+        );
+        for c in changes {
+            let Some(cs) = self.find(c) else { continue };
+            let pick = |low: bool| {
+                cs.variants
+                    .iter()
+                    .filter(|v| v.2.is_finite())
+                    .min_by(|a, b| {
+                        if low {
+                            a.2.total_cmp(&b.2)
+                        } else {
+                            b.2.total_cmp(&a.2)
+                        }
+                    })
+                    .map_or("-".to_string(), |(k, f, v)| {
+                        format!("{v:+.2}% ({k} x{f:.2})")
+                    })
+            };
+            let under = self.published_sign_under(c);
+            let verdict = if under.len() == cs.variants.len() && !under.is_empty() {
+                "every variant".to_string()
+            } else if under.is_empty() {
+                "none".to_string()
+            } else {
+                under
+                    .iter()
+                    .map(|(k, f)| format!("{k} x{f:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let _ = writeln!(
+                s,
+                "{:<22} {:<9} {:>5} {:<10} {:>+9.2}% {:>+9.2}% {:>34} {:>34}  {verdict}",
+                c.profile,
+                c.mode,
+                c.tasks,
+                c.metric,
+                c.published_pct,
+                c.projected_pct,
+                pick(true),
+                pick(false),
+            );
+        }
+        let beyond: Vec<&Change> = changes.iter().filter(|c| c.beyond_noise).collect();
+        let wrong: Vec<&&Change> = beyond.iter().filter(|c| !c.sign_right()).collect();
+        let reachable = wrong
+            .iter()
+            .filter(|c| !self.published_sign_under(c).is_empty())
+            .count();
+        let right: Vec<&&Change> = beyond.iter().filter(|c| c.sign_right()).collect();
+        let kept = right
+            .iter()
+            .filter(|c| {
+                let n = self.replayed(c);
+                n > 0 && self.published_sign_under(c).len() == n
+            })
+            .count();
+        let _ = writeln!(
+            s,
+            "{table}: sensitivity: of the {} changes beyond the published noise with the wrong sign, {reachable} take the published sign under some single variant; of the {} with the right sign, {kept} keep it under every variant",
+            wrong.len(),
+            right.len()
+        );
+        s
+    }
 }
 
 impl TableReport {
@@ -595,6 +732,9 @@ impl TableReport {
                     let _ = writeln!(s, "    per capture: {}", c.per_capture_text());
                 }
             }
+        }
+        if let Some(t) = &self.sensitivity {
+            s.push_str(&t.render(&self.table, &self.changes));
         }
         s
     }
@@ -823,6 +963,11 @@ impl TrapSource {
 /// themselves came out 17.6% low with the file's value, fitted on an AMD EPYC). The fitted rows
 /// stay out of every summary either way. A held-out table ([`Published::held_out`]) is never
 /// fitted to: it is replayed with the machine file's `trap_ns`, whatever `refit_trap` says.
+///
+/// With `sensitivity` (a fraction, 0.25 for 25%), the same captures are replayed again with
+/// each number of the machine (after the refit) scaled by `1 - sensitivity` and
+/// `1 + sensitivity` alone, and compared as the table is: whether an estimate in the machine
+/// file could account for a change's error ([`TableSensitivity`]).
 #[allow(clippy::too_many_arguments)]
 pub fn validate_table(
     p: &Published,
@@ -831,9 +976,18 @@ pub fn validate_table(
     seed: u64,
     ops_per_cpu: u64,
     refit_trap: bool,
+    sensitivity: Option<f64>,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
 ) -> Result<TableReport, ProjectError> {
+    if let Some(f) = sensitivity
+        && !(f > 0.0 && f < 1.0)
+    {
+        return Err(ProjectError::Request(format!(
+            "the sensitivity must be above 0% and below 100%, not {}%",
+            f * 100.0
+        )));
+    }
     let e = experiments::load(p.experiment)?;
     let machine = Machine::load(p.machine)?;
     let refit_trap = refit_trap && !p.held_out;
@@ -881,6 +1035,7 @@ pub fn validate_table(
         }
     };
     spec.machine.kernel.trap_ns = trap.used_ns();
+    let kept = sensitivity.map(|_| traces.clone());
     let (proj, interrupted) = project_traces(&spec, traces, progress, stop)?;
     if interrupted {
         return Err(ProjectError::Interrupted);
@@ -897,6 +1052,12 @@ pub fn validate_table(
         .all(|p| p.traces.iter().all(|t| t.meta.paced.is_some()));
     let (compared, changes) = compare_table(p, &rows, &e.profiles[0].name, &projected, paced)?;
     let claims = p.claims.iter().map(|c| c.check(&projected)).collect();
+    let sensitivity = match (sensitivity, kept) {
+        (Some(f), Some(traces)) => Some(table_sensitivity(
+            p, &rows, &e, &spec, &traces, &changes, f, paced, progress, stop,
+        )?),
+        _ => None,
+    };
     Ok(TableReport {
         table: p.name.to_string(),
         experiment: p.experiment.to_string(),
@@ -922,7 +1083,89 @@ pub fn validate_table(
             .flat_map(|p| &p.rows)
             .map(ProjRow::seconds)
             .sum(),
+        sensitivity,
     })
+}
+
+/// [`validate_table`]'s sensitivity: each parameter of [`crate::sensitivity::Param::ALL`] that
+/// applies to the machine, scaled by `1 - f` and `1 + f`, the captures replayed and compared.
+#[allow(clippy::too_many_arguments)]
+fn table_sensitivity(
+    p: &Published,
+    rows: &[PubRow],
+    e: &experiments::Experiment,
+    spec: &ProjectSpec,
+    traces: &[Vec<crate::trace::Trace>],
+    changes: &[Change],
+    f: f64,
+    paced: bool,
+    progress: &mut dyn FnMut(Progress<'_>),
+    stop: &AtomicBool,
+) -> Result<TableSensitivity, ProjectError> {
+    use crate::sensitivity::Param;
+    let factors = vec![1.0 - f, 1.0 + f];
+    let runs: Vec<(Param, f64)> = Param::ALL
+        .iter()
+        .filter(|p| p.applies_to(&spec.machine))
+        .flat_map(|&p| factors.iter().map(move |&f| (p, f)))
+        .collect();
+    let mut out = TableSensitivity {
+        factors: factors.clone(),
+        skipped: Vec::new(),
+        changes: changes
+            .iter()
+            .map(|c| ChangeSensitivity {
+                profile: c.profile.clone(),
+                mode: c.mode.clone(),
+                tasks: c.tasks,
+                metric: c.metric.clone(),
+                variants: Vec::new(),
+            })
+            .collect(),
+    };
+    let total = runs.len();
+    for (i, (param, factor)) in runs.into_iter().enumerate() {
+        let machine = param.apply(&spec.machine, factor);
+        if let Err(why) = machine.check() {
+            out.skipped
+                .push((param.key().to_string(), factor, why.to_string()));
+            continue;
+        }
+        let vspec = ProjectSpec {
+            machine,
+            ..spec.clone()
+        };
+        let (proj, interrupted) = project_traces(&vspec, traces.to_vec(), &mut |_| {}, stop)?;
+        if interrupted {
+            return Err(ProjectError::Interrupted);
+        }
+        let projected = |profile: &str, mode: Mode, tasks: usize| -> Option<ProjRow> {
+            let pr = proj.iter().find(|p| p.profile.name == profile)?;
+            pr.rows
+                .iter()
+                .find(|r| r.mode == mode && r.tasks == tasks)
+                .cloned()
+        };
+        let (_, vchanges) = compare_table(p, rows, &e.profiles[0].name, &projected, paced)?;
+        for (slot, c) in out.changes.iter_mut().zip(changes) {
+            if let Some(v) = vchanges.iter().find(|v| {
+                v.profile == c.profile
+                    && v.mode == c.mode
+                    && v.tasks == c.tasks
+                    && v.metric == c.metric
+            }) {
+                slot.variants
+                    .push((param.key().to_string(), factor, v.projected_pct));
+            }
+        }
+        progress(Progress::Variant {
+            done: i + 1,
+            total,
+            param: param.key(),
+            factor,
+        });
+    }
+    Ok(out)
 }
 
 /// One self-consistency row: the engine measured here against this host projected.
@@ -1868,6 +2111,59 @@ mod tests {
         }
     }
 
+    /// A change's sensitivity: the variants that give it the published sign, and the table's
+    /// counts of wrong signs an estimate could turn and right ones that hold everywhere.
+    #[test]
+    fn sensitivity_names_the_variants_with_the_published_sign_and_counts_them() {
+        let at = |tasks: usize, published: f64, projected: f64| Change {
+            tasks,
+            ..change(published, projected, true)
+        };
+        // Wrong at 4 tasks, but the published sign under one variant; wrong at 8 under all;
+        // right at 16 under all; right at 32 but lost under one variant.
+        let changes = vec![
+            at(4, 5.0, -1.0),
+            at(8, 10.0, -3.0),
+            at(16, -6.0, -4.0),
+            at(32, 7.0, 2.0),
+        ];
+        let s = TableSensitivity {
+            factors: vec![0.75, 1.25],
+            skipped: vec![("cpu.ghz".into(), 1.25, "out of range".into())],
+            changes: changes
+                .iter()
+                .zip([[-2.0, 0.5], [-4.0, -2.0], [-5.0, -3.0], [1.0, -0.5]])
+                .map(|(c, [a, b])| ChangeSensitivity {
+                    profile: c.profile.clone(),
+                    mode: c.mode.clone(),
+                    tasks: c.tasks,
+                    metric: c.metric.clone(),
+                    variants: vec![
+                        ("latency.core_ns".into(), 0.75, a),
+                        ("latency.core_ns".into(), 1.25, b),
+                    ],
+                })
+                .collect(),
+        };
+        assert_eq!(
+            s.published_sign_under(&changes[0]),
+            vec![("latency.core_ns".to_string(), 1.25)]
+        );
+        assert!(s.published_sign_under(&changes[1]).is_empty());
+        assert_eq!(s.published_sign_under(&changes[2]).len(), 2);
+        let text = s.render("t", &changes);
+        assert!(
+            text.contains("t: sensitivity: of the 2 changes beyond the published noise with the wrong sign, 1 take the published sign under some single variant; of the 2 with the right sign, 1 keep it under every variant"),
+            "{text}"
+        );
+        assert!(
+            text.contains("cpu.ghz x1.25 not replayed: out of range"),
+            "{text}"
+        );
+        assert!(text.contains("every variant"), "{text}");
+        assert!(text.contains("none"), "{text}");
+    }
+
     /// Two rounds whose levels differ by a fifth, each with the column 2% above the baseline:
     /// paired by round the range is the 2% of both rounds; every pairing would add the drift.
     #[test]
@@ -2121,6 +2417,7 @@ b,processes,8,faults/sec,8080,100
             }],
             events: 0,
             replay_seconds: 0.0,
+            sensitivity: None,
             guards: vec![
                 (
                     "pvl-v2".into(),
