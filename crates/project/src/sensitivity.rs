@@ -46,7 +46,10 @@ pub enum Param {
     NodeBandwidth,
     /// `memory.core_bandwidth_gbs`.
     CoreBandwidth,
-    /// The latency column of `memory.loaded_latency`.
+    /// How far `memory.loaded_latency` rises above its idle latency (the curve's first
+    /// point): the replay reads the curve only as ratios of latencies ([`crate::memory`]: a
+    /// writer's bandwidth is its idle concurrency over the loaded latency), so scaling every
+    /// point alike would change nothing.
     LoadedLatency,
     /// `kernel.trap_ns`: the fault's cost beyond the engine's model.
     TrapNs,
@@ -92,11 +95,16 @@ impl Param {
     }
 
     /// Whether the parameter can change anything on `m`: a one-socket machine has no remote
-    /// latency, a machine without SMT no sibling transfer or gain.
+    /// latency, a machine without SMT no sibling transfer or gain, a machine without a
+    /// loaded-latency curve (or a flat one) no rise to scale.
     pub fn applies_to(self, m: &Machine) -> bool {
         match self {
             Param::SmtGain | Param::SmtNs => m.topology.threads_per_core > 1,
             Param::RemoteNs => !m.latency.remote_ns.is_empty(),
+            Param::LoadedLatency => {
+                let c = &m.memory.loaded_latency;
+                c.iter().any(|p| c.first().is_some_and(|f| p[1] != f[1]))
+            }
             _ => true,
         }
     }
@@ -125,8 +133,10 @@ impl Param {
             Param::NodeBandwidth => v.memory.node_bandwidth_gbs *= factor,
             Param::CoreBandwidth => v.memory.core_bandwidth_gbs *= factor,
             Param::LoadedLatency => {
-                for p in &mut v.memory.loaded_latency {
-                    p[1] *= factor;
+                if let Some(idle) = m.memory.loaded_latency.first().map(|p| p[1]) {
+                    for p in &mut v.memory.loaded_latency {
+                        p[1] = idle + (p[1] - idle) * factor;
+                    }
                 }
             }
             Param::TrapNs => v.kernel.trap_ns *= factor,
@@ -513,10 +523,15 @@ mod tests {
                     back.memory.core_bandwidth_gbs = m.memory.core_bandwidth_gbs
                 }
                 Param::LoadedLatency => {
+                    let idle = m.memory.loaded_latency[0][1];
                     for (a, b) in v.memory.loaded_latency.iter().zip(&m.memory.loaded_latency) {
                         assert_eq!(a[0], b[0], "utilisations stay");
-                        assert!((a[1] - 1.5 * b[1]).abs() < 1e-9);
+                        assert!((a[1] - idle - 1.5 * (b[1] - idle)).abs() < 1e-9);
                     }
+                    assert_eq!(
+                        v.memory.loaded_latency[0][1], idle,
+                        "the idle latency stays"
+                    );
                     back.memory.loaded_latency = m.memory.loaded_latency.clone();
                 }
                 Param::TrapNs => back.kernel.trap_ns = m.kernel.trap_ns,
@@ -533,14 +548,22 @@ mod tests {
     }
 
     #[test]
-    fn a_machine_without_smt_or_second_node_skips_those_parameters() {
+    fn a_machine_without_smt_a_second_node_or_a_rising_curve_skips_those_parameters() {
         let mut m = machine();
         assert!(Param::SmtNs.applies_to(&m) && Param::RemoteNs.applies_to(&m));
+        assert!(Param::LoadedLatency.applies_to(&m));
         m.topology.threads_per_core = 1;
         m.latency.remote_ns.clear();
+        m.memory.loaded_latency = vec![[0.0, 90.0], [1.0, 90.0]];
         assert!(!Param::SmtNs.applies_to(&m));
         assert!(!Param::SmtGain.applies_to(&m));
         assert!(!Param::RemoteNs.applies_to(&m));
+        assert!(
+            !Param::LoadedLatency.applies_to(&m),
+            "a flat curve has no rise"
+        );
+        m.memory.loaded_latency.clear();
+        assert!(!Param::LoadedLatency.applies_to(&m));
         assert!(Param::CoreNs.applies_to(&m));
     }
 
