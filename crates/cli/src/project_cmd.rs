@@ -125,10 +125,10 @@ pub(crate) struct ProjectArgs {
     #[arg(long)]
     lock_stat: bool,
     /// After the projection, replay the same captures with each number of the machine file
-    /// (clock, SMT gain, line transfers, atomic, bandwidths, loaded latency, trap, wake-up,
-    /// TLB shootdown) scaled down and up by PCT percent alone, and print how far each change
-    /// between the profiles moves and whether its sign holds (text or markdown; nothing is
-    /// stored).
+    /// (clock, SMT gain, line transfers, atomic, bandwidths, the loaded latency's rise above
+    /// idle, trap, wake-up, TLB shootdown) scaled down and up by PCT percent alone, and print
+    /// how far each change between the profiles moves and whether its sign holds (text or
+    /// markdown; nothing is stored).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u64).range(1..=90))]
     sensitivity: Option<u64>,
 }
@@ -174,11 +174,12 @@ pub(crate) struct ValidateArgs {
     /// runs one of them alone.
     #[arg(long, conflicts_with_all = ["self_check_only", "table"])]
     held_out: bool,
-    /// After each table, replay its captures again with each number of its machine (after the
-    /// trap's refit) scaled down and up by PCT percent alone, and show, per published change,
-    /// its lowest and highest projection and the variants that give it the published sign:
-    /// whether an estimate in the machine file could account for an error. About 24 replays
-    /// of each table (minutes); best with --table.
+    /// After each table, replay its captures again with each number of its machine scaled
+    /// down and up by PCT percent alone (the trap fitted again for each variant, unless
+    /// --trap-from-file), and show, per published change, its lowest and highest projection and
+    /// the variants that give it the published sign: whether an estimate in the machine file
+    /// could account for an error. About 24 replays of each table (minutes); best with
+    /// --table.
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u64).range(1..=90), conflicts_with = "self_check_only")]
     sensitivity: Option<u64>,
 }

@@ -29,8 +29,10 @@ use crate::trace::Trace;
 /// One number of a machine description that a sensitivity run scales.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Param {
-    /// `cpu.ghz` and every `cpu.turbo_ghz` entry: the clock the engine's compute and the trap
-    /// are converted at.
+    /// `cpu.ghz` and every `cpu.turbo_ghz` entry: the clock the engine's compute is converted
+    /// at (the capture host's cycles, `replay.rs`). The trap is a time stated at one busy
+    /// core's clock and stretched by `clock_at(1) / clock`, a ratio this leaves as it is: a
+    /// slower part makes the engine's work slower, not the exception.
     Clock,
     /// What a core's second hardware thread adds (`cpu.smt_throughput - 1`).
     SmtGain,
@@ -76,21 +78,24 @@ impl Param {
         Param::Ipi,
     ];
 
-    /// The machine file's key (or keys) the parameter scales.
+    /// The machine file's key (or keys) the parameter scales, as reports print it: where the
+    /// variant scales part of a number or two numbers, the label says which (`(gain)`: the
+    /// excess over 1; `(rise)`: the excess over the idle latency; `+handler`: with
+    /// `ipi_handler_ns`).
     pub fn key(self) -> &'static str {
         match self {
             Param::Clock => "cpu.ghz",
-            Param::SmtGain => "cpu.smt_throughput",
+            Param::SmtGain => "cpu.smt_throughput(gain)",
             Param::SmtNs => "latency.smt_ns",
             Param::CoreNs => "latency.core_ns",
             Param::RemoteNs => "latency.remote_ns",
             Param::AtomicNs => "latency.atomic_ns",
             Param::NodeBandwidth => "memory.node_bandwidth_gbs",
             Param::CoreBandwidth => "memory.core_bandwidth_gbs",
-            Param::LoadedLatency => "memory.loaded_latency",
+            Param::LoadedLatency => "memory.loaded_latency(rise)",
             Param::TrapNs => "kernel.trap_ns",
             Param::WakeupNs => "kernel.wakeup_ns",
-            Param::Ipi => "kernel.ipi_ns",
+            Param::Ipi => "kernel.ipi_ns+handler",
         }
     }
 
@@ -150,6 +155,16 @@ impl Param {
     }
 }
 
+/// The variants a sensitivity run replays on `m`, in order: each of `params` that
+/// [`Param::applies_to`] `m`, scaled by each of `factors`.
+pub fn runs(m: &Machine, params: &[Param], factors: &[f64]) -> Vec<(Param, f64)> {
+    params
+        .iter()
+        .filter(|p| p.applies_to(m))
+        .flat_map(|&p| factors.iter().map(move |&f| (p, f)))
+        .collect()
+}
+
 /// Which projected figure a change is of: a non-baseline profile's row and metric.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ChangeKey {
@@ -205,7 +220,8 @@ pub fn changes(projections: &[Projection]) -> BTreeMap<ChangeKey, f64> {
 }
 
 /// One variant of the machine: a parameter and the factor it was scaled by, and the changes
-/// its replay projected (`Err`: the variant is no valid machine, and was not replayed).
+/// its replay projected (`Err`: the variant is no valid machine, or its replay failed; the
+/// others are still replayed).
 #[derive(Clone, Debug)]
 pub struct Variant {
     pub param: Param,
@@ -276,12 +292,16 @@ impl Sensitivity {
     }
 }
 
-/// What a sensitivity run reports as it goes.
+/// What a sensitivity run reports after each variant, so that a run of minutes shows where it
+/// is (one line per variant on stderr in the CLI).
 pub struct VariantDone<'a> {
+    /// Variants done, this one included, of `total`.
     pub done: usize,
     pub total: usize,
+    /// The variant: which number, scaled by what.
     pub param: Param,
     pub factor: f64,
+    /// Why it was not replayed, if it was not.
     pub error: Option<&'a str>,
 }
 
@@ -303,11 +323,7 @@ pub fn sensitivity(
             "a sensitivity factor must be a positive number, not {f}"
         )));
     }
-    let runs: Vec<(Param, f64)> = params
-        .iter()
-        .filter(|p| p.applies_to(&spec.machine))
-        .flat_map(|&p| factors.iter().map(move |&f| (p, f)))
-        .collect();
+    let runs = runs(&spec.machine, params, factors);
     let total = runs.len();
     let mut variants = Vec::new();
     let mut interrupted = false;
@@ -324,12 +340,16 @@ pub fn sensitivity(
                     machine,
                     ..spec.clone()
                 };
-                let (proj, stopped) = project_traces(&vspec, traces.to_vec(), &mut |_| {}, stop)?;
-                if stopped {
-                    interrupted = true;
-                    break;
+                match project_traces(&vspec, traces.to_vec(), &mut |_| {}, stop) {
+                    Ok((_, true)) => {
+                        interrupted = true;
+                        break;
+                    }
+                    Ok((proj, false)) => Ok(changes(&proj)),
+                    // One variant's failure (a replay that runs away on an extreme number)
+                    // says nothing of the others: it is reported and the run goes on.
+                    Err(e) => Err(e.to_string()),
                 }
-                Ok(changes(&proj))
             }
         };
         progress(VariantDone {

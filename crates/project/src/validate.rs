@@ -493,10 +493,15 @@ pub struct ChangeSensitivity {
 #[derive(Clone, Debug, Serialize)]
 pub struct TableSensitivity {
     pub factors: Vec<f64>,
-    /// Variants that are no valid machine, with why (not replayed).
+    /// Whether `kernel.trap_ns` was fitted again for each variant, as `validate` fits it for
+    /// the machine as it is (the `kernel.trap_ns` variants then scale the fitted value).
+    pub trap_refit: bool,
+    /// Variants that are no valid machine, or whose replay failed, with why.
     pub skipped: Vec<(String, f64, String)>,
     /// In the order of [`TableReport::changes`].
     pub changes: Vec<ChangeSensitivity>,
+    /// Stopped before every variant was replayed.
+    pub interrupted: bool,
 }
 
 impl TableSensitivity {
@@ -532,17 +537,18 @@ impl TableSensitivity {
         let factors: Vec<String> = self.factors.iter().map(|f| format!("x{f:.2}")).collect();
         let _ = writeln!(
             s,
-            "\nsensitivity: each machine number scaled alone by {}, the same captures replayed and compared (not a confidence interval):",
-            factors.join(" and ")
+            "\nsensitivity: each machine number scaled alone by {}, the same captures replayed and compared{} (not a confidence interval):",
+            factors.join(" and "),
+            if self.trap_refit {
+                ", kernel.trap_ns fitted again for each variant as for the machine as it is"
+            } else {
+                ""
+            }
         );
         for (k, f, why) in &self.skipped {
             let _ = writeln!(s, "  {k} x{f:.2} not replayed: {why}");
         }
-        let _ = writeln!(
-            s,
-            "{:<22} {:<9} {:>5} {:<10} {:>10} {:>10} {:>34} {:>34}  published sign under",
-            "profile", "mode", "tasks", "metric", "published", "projected", "lowest", "highest"
-        );
+        let mut rows: Vec<[String; 9]> = Vec::new();
         for c in changes {
             let Some(cs) = self.find(c) else { continue };
             let pick = |low: bool| {
@@ -572,18 +578,59 @@ impl TableSensitivity {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            let _ = writeln!(
-                s,
-                "{:<22} {:<9} {:>5} {:<10} {:>+9.2}% {:>+9.2}% {:>34} {:>34}  {verdict}",
-                c.profile,
-                c.mode,
-                c.tasks,
-                c.metric,
-                c.published_pct,
-                c.projected_pct,
+            rows.push([
+                c.profile.clone(),
+                c.mode.clone(),
+                c.tasks.to_string(),
+                c.metric.clone(),
+                format!("{:+.2}%", c.published_pct),
+                format!("{:+.2}%", c.projected_pct),
                 pick(true),
                 pick(false),
-            );
+                verdict,
+            ]);
+        }
+        const HEAD: [&str; 9] = [
+            "profile",
+            "mode",
+            "tasks",
+            "metric",
+            "published",
+            "projected",
+            "lowest",
+            "highest",
+            "published sign under",
+        ];
+        let widths: Vec<usize> = (0..HEAD.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r[i].len())
+                    .chain([HEAD[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: [&str; 9]| {
+            cells
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    // Names left, figures right, the verdict as it comes.
+                    if (2..=7).contains(&i) {
+                        format!("{c:>w$}")
+                    } else {
+                        format!("{c:<w$}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        };
+        let _ = writeln!(s, "{}", line(HEAD));
+        for r in &rows {
+            let _ = writeln!(s, "{}", line(std::array::from_fn(|i| r[i].as_str())));
         }
         let beyond: Vec<&Change> = changes.iter().filter(|c| c.beyond_noise).collect();
         let wrong: Vec<&&Change> = beyond.iter().filter(|c| !c.sign_right()).collect();
@@ -605,6 +652,12 @@ impl TableSensitivity {
             wrong.len(),
             right.len()
         );
+        if self.interrupted {
+            let _ = writeln!(
+                s,
+                "{table}: sensitivity: interrupted; only the variants above were replayed"
+            );
+        }
         s
     }
 }
@@ -1054,7 +1107,7 @@ pub fn validate_table(
     let claims = p.claims.iter().map(|c| c.check(&projected)).collect();
     let sensitivity = match (sensitivity, kept) {
         (Some(f), Some(traces)) => Some(table_sensitivity(
-            p, &rows, &e, &spec, &traces, &changes, f, paced, progress, stop,
+            p, &rows, &e, &spec, &traces, &changes, &trap, f, paced, progress, stop,
         )?),
         _ => None,
     };
@@ -1089,6 +1142,12 @@ pub fn validate_table(
 
 /// [`validate_table`]'s sensitivity: each parameter of [`crate::sensitivity::Param::ALL`] that
 /// applies to the machine, scaled by `1 - f` and `1 + f`, the captures replayed and compared.
+/// With `trap` refitted, each variant's trap is fitted again from the baseline's captures on
+/// that variant, as `validate` fits the machine as it is: a 25% slower clock moves the
+/// replayed one-task row, and the fit would take it up, so what a variant shows is what the
+/// validation would have shown with that number in the file. The `kernel.trap_ns` variants
+/// scale the fitted value instead (the fit 25% off). Stops between variants when `stop` is
+/// set; a variant whose machine is invalid or whose replay fails is listed and skipped.
 #[allow(clippy::too_many_arguments)]
 fn table_sensitivity(
     p: &Published,
@@ -1097,20 +1156,19 @@ fn table_sensitivity(
     spec: &ProjectSpec,
     traces: &[Vec<crate::trace::Trace>],
     changes: &[Change],
+    trap: &TrapSource,
     f: f64,
     paced: bool,
     progress: &mut dyn FnMut(Progress<'_>),
     stop: &AtomicBool,
 ) -> Result<TableSensitivity, ProjectError> {
-    use crate::sensitivity::Param;
+    use crate::sensitivity::{Param, runs};
     let factors = vec![1.0 - f, 1.0 + f];
-    let runs: Vec<(Param, f64)> = Param::ALL
-        .iter()
-        .filter(|p| p.applies_to(&spec.machine))
-        .flat_map(|&p| factors.iter().map(move |&f| (p, f)))
-        .collect();
+    let runs = runs(&spec.machine, &Param::ALL, &factors);
+    let trap_refit = trap.refit.is_some();
     let mut out = TableSensitivity {
         factors: factors.clone(),
+        trap_refit,
         skipped: Vec::new(),
         changes: changes
             .iter()
@@ -1122,23 +1180,45 @@ fn table_sensitivity(
                 variants: Vec::new(),
             })
             .collect(),
+        interrupted: false,
     };
     let total = runs.len();
     for (i, (param, factor)) in runs.into_iter().enumerate() {
-        let machine = param.apply(&spec.machine, factor);
-        if let Err(why) = machine.check() {
-            out.skipped
-                .push((param.key().to_string(), factor, why.to_string()));
-            continue;
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            out.interrupted = true;
+            break;
         }
-        let vspec = ProjectSpec {
-            machine,
-            ..spec.clone()
+        let mut machine = param.apply(&spec.machine, factor);
+        let replayed = machine.check().map_err(|e| e.to_string()).and_then(|()| {
+            if trap_refit && param != Param::TrapNs {
+                let t = TrapSource::refit(
+                    p,
+                    &machine,
+                    &traces[0],
+                    spec.samples,
+                    spec.seed,
+                    spec.ops_for(1),
+                )
+                .map_err(|e| e.to_string())?;
+                machine.kernel.trap_ns = t.used_ns();
+            }
+            let vspec = ProjectSpec {
+                machine,
+                ..spec.clone()
+            };
+            project_traces(&vspec, traces.to_vec(), &mut |_| {}, stop).map_err(|e| e.to_string())
+        });
+        let proj = match replayed {
+            Ok((_, true)) => {
+                out.interrupted = true;
+                break;
+            }
+            Ok((proj, false)) => proj,
+            Err(why) => {
+                out.skipped.push((param.key().to_string(), factor, why));
+                continue;
+            }
         };
-        let (proj, interrupted) = project_traces(&vspec, traces.to_vec(), &mut |_| {}, stop)?;
-        if interrupted {
-            return Err(ProjectError::Interrupted);
-        }
         let projected = |profile: &str, mode: Mode, tasks: usize| -> Option<ProjRow> {
             let pr = proj.iter().find(|p| p.profile.name == profile)?;
             pr.rows
@@ -2129,6 +2209,8 @@ mod tests {
         ];
         let s = TableSensitivity {
             factors: vec![0.75, 1.25],
+            trap_refit: true,
+            interrupted: false,
             skipped: vec![("cpu.ghz".into(), 1.25, "out of range".into())],
             changes: changes
                 .iter()

@@ -186,3 +186,115 @@ fn a_stop_ends_the_run_between_variants() {
     assert!(s.interrupted);
     assert_eq!(s.variants.len(), 1, "the first variant, then the stop");
 }
+
+/// Every parameter a machine uses moves a replay that exercises it: no variant is a silent
+/// no-op (as scaling every point of the loaded-latency curve alike was, the replay reading the
+/// curve as ratios). One operation: a trap, compute of varying length (so that the CPUs meet
+/// the shared line in no fixed order), an atomic on a line all threads share, a page cleared
+/// and a TLB shootdown, on two sockets of two cores with two hardware threads each and a
+/// rising loaded-latency curve; and, for the wake-up, a sleeping rwsem taken for writing.
+#[test]
+fn every_parameter_moves_a_replay_that_uses_it() {
+    use pagelab_project::machine::Machine;
+    use pagelab_project::replay::{Replay, ReplaySpec};
+    use pagelab_sync::rwsem::RwsemAlgo;
+    let mut m = TestMachine {
+        sockets: 2,
+        threads_per_core: 2,
+        smt_throughput: 1.3,
+        loaded_latency: Some([80.0, 240.0]),
+        core_gbs: 10.0,
+        node_gbs: 30.0,
+        ..TestMachine::new(2)
+    }
+    .build();
+    // The test machine's sibling transfer (1 ns) is too small for half of it to show.
+    m.latency.smt_ns = 20.0;
+    let n = 2000u64;
+    let inst = |class: &str, model, rwsem: Option<RwsemAlgo>| Instance {
+        class: class.into(),
+        scope: Scope::Mm,
+        model,
+        sleeps: rwsem.is_some(),
+        rwsem,
+    };
+    let mut meta = common::meta(Window::Cycle, n);
+    meta.ops = n;
+    let main = Trace {
+        meta: meta.clone(),
+        instances: vec![
+            inst("shared line", LockModel::Line, None),
+            inst("tlb shootdown", LockModel::Queued, None),
+        ],
+        events: (0..n)
+            .flat_map(|i| {
+                [
+                    Event::Trap,
+                    Event::Compute {
+                        ns: 100.0 + (i * 37 % 101) as f64,
+                    },
+                    Event::Atomic { inst: 0 },
+                    Event::Write {
+                        bytes: 4096,
+                        host_ns: 1.0,
+                    },
+                    Event::TlbFlush { inst: 1 },
+                    Event::Ops { n: 1 },
+                ]
+            })
+            .collect(),
+        fallbacks: Vec::new(),
+    };
+    let sleeping = Trace {
+        meta,
+        instances: vec![inst(
+            "mmap_lock",
+            LockModel::RwSem,
+            Some(RwsemAlgo::SleepFifo),
+        )],
+        events: (0..n)
+            .flat_map(|_| {
+                [
+                    Event::Compute { ns: 200.0 },
+                    Event::Acquire {
+                        inst: 0,
+                        shared: false,
+                        trylock: false,
+                    },
+                    Event::Compute { ns: 300.0 },
+                    Event::Release {
+                        inst: 0,
+                        shared: false,
+                    },
+                    Event::Ops { n: 1 },
+                ]
+            })
+            .collect(),
+        fallbacks: Vec::new(),
+    };
+    let rate = |m: &Machine, t: &Trace| {
+        let spec = ReplaySpec {
+            tasks: 8,
+            threads: true,
+            seed: 3,
+            samples: 2,
+            ops_per_cpu: None,
+        };
+        let s = Replay::new(m, t, spec).unwrap().run(3).unwrap().samples;
+        s.iter().sum::<f64>() / s.len() as f64
+    };
+    for p in Param::ALL {
+        assert!(p.applies_to(&m), "{} applies to the test machine", p.key());
+        let t = if p == Param::WakeupNs {
+            &sleeping
+        } else {
+            &main
+        };
+        let (base, moved) = (rate(&m, t), rate(&p.apply(&m, 1.5), t));
+        assert!(
+            (moved / base - 1.0).abs() > 1e-4,
+            "{} x1.5 left the replay at {moved} (base {base})",
+            p.key()
+        );
+    }
+}
