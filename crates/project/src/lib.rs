@@ -23,6 +23,7 @@ pub mod netpipe;
 pub mod project;
 pub mod replay;
 pub mod sensitivity;
+pub mod table;
 pub mod trace;
 pub mod validate;
 

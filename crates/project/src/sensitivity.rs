@@ -377,43 +377,6 @@ pub fn sensitivity(
 pub fn render(s: &Sensitivity, markdown: bool) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let table = |head: &[&str], rows: &[Vec<String>], out: &mut String| {
-        if markdown {
-            let _ = writeln!(out, "| {} |", head.join(" | "));
-            let _ = writeln!(
-                out,
-                "|{}|",
-                head.iter().map(|_| "---").collect::<Vec<_>>().join("|")
-            );
-            for r in rows {
-                let _ = writeln!(out, "| {} |", r.join(" | "));
-            }
-        } else {
-            let widths: Vec<usize> = (0..head.len())
-                .map(|i| {
-                    rows.iter()
-                        .map(|r| r[i].len())
-                        .chain([head[i].len()])
-                        .max()
-                        .unwrap_or(0)
-                })
-                .collect();
-            let line = |cells: Vec<&str>| {
-                cells
-                    .iter()
-                    .zip(&widths)
-                    .map(|(c, w)| format!("{c:<w$}"))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_string()
-            };
-            let _ = writeln!(out, "{}", line(head.to_vec()));
-            for r in rows {
-                let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
-            }
-        }
-    };
     let _ = writeln!(
         out,
         "\nsensitivity: each machine number below scaled alone, the same captures replayed \
@@ -433,11 +396,12 @@ pub fn render(s: &Sensitivity, markdown: bool) -> String {
             ]
         })
         .collect();
-    table(
+    out.push_str(&crate::table::render(
         &["parameter", "scaled", "largest move of a change (points)"],
         &moves,
-        &mut out,
-    );
+        &[1, 2],
+        markdown,
+    ));
     let _ = writeln!(out);
     let show = |(c, p, f): (f64, Param, f64)| format!("{c:+.2}% ({} x{f:.2})", p.key());
     let rows: Vec<Vec<String>> = s
@@ -469,7 +433,7 @@ pub fn render(s: &Sensitivity, markdown: bool) -> String {
             ])
         })
         .collect();
-    table(
+    out.push_str(&crate::table::render(
         &[
             "profile",
             "mode",
@@ -481,8 +445,9 @@ pub fn render(s: &Sensitivity, markdown: bool) -> String {
             "sign",
         ],
         &rows,
-        &mut out,
-    );
+        &[2, 4, 5, 6],
+        markdown,
+    ));
     let held = rows.iter().filter(|r| r[7] == "holds").count();
     let _ = writeln!(
         out,

@@ -548,7 +548,7 @@ impl TableSensitivity {
         for (k, f, why) in &self.skipped {
             let _ = writeln!(s, "  {k} x{f:.2} not replayed: {why}");
         }
-        let mut rows: Vec<[String; 9]> = Vec::new();
+        let mut rows: Vec<Vec<String>> = Vec::new();
         for c in changes {
             let Some(cs) = self.find(c) else { continue };
             let pick = |low: bool| {
@@ -578,7 +578,7 @@ impl TableSensitivity {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
-            rows.push([
+            rows.push(vec![
                 c.profile.clone(),
                 c.mode.clone(),
                 c.tasks.to_string(),
@@ -601,37 +601,8 @@ impl TableSensitivity {
             "highest",
             "published sign under",
         ];
-        let widths: Vec<usize> = (0..HEAD.len())
-            .map(|i| {
-                rows.iter()
-                    .map(|r| r[i].len())
-                    .chain([HEAD[i].len()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let line = |cells: [&str; 9]| {
-            cells
-                .iter()
-                .zip(&widths)
-                .enumerate()
-                .map(|(i, (c, w))| {
-                    // Names left, figures right, the verdict as it comes.
-                    if (2..=7).contains(&i) {
-                        format!("{c:>w$}")
-                    } else {
-                        format!("{c:<w$}")
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_string()
-        };
-        let _ = writeln!(s, "{}", line(HEAD));
-        for r in &rows {
-            let _ = writeln!(s, "{}", line(std::array::from_fn(|i| r[i].as_str())));
-        }
+        // Names left, figures right, the verdict as it comes.
+        s.push_str(&crate::table::render(&HEAD, &rows, &[2, 4, 5, 6, 7], false));
         let beyond: Vec<&Change> = changes.iter().filter(|c| c.beyond_noise).collect();
         let wrong: Vec<&&Change> = beyond.iter().filter(|c| !c.sign_right()).collect();
         let reachable = wrong
