@@ -435,7 +435,7 @@ fn validate_sensitivity_says_which_errors_an_estimate_could_account_for() {
     let part = out.split("published sign under").nth(1).unwrap();
     assert_eq!(part.matches("\npvl-v2 ").count(), 20, "{out}");
     assert!(
-        out.contains("pft-single-vma-2023: sensitivity: of the "),
+        out.contains("pft-single-vma-2023: sensitivity: wrong signs beyond the published noise: "),
         "{out}"
     );
     let doc: serde_json::Value =

@@ -619,7 +619,7 @@ impl TableSensitivity {
             .count();
         let _ = writeln!(
             s,
-            "{table}: sensitivity: of the {} changes beyond the published noise with the wrong sign, {reachable} take the published sign under some single variant; of the {} with the right sign, {kept} keep it under every variant",
+            "{table}: sensitivity: wrong signs beyond the published noise: {}, of which {reachable} take the published sign under some single variant; right signs: {}, of which {kept} keep it under every variant",
             wrong.len(),
             right.len()
         );
@@ -2206,7 +2206,7 @@ mod tests {
         assert_eq!(s.published_sign_under(&changes[2]).len(), 2);
         let text = s.render("t", &changes);
         assert!(
-            text.contains("t: sensitivity: of the 2 changes beyond the published noise with the wrong sign, 1 take the published sign under some single variant; of the 2 with the right sign, 1 keep it under every variant"),
+            text.contains("t: sensitivity: wrong signs beyond the published noise: 2, of which 1 take the published sign under some single variant; right signs: 2, of which 1 keep it under every variant"),
             "{text}"
         );
         assert!(
