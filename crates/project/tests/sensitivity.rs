@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::AtomicBool;
 
 use common::TestMachine;
-use pagelab_project::project::{ProjectSpec, project_traces};
+use pagelab_project::project::{ProjectSpec, Projection, project_traces};
 use pagelab_project::sensitivity::{ChangeKey, Param, changes, sensitivity};
 use pagelab_project::trace::{Event, Instance, Trace, Window};
 use pagelab_sync::Scope;
@@ -69,13 +69,21 @@ fn key(tasks: usize) -> ChangeKey {
     }
 }
 
-#[test]
-fn a_change_that_stands_on_a_moved_line_moves_with_the_transfer_and_not_with_the_trap() {
+/// The test spec, the two profiles' traces (one atomic a fault, two) and their projection on
+/// the machine as it is: what every sensitivity run below starts from.
+fn projected() -> (ProjectSpec, Vec<Vec<Trace>>, Vec<Projection>) {
     let spec = spec();
     let traces = vec![vec![trace(1)], vec![trace(2)]];
-    let never = AtomicBool::new(false);
-    let (base, stopped) = project_traces(&spec, traces.clone(), &mut |_| {}, &never).unwrap();
+    let (base, stopped) =
+        project_traces(&spec, traces.clone(), &mut |_| {}, &AtomicBool::new(false)).unwrap();
     assert!(!stopped);
+    (spec, traces, base)
+}
+
+#[test]
+fn a_change_that_stands_on_a_moved_line_moves_with_the_transfer_and_not_with_the_trap() {
+    let (spec, traces, base) = projected();
+    let never = AtomicBool::new(false);
     let mut seen = Vec::new();
     let s = sensitivity(
         &spec,
@@ -147,10 +155,8 @@ fn a_change_that_stands_on_a_moved_line_moves_with_the_transfer_and_not_with_the
 
 #[test]
 fn a_factor_that_is_not_a_positive_number_is_refused() {
-    let spec = spec();
-    let traces = vec![vec![trace(1)], vec![trace(2)]];
+    let (spec, traces, base) = projected();
     let never = AtomicBool::new(false);
-    let (base, _) = project_traces(&spec, traces.clone(), &mut |_| {}, &never).unwrap();
     for f in [0.0, -1.0, f64::NAN] {
         let e = sensitivity(
             &spec,
@@ -168,10 +174,7 @@ fn a_factor_that_is_not_a_positive_number_is_refused() {
 
 #[test]
 fn a_stop_ends_the_run_between_variants() {
-    let spec = spec();
-    let traces = vec![vec![trace(1)], vec![trace(2)]];
-    let never = AtomicBool::new(false);
-    let (base, _) = project_traces(&spec, traces.clone(), &mut |_| {}, &never).unwrap();
+    let (spec, traces, base) = projected();
     let stop = AtomicBool::new(false);
     let s = sensitivity(
         &spec,
