@@ -437,8 +437,10 @@ pub struct MmPolicy {
     /// `do_user_addr_fault` until 6.4, `lock_mm_and_find_vma`'s `get_mmap_lock_carefully` from
     /// 6.5), so that a kernel-mode fault with the lock already held can be told from a bug
     /// before it sleeps. The trylock reads the count before its compare-and-exchange, where
-    /// `down_read` is one unconditional add: under many faulting threads that read fetches
-    /// the line shared and the exchange must then take it back from the other readers. ia64
+    /// `down_read` is one unconditional add; the two adjacent instructions are one request
+    /// for the line (the replay folds the read into the exchange, as measured on this
+    /// project's host: docs/model.md, "A read right before an exchange"), so the traces
+    /// differ in what a failed trylock costs, a read with no exchange. ia64
     /// (`ia64_do_page_fault`, the Altix of the 2.6.13 profiles) calls `down_read` directly:
     /// `false`.
     #[serde(default = "MmPolicy::default_mmap_read_trylock")]

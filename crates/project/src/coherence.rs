@@ -23,6 +23,11 @@
 //!   SOSP 2013, section 4); the one-occupancy-per-acknowledgement form is this model's
 //!   assumption, not a fitted number.
 //!
+//! - **A read followed at once by a locked instruction** on the same line (a trylock's read of
+//!   its lock word, then its exchange) never reaches this model as a read: the replay's
+//!   compiler folds it into the instruction, one request for the line, as measured on this
+//!   project's host (`replay::fold_read`, `examples/line_probe.rs`).
+//!
 //! Lines that cannot be named by address in a one-task capture (the `struct page` at the head of
 //! a shared list, the buddy block a free merges with) are named relative to the list's head
 //! ([`pagelab_sync::trace::Sym`]), and resolved here against the replay's own record of who

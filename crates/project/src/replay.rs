@@ -218,8 +218,10 @@ enum Op {
     Atomic(u32),
     Acquire(u32, bool),
     /// A trylock with the index of its fallback in the program's [`Alt`] table ([`NONE`]:
-    /// none recorded, so a failed trylock waits as a lock would).
-    Try(u32, bool, u32),
+    /// none recorded, so a failed trylock waits as a lock would), and whether the kernel reads
+    /// the lock word first ([`fold_read`]): a trylock that fails after its read has
+    /// made that read alone.
+    Try(u32, bool, u32, bool),
     Release(u32, bool),
     /// An rwsem's write hold become a read hold ([`Sim::downgrade`]).
     Downgrade(u32),
@@ -592,7 +594,7 @@ fn elide_return(e: &mut Elision, op: Op) -> bool {
         // A trylock with a recorded fallback: a failure replaces the ops up to its release
         // with the fallback's, which this pass does not see, so an access in between does not
         // count.
-        Op::Try(r, _, alt) if alt != NONE && e.trylock.is_none() => e.trylock = Some(r),
+        Op::Try(r, _, alt, _) if alt != NONE && e.trylock.is_none() => e.trylock = Some(r),
         Op::Release(r, _) if e.trylock == Some(r) => e.trylock = None,
         Op::Line(r, _, Sym::Here) | Op::Atomic(r)
             if e.in_flight == Some(r) && e.trylock.is_none() =>
@@ -625,24 +627,41 @@ impl Elision {
     }
 }
 
-/// A trylock's read of its lock word and its exchange are adjacent instructions in the kernel
-/// (`__down_read_trylock`: `atomic_long_read`, then `atomic_long_try_cmpxchg_acquire`); what the
-/// engine computes between the two recorded events is its own bookkeeping (the exchange loop,
-/// lock statistics, the recorder). So when `acquire`, a successful trylock's acquisition, comes
-/// right after a read of its own lock's line with compute in between, that compute is moved
-/// before the read: the exchange then follows the read as it does on hardware, and finds the
-/// line the read brought unless another CPU's request was due first.
-fn trylock_read_next_to_exchange(out: &mut Vec<Op>, pending: &mut f64, acquire: Op) {
-    let r = match acquire {
-        Op::Acquire(r, _) | Op::Try(r, _, _) => r,
-        _ => return,
+/// A read of a line followed at once by a locked instruction on it (a trylock's exchange, an
+/// atomic, a lock's acquisition) by the same CPU is one request for the line. In the kernel the
+/// pair is a trylock's two adjacent instructions (`__down_read_trylock`: `atomic_long_read`,
+/// then `atomic_long_try_cmpxchg_acquire`; `refcount_inc_not_zero` likewise), and on this
+/// project's host a load followed at once by a compare-and-exchange of a line another core
+/// holds modified costs what the exchange alone costs, in latency and in what the line sustains
+/// between two contending cores (`examples/line_probe.rs`; docs/model.md, section 3, "A read
+/// right before an exchange"): the core asks for the line's ownership with the load's miss, not
+/// after it. So the read is folded into the op that follows it: the line is fetched once, as
+/// for an atomic alone. What the engine computes between the two recorded events is its own
+/// bookkeeping (the exchange loop, lock statistics, the recorder) and stays before the op;
+/// elsewhere a read is folded only when the engine recorded nothing between the two
+/// (`adjacent`). Returns whether a read was folded.
+fn fold_read(out: &mut Vec<Op>, op: Op, adjacent: bool) -> bool {
+    if !adjacent {
+        return false;
+    }
+    let r = match op {
+        Op::Acquire(r, _) | Op::Try(r, ..) | Op::Atomic(r) => r,
+        _ => return false,
     };
-    if *pending > 0.0
-        && let Some(&Op::Line(l, false, Sym::Here)) = out.last()
+    if let Some(&Op::Line(l, false, Sym::Here)) = out.last()
         && l == r
     {
-        let read = out.pop().expect("matched above");
-        push_after_compute(out, pending, Some(read));
+        out.pop();
+        return true;
+    }
+    false
+}
+
+/// `op` with its read folded in ([`fold_read`]), for a trylock with a fallback.
+fn with_read(op: Op, read: bool) -> Op {
+    match op {
+        Op::Try(r, shared, alt, _) => Op::Try(r, shared, alt, read),
+        o => o,
     }
 }
 
@@ -900,7 +919,7 @@ impl<'a> Replay<'a> {
                         let k = tried[f] % trace.fallbacks[f].segments.len();
                         tried[f] += 1;
                         // The segment's number for now; its compiled fallback's index below.
-                        map(inst).map(|r| Op::Try(r, shared, (seg_base[f] + k) as u32))
+                        map(inst).map(|r| Op::Try(r, shared, (seg_base[f] + k) as u32, false))
                     }
                     ref e => event_op(e, &mut map, flush),
                 };
@@ -908,9 +927,8 @@ impl<'a> Replay<'a> {
                     if elide_return(&mut elision, op) {
                         continue;
                     }
-                    if let Event::Acquire { trylock: true, .. } = *e {
-                        trylock_read_next_to_exchange(&mut prog, &mut pending, op);
-                    }
+                    let trylock = matches!(*e, Event::Acquire { trylock: true, .. });
+                    let op = with_read(op, fold_read(&mut prog, op, pending == 0.0 || trylock));
                     push_after_compute(&mut prog, &mut pending, Some(op));
                     match op {
                         Op::Acquire(..) | Op::Try(..) => depth += 1,
@@ -935,7 +953,7 @@ impl<'a> Replay<'a> {
             let (mut alts, mut alt_ops) = (Vec::new(), Vec::new());
             let mut compiled: HashMap<u32, (u32, u32)> = HashMap::new();
             for j in 0..prog.len() {
-                let Op::Try(r, shared, g) = prog[j] else {
+                let Op::Try(r, shared, g, read) = prog[j] else {
                     continue;
                 };
                 let skip = prog[j + 1..]
@@ -954,9 +972,10 @@ impl<'a> Replay<'a> {
                             ref e => event_op(e, &mut map, flush)
                                 .and_then(|o| fence_after_store(&mut last_store, o)),
                         };
-                        if let (Some(o), Event::Acquire { trylock: true, .. }) = (op, *e) {
-                            trylock_read_next_to_exchange(&mut alt_ops, &mut pending, o);
-                        }
+                        let trylock = matches!(*e, Event::Acquire { trylock: true, .. });
+                        let op = op.map(|o| {
+                            with_read(o, fold_read(&mut alt_ops, o, pending == 0.0 || trylock))
+                        });
                         if op.is_some() {
                             push_after_compute(&mut alt_ops, &mut pending, op);
                         }
@@ -971,9 +990,9 @@ impl<'a> Replay<'a> {
                             len,
                             skip: k as u32 + 1,
                         });
-                        Op::Try(r, shared, (alts.len() - 1) as u32)
+                        Op::Try(r, shared, (alts.len() - 1) as u32, read)
                     }
-                    _ => Op::Try(r, shared, NONE),
+                    _ => Op::Try(r, shared, NONE, read),
                 };
             }
             // A traced write is the engine's page (or pages); on the machine each fault
@@ -1814,6 +1833,7 @@ impl<'r, 'a> Sim<'r, 'a> {
         ri: usize,
         shared: bool,
         alt: u32,
+        read: bool,
         cpu: usize,
         t: u64,
     ) -> Option<u64> {
@@ -1826,7 +1846,13 @@ impl<'r, 'a> Sim<'r, 'a> {
         c.alt = Some((a.start, a.start + a.len));
         c.pc += a.skip as usize;
         c.left = c.left.saturating_sub(u64::from(a.skip));
-        Some(t)
+        // The read saw the lock taken, and the kernel did not try the exchange: what the
+        // failure cost is that read.
+        Some(if read {
+            self.line_op(ri, cpu, t, false, Sym::Here)
+        } else {
+            t
+        })
     }
 
     /// rwsem: a writer woken at `t` to take resource `ri` itself. Takes it if it is free, or
@@ -2244,8 +2270,8 @@ impl<'r, 'a> Sim<'r, 'a> {
                     Some(_) => {}
                     None => return,
                 },
-                Op::Try(ri, shared, alt) => {
-                    match self.try_acquire(ri as usize, shared, alt, c, t) {
+                Op::Try(ri, shared, alt, read) => {
+                    match self.try_acquire(ri as usize, shared, alt, read, c, t) {
                         Some(at) if at > t => {
                             self.schedule(c, at);
                             return;
@@ -2774,11 +2800,13 @@ ipi_handler_ns = 500.0
         });
     }
 
-    /// The compute the engine records between a trylock's read of its lock word and the
-    /// exchange is moved before the read: the two are adjacent instructions in the kernel.
-    /// A read of the line followed by something else keeps its place.
+    /// A trylock's read of its lock word is folded into its exchange, with the compute the
+    /// engine recorded between the two kept before it (the kernel's instructions are
+    /// adjacent); a read right before an atomic on the same line is folded too. A read
+    /// followed by something else, or by an atomic after compute, keeps its place, and a
+    /// trylock with a recorded fallback remembers that it read.
     #[test]
-    fn a_trylocks_read_is_compiled_next_to_its_exchange() {
+    fn a_read_right_before_an_exchange_is_folded_into_it() {
         let mut t = trace(RwsemAlgo::SpinWritersHandoff);
         let read = Event::Line {
             inst: 0,
@@ -2801,6 +2829,11 @@ ipi_handler_ns = 500.0
                 inst: 0,
                 shared: true,
             },
+            read,
+            Event::Atomic { inst: 0 },
+            read,
+            Event::Compute { ns: 3.0 },
+            Event::Atomic { inst: 0 },
             Event::Ops { n: 1 },
         ];
         let m = machine();
@@ -2811,21 +2844,37 @@ ipi_handler_ns = 500.0
             samples: 1,
             ops_per_cpu: None,
         };
-        let r = Replay::new(&m, &t, spec).unwrap();
+        let r = Replay::new(&m, &t, spec.clone()).unwrap();
         let ops: Vec<String> = r.progs[0].iter().map(|o| format!("{o:?}")).collect();
         assert_eq!(
             ops,
             [
                 "Compute(50000)",
                 "Compute(7000)",
-                "Line(0, false, Here)",
                 "Acquire(0, true)",
                 "Compute(100000)",
                 "Line(0, false, Here)",
                 "Compute(9000)",
                 "Release(0, true)",
+                "Atomic(0)",
+                "Line(0, false, Here)",
+                "Compute(3000)",
+                "Atomic(0)",
                 "Ops(1)",
             ]
+        );
+        // With a fallback recorded for the trylock, the fold is remembered on the `Try`.
+        t.fallbacks = vec![crate::trace::Fallback {
+            class: "mmap_lock".into(),
+            segments: vec![vec![Event::Compute { ns: 1.0 }, Event::Ops { n: 0 }]],
+        }];
+        let r = Replay::new(&m, &t, spec).unwrap();
+        assert!(
+            r.progs[0]
+                .iter()
+                .any(|o| matches!(o, Op::Try(0, true, 0, true))),
+            "{:?}",
+            r.progs[0]
         );
     }
 
@@ -2912,8 +2961,8 @@ ipi_handler_ns = 500.0
         // the fallback's ops: it settles nothing. One without a fallback, or after the
         // release, does.
         let (tf, tn, rel) = (
-            Op::Try(1, true, 0),
-            Op::Try(1, true, NONE),
+            Op::Try(1, true, 0, false),
+            Op::Try(1, true, NONE, false),
             Op::Release(1, true),
         );
         assert_eq!(run(&[p, tf, l, rel, r]), 1);
@@ -2951,7 +3000,7 @@ ipi_handler_ns = 500.0
             [Op::Fence(0)]
         );
         for drain in [
-            Op::Try(3, false, NONE),
+            Op::Try(3, false, NONE, false),
             Op::Acquire(3, false),
             Op::Release(3, false),
             Op::Atomic(3),

@@ -770,6 +770,32 @@ fn a_failed_trylock_runs_the_recorded_fallback_and_counts_it() {
     // sum, the second's 50 us of spinning included.
     let busy = r.ops as f64 / r.ops_per_cpu_sec.unwrap() * 1e9;
     assert!((busy - 158_000.0).abs() < 1_500.0, "{busy} ns busy");
+    assert_eq!(vma.line_events, 0, "{vma:?}");
+
+    // A trylock that reads the lock word first (`__down_read_trylock`): the read is part of
+    // the exchange's request when the trylock succeeds, and all a failed one costs before its
+    // fallback, a transfer from the writer that holds the line (50 ns). Before 2026-12-01 the
+    // read was a line event of its own whether the trylock failed or not.
+    let read = Event::Line {
+        inst: 0,
+        write: false,
+        sym: pagelab_sync::trace::Sym::Here,
+    };
+    let mut with_read = t.clone();
+    with_read.events.insert(4, read);
+    let r = run(&with_read);
+    assert_eq!(r.ops, 4);
+    let vma = class(&r, "vma lock").unwrap();
+    assert_eq!(vma.fallbacks, 1, "{vma:?}");
+    assert_eq!(
+        vma.line_events, 1,
+        "the failed trylock's read only: {vma:?}"
+    );
+    // (It may first wait while the writer's own acquisition keeps the line busy.)
+    assert!(
+        (vma.line_ns - vma.line_queued_ns - 50.0).abs() < 1.0,
+        "{vma:?}"
+    );
 
     // Without a recorded fallback the trylock waits for the lock, as a read would (it sleeps
     // there: readers do not spin in 5.11+).

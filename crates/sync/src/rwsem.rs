@@ -370,10 +370,11 @@ impl<T> RwSem<T> {
         if self.forced_to_fail(Access::Shared) {
             return None;
         }
-        // `down_read_trylock` reads the count before its compare-and-exchange: under
-        // contention that read fetches the line shared and the exchange must then invalidate
-        // the other copies, a second transfer the replay's coherence model charges (both are
-        // served by a prefetch for writing of the line still on its way).
+        // `down_read_trylock` reads the count before its compare-and-exchange (since 5.16,
+        // 14c24048841f). The two are adjacent instructions, one request for the line on the
+        // hosts measured: the replay folds the read into the exchange, and charges it alone
+        // when the trylock fails and the kernel makes no exchange (both are served by a
+        // prefetch for writing of the line still on its way).
         self.trace_count_read();
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
