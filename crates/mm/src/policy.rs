@@ -437,10 +437,11 @@ pub struct MmPolicy {
     /// `do_user_addr_fault` until 6.4, `lock_mm_and_find_vma`'s `get_mmap_lock_carefully` from
     /// 6.5), so that a kernel-mode fault with the lock already held can be told from a bug
     /// before it sleeps. The trylock reads the count before its compare-and-exchange, where
-    /// `down_read` is one unconditional add; the two adjacent instructions are one request
-    /// for the line (the replay folds the read into the exchange, as measured on this
-    /// project's host: docs/model.md, "A read right before an exchange"), so the traces
-    /// differ in what a failed trylock costs, a read with no exchange. ia64
+    /// `down_read` is one unconditional add. The two adjacent instructions are one request
+    /// for the line (measured on this project's host: docs/model.md, "A read right before an
+    /// exchange"), and a failed `mmap_read_trylock` goes on to wait in `down_read`, so the
+    /// replay compiles either to one acquisition of the line: the switch changes the
+    /// engine's own path (the exchange loop), not what the projector charges. ia64
     /// (`ia64_do_page_fault`, the Altix of the 2.6.13 profiles) calls `down_read` directly:
     /// `false`.
     #[serde(default = "MmPolicy::default_mmap_read_trylock")]

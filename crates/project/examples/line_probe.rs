@@ -9,8 +9,11 @@
 //! line in the other core's cache, so the time per iteration beyond the one-thread run is what
 //! the pattern's misses cost:
 //!
-//! - `exchange`: one `lock cmpxchg` (the kernel's `atomic_long_try_cmpxchg` with the right
-//!   expected value), one transfer;
+//! - `add`: one `lock xadd`, one transfer: the baseline the others are set against;
+//! - `exchange`: a `lock cmpxchg` with the value the thread last saw as the expected one
+//!   (the speculative exchange of `__down_read_trylock` from 5.3 to 5.15). The other thread
+//!   moved the word meanwhile, so it fails once and is retried with the value it found, on a
+//!   line already here: one transfer and one more locked instruction;
 //! - `read+exchange`: a load of the word, then the exchange with the value read
 //!   (`__down_read_trylock` since 5.16);
 //! - `exchange..add`: the exchange, half of `W`, then a `lock xadd` (a read hold and its
@@ -38,6 +41,7 @@ struct Word(AtomicU64);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Pattern {
+    Add,
     Exchange,
     ReadExchange,
     ExchangeAdd,
@@ -45,7 +49,8 @@ enum Pattern {
 }
 
 impl Pattern {
-    const ALL: [Pattern; 4] = [
+    const ALL: [Pattern; 5] = [
+        Pattern::Add,
         Pattern::Exchange,
         Pattern::ReadExchange,
         Pattern::ExchangeAdd,
@@ -54,6 +59,7 @@ impl Pattern {
 
     fn name(self) -> &'static str {
         match self {
+            Pattern::Add => "add",
             Pattern::Exchange => "exchange",
             Pattern::ReadExchange => "read+exchange",
             Pattern::ExchangeAdd => "exchange..add",
@@ -83,6 +89,9 @@ fn exchange(w: &AtomicU64, mut cur: u64) {
 #[inline]
 fn iteration(p: Pattern, w: &AtomicU64, w_ns: u64, guess: &mut u64) {
     match p {
+        Pattern::Add => {
+            w.fetch_add(1, Ordering::AcqRel);
+        }
         Pattern::Exchange | Pattern::ExchangeAdd => {
             // The expected value is the thread's last guess: right when the other thread did
             // not move the word since, as an uncontended speculative exchange would be.
@@ -113,17 +122,17 @@ fn iteration(p: Pattern, w: &AtomicU64, w_ns: u64, guess: &mut u64) {
     }
 }
 
-/// Nanoseconds per iteration of `p` per thread, `threads` (1 or 2) pinned to `cpus`.
-fn run(p: Pattern, threads: usize, cpus: [usize; 2], w_ns: u64) -> f64 {
+/// Nanoseconds per iteration of `p` per thread, `threads` (1 or 2) pinned to the first two
+/// allowed CPUs.
+fn run(p: Pattern, threads: usize, w_ns: u64) -> Result<f64, String> {
     let word = Arc::new(Word(AtomicU64::new(0)));
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(threads + 1));
     let handles: Vec<_> = (0..threads)
         .map(|i| {
             let (word, stop, start) = (word.clone(), stop.clone(), start.clone());
-            let cpu = cpus[i];
             std::thread::spawn(move || {
-                pin_to_core(cpu);
+                let pinned = pin_to_core(i);
                 let mut guess = 0;
                 start.wait();
                 let t = Instant::now();
@@ -133,18 +142,19 @@ fn run(p: Pattern, threads: usize, cpus: [usize; 2], w_ns: u64) -> f64 {
                     n += 1;
                 }
                 black_box(guess);
-                t.elapsed().as_nanos() as f64 / n.max(1) as f64
+                pinned.then(|| t.elapsed().as_nanos() as f64 / n.max(1) as f64)
             })
         })
         .collect();
     start.wait();
     std::thread::sleep(WINDOW);
     stop.store(true, Ordering::Relaxed);
-    let per: Vec<f64> = handles
+    let per: Option<Vec<f64>> = handles
         .into_iter()
         .map(|h| h.join().expect("probe thread"))
         .collect();
-    per.iter().sum::<f64>() / per.len() as f64
+    let per = per.ok_or("line_probe: the host refused to pin a thread to its CPU")?;
+    Ok(per.iter().sum::<f64>() / per.len() as f64)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -169,8 +179,15 @@ fn main() -> Result<(), String> {
         [a, b, ..] => [*a, *b],
         _ => return Err("line_probe needs two CPUs it may run on".into()),
     };
+    // Two hardware threads of one core share its caches: their "transfers" would be the
+    // core's own (the kernel's topology says which CPUs are siblings).
+    let siblings = std::fs::read_to_string(format!(
+        "/sys/devices/system/cpu/cpu{a}/topology/thread_siblings_list"
+    ))
+    .map(|s| s.trim().to_string())
+    .unwrap_or_else(|_| "unknown".into());
     println!(
-        "CPUs {a} and {b}, {rounds} rounds of {} ms windows",
+        "CPUs {a} and {b} (CPU {a}'s hardware threads: {siblings}), {rounds} rounds of {} ms windows",
         WINDOW.as_millis()
     );
     for w_ns in [1000u64, 0] {
@@ -187,8 +204,8 @@ fn main() -> Result<(), String> {
         for p in Pattern::ALL {
             let (mut one, mut two) = (Vec::new(), Vec::new());
             for _ in 0..rounds {
-                one.push(run(p, 1, [a, b], w_ns));
-                two.push(run(p, 2, [a, b], w_ns));
+                one.push(run(p, 1, w_ns)?);
+                two.push(run(p, 2, w_ns)?);
             }
             let (one, two) = (median(one), median(two));
             println!(
@@ -199,12 +216,12 @@ fn main() -> Result<(), String> {
             extra.push(two - one);
         }
         if w_ns > 0 && extra[0] > 0.0 {
-            println!(
-                "  in transfers of the exchange alone: read+exchange {:.2}, exchange..add {:.2}, read+exchange..add {:.2}",
-                extra[1] / extra[0],
-                extra[2] / extra[0],
-                extra[3] / extra[0]
-            );
+            let ratios: Vec<String> = Pattern::ALL[1..]
+                .iter()
+                .zip(&extra[1..])
+                .map(|(p, e)| format!("{} {:.2}", p.name(), e / extra[0]))
+                .collect();
+            println!("  extra against add's: {}", ratios.join(", "));
         }
     }
     Ok(())

@@ -219,8 +219,8 @@ enum Op {
     Acquire(u32, bool),
     /// A trylock with the index of its fallback in the program's [`Alt`] table ([`NONE`]:
     /// none recorded, so a failed trylock waits as a lock would), and whether the kernel reads
-    /// the lock word first ([`fold_read`]): a trylock that fails after its read has
-    /// made that read alone.
+    /// the lock word first ([`fold_read`]): a trylock with a fallback that fails has made
+    /// that read alone, and is charged it.
     Try(u32, bool, u32, bool),
     Release(u32, bool),
     /// An rwsem's write hold become a read hold ([`Sim::downgrade`]).
@@ -631,30 +631,49 @@ impl Elision {
 /// atomic, a lock's acquisition) by the same CPU is one request for the line. In the kernel the
 /// pair is a trylock's two adjacent instructions (`__down_read_trylock`: `atomic_long_read`,
 /// then `atomic_long_try_cmpxchg_acquire`; `refcount_inc_not_zero` likewise), and on this
-/// project's host a load followed at once by a compare-and-exchange of a line another core
-/// holds modified costs what the exchange alone costs, in latency and in what the line sustains
-/// between two contending cores (`examples/line_probe.rs`; docs/model.md, section 3, "A read
-/// right before an exchange"): the core asks for the line's ownership with the load's miss, not
-/// after it. So the read is folded into the op that follows it: the line is fetched once, as
-/// for an atomic alone. What the engine computes between the two recorded events is its own
-/// bookkeeping (the exchange loop, lock statistics, the recorder) and stays before the op;
-/// elsewhere a read is folded only when the engine recorded nothing between the two
-/// (`adjacent`). Returns whether a read was folded.
-fn fold_read(out: &mut Vec<Op>, op: Op, adjacent: bool) -> bool {
-    if !adjacent {
+/// project's host a load followed at once by a locked instruction on a line another core
+/// holds modified costs what the locked instruction alone costs, in latency and in what the
+/// line sustains between two contending cores (`examples/line_probe.rs`; docs/model.md,
+/// section 3, "A read right before an exchange"): the core asks for the line's ownership with
+/// the load's miss, not after it. So the read is folded into the op that follows it: the line
+/// is fetched once, as for the atomic alone.
+///
+/// `fresh` says that the read is the op the previous event compiled to, with no event left
+/// out between (a private instance's access, an elided return, a fence with nothing to wait
+/// for), and `floor` is where the program being compiled starts in `out` (a fallback
+/// segment's ops follow the previous segment's in one vector). For a trylock what the engine
+/// computed between its two recorded events is its own bookkeeping (the exchange loop, lock
+/// statistics, the recorder) and stays before the locked op, merged with the compute before
+/// the read; elsewhere a read is folded only with nothing computed between (`*pending` 0).
+/// Returns whether a read was folded.
+fn fold_read(
+    out: &mut Vec<Op>,
+    floor: usize,
+    pending: &mut f64,
+    op: Op,
+    trylock: bool,
+    fresh: bool,
+) -> bool {
+    if !fresh || out.len() <= floor || !(trylock || *pending == 0.0) {
         return false;
     }
     let r = match op {
         Op::Acquire(r, _) | Op::Try(r, ..) | Op::Atomic(r) => r,
         _ => return false,
     };
-    if let Some(&Op::Line(l, false, Sym::Here)) = out.last()
-        && l == r
+    if out.last() != Some(&Op::Line(r, false, Sym::Here)) {
+        return false;
+    }
+    out.pop();
+    // One compute op for the gap before the locked op, as `push_after_compute` keeps it.
+    if *pending > 0.0
+        && out.len() > floor
+        && let Some(&Op::Compute(d)) = out.last()
     {
         out.pop();
-        return true;
+        *pending += d as f64 / 1000.0;
     }
-    false
+    true
 }
 
 /// `op` with its read folded in ([`fold_read`]), for a trylock with a fallback.
@@ -904,6 +923,8 @@ impl<'a> Replay<'a> {
             let mut elision = Elision::new();
             // The last store since the store buffer last drained ([`fence_after_store`]).
             let mut last_store = None;
+            // Whether the last op of `prog` is what the last event compiled to ([`fold_read`]).
+            let mut fresh = false;
             for (e, _) in events.iter().zip(keep).filter(|(_, k)| **k) {
                 let op = match *e {
                     Event::Compute { ns } => {
@@ -923,13 +944,18 @@ impl<'a> Replay<'a> {
                     }
                     ref e => event_op(e, &mut map, flush),
                 };
-                if let Some(op) = op.and_then(|o| fence_after_store(&mut last_store, o)) {
+                let op = op.and_then(|o| fence_after_store(&mut last_store, o));
+                fresh &= op.is_some();
+                if let Some(op) = op {
                     if elide_return(&mut elision, op) {
+                        fresh = false;
                         continue;
                     }
                     let trylock = matches!(*e, Event::Acquire { trylock: true, .. });
-                    let op = with_read(op, fold_read(&mut prog, op, pending == 0.0 || trylock));
+                    let folded = fold_read(&mut prog, 0, &mut pending, op, trylock, fresh);
+                    let op = with_read(op, folded);
                     push_after_compute(&mut prog, &mut pending, Some(op));
+                    fresh = true;
                     match op {
                         Op::Acquire(..) | Op::Try(..) => depth += 1,
                         Op::Release(..) => depth -= 1,
@@ -963,6 +989,7 @@ impl<'a> Replay<'a> {
                     let start = alt_ops.len();
                     let mut pending = 0.0f64;
                     let mut last_store = None;
+                    let mut fresh = false;
                     for e in segment(g as usize) {
                         let op = match *e {
                             Event::Compute { ns } => {
@@ -974,8 +1001,11 @@ impl<'a> Replay<'a> {
                         };
                         let trylock = matches!(*e, Event::Acquire { trylock: true, .. });
                         let op = op.map(|o| {
-                            with_read(o, fold_read(&mut alt_ops, o, pending == 0.0 || trylock))
+                            let folded =
+                                fold_read(&mut alt_ops, start, &mut pending, o, trylock, fresh);
+                            with_read(o, folded)
                         });
+                        fresh = op.is_some();
                         if op.is_some() {
                             push_after_compute(&mut alt_ops, &mut pending, op);
                         }
@@ -2204,12 +2234,18 @@ impl<'r, 'a> Sim<'r, 'a> {
                 cpu.left -= 1;
                 op
             };
-            // The store buffer's drain ([`Op::drains_stores`]).
+            // The store buffer's drain ([`Op::drains_stores`]). A trylock with a fallback that
+            // finds its lock taken makes no locked instruction (its read saw the lock held),
+            // so it does not wait for the stores before it.
+            let stores_until = cpu.stores_until;
+            let fails = matches!(op, Op::Try(ri, shared, alt, _)
+                if alt != NONE && !self.can_take(ri as usize, shared, t));
             if let Some(counted) = op.drains_stores()
-                && cpu.stores_until > t
+                && stores_until > t
+                && !fails
             {
-                let at = cpu.stores_until;
-                cpu.held_op = Some(op);
+                let at = stores_until;
+                self.cpus[c].held_op = Some(op);
                 if let Some(ri) = counted {
                     let class = self.res[ri as usize].class;
                     self.stats[class].drain_ns += (at - t) as f64 / 1000.0;
@@ -2218,7 +2254,7 @@ impl<'r, 'a> Sim<'r, 'a> {
                 return;
             }
             self.events += 1;
-            let (factor, trap_factor) = (cpu.factor, cpu.trap_factor);
+            let (factor, trap_factor) = (self.cpus[c].factor, self.cpus[c].trap_factor);
             match op {
                 Op::Compute(d) => {
                     let at = self.on_cpu(c, t, (d as f64 * factor) as u64);
@@ -2801,39 +2837,67 @@ ipi_handler_ns = 500.0
     }
 
     /// A trylock's read of its lock word is folded into its exchange, with the compute the
-    /// engine recorded between the two kept before it (the kernel's instructions are
-    /// adjacent); a read right before an atomic on the same line is folded too. A read
-    /// followed by something else, or by an atomic after compute, keeps its place, and a
-    /// trylock with a recorded fallback remembers that it read.
+    /// engine recorded between the two kept before it, in one compute op (the kernel's
+    /// instructions are adjacent); a read right before an atomic or a lock's acquisition on
+    /// the same line is folded too. A read followed by something else, by an atomic after
+    /// compute, or by an access to another line, a write, a symbolic read, or an event left
+    /// out of the program (a private instance's access) keeps its place, and a trylock with a
+    /// recorded fallback remembers that it read.
     #[test]
     fn a_read_right_before_an_exchange_is_folded_into_it() {
         let mut t = trace(RwsemAlgo::SpinWritersHandoff);
-        let read = Event::Line {
+        t.instances.push(Instance {
+            class: "counter".into(),
+            scope: Scope::Mm,
+            model: LockModel::Line,
+            sleeps: false,
+            rwsem: None,
+        });
+        // A task's own line: no resource in a replay of threads sharing the mm.
+        t.instances.push(Instance {
+            class: "own".into(),
+            scope: Scope::Vma,
+            model: LockModel::Line,
+            sleeps: false,
+            rwsem: None,
+        });
+        let line = |inst, write, sym| Event::Line { inst, write, sym };
+        let read = line(0, false, Sym::Here);
+        let acquire = |trylock| Event::Acquire {
             inst: 0,
-            write: false,
-            sym: Sym::Here,
+            shared: true,
+            trylock,
+        };
+        let release = Event::Release {
+            inst: 0,
+            shared: true,
         };
         t.events = vec![
             Event::Compute { ns: 50.0 },
             read,
             Event::Compute { ns: 7.0 },
-            Event::Acquire {
-                inst: 0,
-                shared: true,
-                trylock: true,
-            },
+            acquire(true),
             Event::Compute { ns: 100.0 },
             read,
             Event::Compute { ns: 9.0 },
-            Event::Release {
-                inst: 0,
-                shared: true,
-            },
+            release,
             read,
             Event::Atomic { inst: 0 },
             read,
             Event::Compute { ns: 3.0 },
             Event::Atomic { inst: 0 },
+            line(1, false, Sym::Here),
+            Event::Atomic { inst: 0 },
+            line(0, true, Sym::Here),
+            Event::Atomic { inst: 0 },
+            line(0, false, Sym::First),
+            Event::Atomic { inst: 0 },
+            read,
+            Event::Atomic { inst: 2 },
+            Event::Atomic { inst: 0 },
+            read,
+            acquire(false),
+            release,
             Event::Ops { n: 1 },
         ];
         let m = machine();
@@ -2849,8 +2913,7 @@ ipi_handler_ns = 500.0
         assert_eq!(
             ops,
             [
-                "Compute(50000)",
-                "Compute(7000)",
+                "Compute(57000)",
                 "Acquire(0, true)",
                 "Compute(100000)",
                 "Line(0, false, Here)",
@@ -2860,6 +2923,16 @@ ipi_handler_ns = 500.0
                 "Line(0, false, Here)",
                 "Compute(3000)",
                 "Atomic(0)",
+                "Line(1, false, Here)",
+                "Atomic(0)",
+                "Line(0, true, Here)",
+                "Atomic(0)",
+                "Line(0, false, First)",
+                "Atomic(0)",
+                "Line(0, false, Here)",
+                "Atomic(0)",
+                "Acquire(0, true)",
+                "Release(0, true)",
                 "Ops(1)",
             ]
         );
@@ -2876,6 +2949,64 @@ ipi_handler_ns = 500.0
             "{:?}",
             r.progs[0]
         );
+    }
+
+    /// Fallback segments are compiled one after the other into one vector: a segment that
+    /// starts with an atomic does not fold the read the previous segment ended with.
+    #[test]
+    fn a_fallback_segment_does_not_fold_the_previous_segments_read() {
+        let mut t = trace(RwsemAlgo::SpinWritersHandoff);
+        let trylock = Event::Acquire {
+            inst: 0,
+            shared: true,
+            trylock: true,
+        };
+        let release = Event::Release {
+            inst: 0,
+            shared: true,
+        };
+        t.events = vec![
+            Event::Compute { ns: 10.0 },
+            trylock,
+            release,
+            Event::Ops { n: 1 },
+            trylock,
+            release,
+            Event::Ops { n: 1 },
+        ];
+        let read = Event::Line {
+            inst: 0,
+            write: false,
+            sym: Sym::Here,
+        };
+        t.fallbacks = vec![crate::trace::Fallback {
+            class: "mmap_lock".into(),
+            segments: vec![
+                vec![Event::Compute { ns: 1.0 }, read],
+                vec![Event::Atomic { inst: 0 }, Event::Ops { n: 0 }],
+            ],
+        }];
+        let spec = ReplaySpec {
+            tasks: 2,
+            threads: true,
+            seed: 1,
+            samples: 1,
+            ops_per_cpu: None,
+        };
+        let m = machine();
+        let r = Replay::new(&m, &t, spec).unwrap();
+        let ops: Vec<String> = r.alt_ops[0].iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(
+            ops,
+            [
+                "Compute(1000)",
+                "Line(0, false, Here)",
+                "Atomic(0)",
+                "Ops(0)"
+            ]
+        );
+        let spans: Vec<(u32, u32)> = r.alts[0].iter().map(|a| (a.start, a.len)).collect();
+        assert_eq!(spans, [(0, 2), (2, 2)]);
     }
 
     #[test]

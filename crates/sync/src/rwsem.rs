@@ -372,9 +372,10 @@ impl<T> RwSem<T> {
         }
         // `down_read_trylock` reads the count before its compare-and-exchange (since 5.16,
         // 14c24048841f). The two are adjacent instructions, one request for the line on the
-        // hosts measured: the replay folds the read into the exchange, and charges it alone
-        // when the trylock fails and the kernel makes no exchange (both are served by a
-        // prefetch for writing of the line still on its way).
+        // host measured (docs/model.md, "A read right before an exchange"): the replay folds
+        // the read into the exchange. A trylock with a recorded fallback that fails made the
+        // read alone, and is charged it (both are served by a prefetch for writing of the
+        // line still on its way).
         self.trace_count_read();
         let mut cur = self.hdr.count.load(Relaxed);
         loop {
