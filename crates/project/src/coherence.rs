@@ -26,8 +26,9 @@
 //! - **A read followed at once by a locked instruction** on the same line (a trylock's read of
 //!   its lock word, then its exchange) reaches this model as the instruction alone: the
 //!   replay's compiler folds the read into it, one request for the line, as measured on this
-//!   project's host (`replay::fold_read`, `examples/line_probe.rs`). Only a trylock that fails,
-//!   and so makes no exchange, reaches it as the read.
+//!   project's host (`replay::fold_read`, `examples/line_probe.rs`). Only a trylock with a
+//!   recorded fallback and a recorded read (the rwsem trylocks) that fails, and so makes no
+//!   exchange, reaches it as the read.
 //!
 //! Lines that cannot be named by address in a one-task capture (the `struct page` at the head of
 //! a shared list, the buddy block a free merges with) are named relative to the list's head

@@ -244,7 +244,8 @@ enum Op {
 impl Op {
     /// Whether the CPU waits at this op until the stores in its store buffer have their lines,
     /// and then the resource whose class counts the wait: a locked instruction (taking a lock,
-    /// a trylock, an atomic, a downgrade, a fence) or a lock's release (a store that TSO makes
+    /// a trylock, except one with a fallback that fails, which the simulator tells apart; an
+    /// atomic, a downgrade, a fence) or a lock's release (a store that TSO makes
     /// visible only after every earlier one), by its resource; a TLB shootdown, whose IPI path
     /// fences, by none. (A spinlock's release is a plain store: the CPU itself could go on
     /// while it waits to become visible, but the replay makes it wait with it, 0.4 to 0.5 ns a
@@ -925,7 +926,12 @@ impl<'a> Replay<'a> {
             let mut last_store = None;
             // Whether the last op of `prog` is what the last event compiled to ([`fold_read`]).
             let mut fresh = false;
-            for (e, _) in events.iter().zip(keep).filter(|(_, k)| **k) {
+            for (e, &kept) in events.iter().zip(keep) {
+                if !kept {
+                    // An unpaired acquire or release at the trace's edge, left out.
+                    fresh = false;
+                    continue;
+                }
                 let op = match *e {
                     Event::Compute { ns } => {
                         pending += ns * scale;
@@ -2235,8 +2241,11 @@ impl<'r, 'a> Sim<'r, 'a> {
                 op
             };
             // The store buffer's drain ([`Op::drains_stores`]). A trylock with a fallback that
-            // finds its lock taken makes no locked instruction (its read saw the lock held),
-            // so it does not wait for the stores before it.
+            // finds its lock taken makes no locked instruction (the kernel's trylocks read the
+            // lock word first and give up on what they see), so it does not wait for the
+            // stores before it. (The compiler's store tracking, [`fence_after_store`], still
+            // counts every trylock as a drain: a fence in a fallback before its first locked
+            // instruction is compiled out. The engine's fallbacks start with an acquisition.)
             let stores_until = cpu.stores_until;
             let fails = matches!(op, Op::Try(ri, shared, alt, _)
                 if alt != NONE && !self.can_take(ri as usize, shared, t));
@@ -2901,14 +2910,7 @@ ipi_handler_ns = 500.0
             Event::Ops { n: 1 },
         ];
         let m = machine();
-        let spec = ReplaySpec {
-            tasks: 2,
-            threads: true,
-            seed: 1,
-            samples: 1,
-            ops_per_cpu: None,
-        };
-        let r = Replay::new(&m, &t, spec.clone()).unwrap();
+        let r = Replay::new(&m, &t, two_threads()).unwrap();
         let ops: Vec<String> = r.progs[0].iter().map(|o| format!("{o:?}")).collect();
         assert_eq!(
             ops,
@@ -2936,12 +2938,33 @@ ipi_handler_ns = 500.0
                 "Ops(1)",
             ]
         );
+        // A release of a hold taken before the recording started is left out of the program,
+        // and the read before it is not folded into the atomic after it.
+        let mut edge = trace(RwsemAlgo::SpinWritersHandoff);
+        edge.events = vec![
+            Event::Compute { ns: 5.0 },
+            read,
+            release,
+            Event::Atomic { inst: 0 },
+            Event::Ops { n: 1 },
+        ];
+        let r = Replay::new(&m, &edge, two_threads()).unwrap();
+        let ops: Vec<String> = r.progs[0].iter().map(|o| format!("{o:?}")).collect();
+        assert_eq!(
+            ops,
+            [
+                "Compute(5000)",
+                "Line(0, false, Here)",
+                "Atomic(0)",
+                "Ops(1)"
+            ]
+        );
         // With a fallback recorded for the trylock, the fold is remembered on the `Try`.
         t.fallbacks = vec![crate::trace::Fallback {
             class: "mmap_lock".into(),
             segments: vec![vec![Event::Compute { ns: 1.0 }, Event::Ops { n: 0 }]],
         }];
-        let r = Replay::new(&m, &t, spec).unwrap();
+        let r = Replay::new(&m, &t, two_threads()).unwrap();
         assert!(
             r.progs[0]
                 .iter()
@@ -2952,28 +2975,28 @@ ipi_handler_ns = 500.0
     }
 
     /// Fallback segments are compiled one after the other into one vector: a segment that
-    /// starts with an atomic does not fold the read the previous segment ended with.
+    /// starts with an atomic does not fold the read the previous segment ended with, and a
+    /// segment whose trylock folds its own read does not merge the previous segment's
+    /// closing compute into its own.
     #[test]
-    fn a_fallback_segment_does_not_fold_the_previous_segments_read() {
+    fn fallback_segments_fold_nothing_across_their_boundaries() {
         let mut t = trace(RwsemAlgo::SpinWritersHandoff);
         let trylock = Event::Acquire {
             inst: 0,
             shared: true,
             trylock: true,
         };
-        let release = Event::Release {
-            inst: 0,
-            shared: true,
-        };
-        t.events = vec![
-            Event::Compute { ns: 10.0 },
+        // A hold by trylock (a fallback replaces it up to the release) and an op, three times.
+        let hold = [
             trylock,
-            release,
-            Event::Ops { n: 1 },
-            trylock,
-            release,
+            Event::Release {
+                inst: 0,
+                shared: true,
+            },
             Event::Ops { n: 1 },
         ];
+        let start = [Event::Compute { ns: 10.0 }];
+        t.events = [&start[..], &hold, &hold, &hold].concat();
         let read = Event::Line {
             inst: 0,
             write: false,
@@ -2983,18 +3006,12 @@ ipi_handler_ns = 500.0
             class: "mmap_lock".into(),
             segments: vec![
                 vec![Event::Compute { ns: 1.0 }, read],
-                vec![Event::Atomic { inst: 0 }, Event::Ops { n: 0 }],
+                vec![Event::Atomic { inst: 0 }, Event::Compute { ns: 1.0 }],
+                vec![read, Event::Compute { ns: 2.0 }, trylock],
             ],
         }];
-        let spec = ReplaySpec {
-            tasks: 2,
-            threads: true,
-            seed: 1,
-            samples: 1,
-            ops_per_cpu: None,
-        };
         let m = machine();
-        let r = Replay::new(&m, &t, spec).unwrap();
+        let r = Replay::new(&m, &t, two_threads()).unwrap();
         let ops: Vec<String> = r.alt_ops[0].iter().map(|o| format!("{o:?}")).collect();
         assert_eq!(
             ops,
@@ -3002,11 +3019,13 @@ ipi_handler_ns = 500.0
                 "Compute(1000)",
                 "Line(0, false, Here)",
                 "Atomic(0)",
-                "Ops(0)"
+                "Compute(1000)",
+                "Compute(2000)",
+                "Acquire(0, true)",
             ]
         );
         let spans: Vec<(u32, u32)> = r.alts[0].iter().map(|a| (a.start, a.len)).collect();
-        assert_eq!(spans, [(0, 2), (2, 2)]);
+        assert_eq!(spans, [(0, 2), (2, 2), (4, 2)]);
     }
 
     #[test]

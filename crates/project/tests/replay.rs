@@ -798,10 +798,10 @@ fn a_failed_trylock_runs_the_recorded_fallback_and_counts_it() {
 
     // A store whose line is still on its way when the trylock comes: a trylock that succeeds
     // is a locked instruction and waits for the store buffer to drain; one that fails made
-    // only its read, and goes on to its fallback at once. Each thread stores to a line the
-    // other wrote last (the first inside its write hold, both 1 us before their trylocks):
-    // the failing trylock (the first thread's, at about 51 us) waits for no drain, the
-    // succeeding one (the second's, at about 101 us) for one transfer (50 ns).
+    // only its read, and goes on to its fallback at once. Each thread stores to a shared
+    // line inside its write hold and again 1 us before its trylock, by when the other thread
+    // wrote the line last: the failing trylock (the first thread's, at about 51 us) waits for
+    // no drain, the succeeding one (the second's, at about 101 us) for one transfer (50 ns).
     let mut stores = t.clone();
     stores
         .instances
