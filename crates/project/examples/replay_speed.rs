@@ -23,6 +23,10 @@
 //! and `REPLAY_SEEDS=N` prints each row's mean rate over seeds 1 to N and its spread.
 //! `REPLAY_SCALE_HOLDS=CLASS:F` multiplies the compute inside the class's exclusive holds by F
 //! (`lru_lock:2`): how long a lock's holds would have to be for a published shape.
+//! `REPLAY_OWNER_LINE=CLASS` gives the rwsem of CLASS an `owner` word on a line of its own,
+//! stored after every read acquisition (`rwsem_set_reader_owned`): what a lock object that
+//! straddles two lines would cost (`vma lock`: v2's 40-byte `struct vma_lock`, from a slab
+//! without cache alignment; docs/model.md, section 4, round 45).
 
 use std::path::Path;
 
@@ -93,6 +97,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         scale(&mut t.events);
         for seg in t.fallbacks.iter_mut().flat_map(|fb| fb.segments.iter_mut()) {
             scale(seg);
+        }
+    }
+    if let Ok(class) = std::env::var("REPLAY_OWNER_LINE") {
+        // The owner word on a line of its own: a store to it right after each read
+        // acquisition of the class's rwsem (a trylock's too: a failed one skips it with the
+        // rest of its success path). Same scope as the lock, so threads share it.
+        let lock = t
+            .instances
+            .iter()
+            .position(|i| i.class == class)
+            .ok_or_else(|| format!("REPLAY_OWNER_LINE: the trace has no class `{class}`"))?;
+        let owner = t.instances.len() as u32;
+        let mut line = t.instances[lock].clone();
+        line.class = format!("{class} owner");
+        line.model = pagelab_sync::trace::LockModel::Line;
+        line.rwsem = None;
+        t.instances.push(line);
+        let add_owner = |events: &mut Vec<Event>| {
+            *events = events
+                .iter()
+                .flat_map(|e| match *e {
+                    Event::Acquire {
+                        inst, shared: true, ..
+                    } if inst as usize == lock => vec![
+                        *e,
+                        Event::Store {
+                            inst: owner,
+                            sym: pagelab_sync::trace::Sym::Here,
+                        },
+                    ],
+                    e => vec![e],
+                })
+                .collect();
+        };
+        add_owner(&mut t.events);
+        for seg in t.fallbacks.iter_mut().flat_map(|fb| fb.segments.iter_mut()) {
+            add_owner(seg);
         }
     }
     if let Some(how) = std::env::var_os("REPLAY_PREFETCH_AS") {
