@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use pagelab_bench::stats::median;
 use pagelab_workloads::pin::pin_to_core;
 
 const WINDOW: Duration = Duration::from_millis(150);
@@ -157,11 +158,6 @@ fn run(p: Pattern, threads: usize, w_ns: u64) -> Result<f64, String> {
     Ok(per.iter().sum::<f64>() / per.len() as f64)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() -> Result<(), String> {
     let rounds: usize = match std::env::args().nth(1) {
         None => 5,
@@ -207,7 +203,7 @@ fn main() -> Result<(), String> {
                 one.push(run(p, 1, w_ns)?);
                 two.push(run(p, 2, w_ns)?);
             }
-            let (one, two) = (median(one), median(two));
+            let (one, two) = (median(&one), median(&two));
             println!(
                 "  {:<20} one thread {one:8.1}  two {two:8.1}  extra {:7.1}",
                 p.name(),

@@ -646,7 +646,7 @@ impl Elision {
 /// computed between its two recorded events is its own bookkeeping (the exchange loop, lock
 /// statistics, the recorder) and stays before the locked op, merged with the compute before
 /// the read; elsewhere a read is folded only with nothing computed between (`*pending` 0).
-/// Returns whether a read was folded.
+/// Returns `op`, a trylock marked with whether it folded a read ([`Op::Try`]'s last field).
 fn fold_read(
     out: &mut Vec<Op>,
     floor: usize,
@@ -654,16 +654,16 @@ fn fold_read(
     op: Op,
     trylock: bool,
     fresh: bool,
-) -> bool {
+) -> Op {
     if !fresh || out.len() <= floor || !(trylock || *pending == 0.0) {
-        return false;
+        return op;
     }
     let r = match op {
         Op::Acquire(r, _) | Op::Try(r, ..) | Op::Atomic(r) => r,
-        _ => return false,
+        _ => return op,
     };
     if out.last() != Some(&Op::Line(r, false, Sym::Here)) {
-        return false;
+        return op;
     }
     out.pop();
     // One compute op for the gap before the locked op, as `push_after_compute` keeps it.
@@ -674,13 +674,8 @@ fn fold_read(
         out.pop();
         *pending += d as f64 / 1000.0;
     }
-    true
-}
-
-/// `op` with its read folded in ([`fold_read`]), for a trylock with a fallback.
-fn with_read(op: Op, read: bool) -> Op {
     match op {
-        Op::Try(r, shared, alt, _) => Op::Try(r, shared, alt, read),
+        Op::Try(r, shared, alt, _) => Op::Try(r, shared, alt, true),
         o => o,
     }
 }
@@ -958,8 +953,7 @@ impl<'a> Replay<'a> {
                         continue;
                     }
                     let trylock = matches!(*e, Event::Acquire { trylock: true, .. });
-                    let folded = fold_read(&mut prog, 0, &mut pending, op, trylock, fresh);
-                    let op = with_read(op, folded);
+                    let op = fold_read(&mut prog, 0, &mut pending, op, trylock, fresh);
                     push_after_compute(&mut prog, &mut pending, Some(op));
                     fresh = true;
                     match op {
@@ -1007,9 +1001,7 @@ impl<'a> Replay<'a> {
                         };
                         let trylock = matches!(*e, Event::Acquire { trylock: true, .. });
                         let op = op.map(|o| {
-                            let folded =
-                                fold_read(&mut alt_ops, start, &mut pending, o, trylock, fresh);
-                            with_read(o, folded)
+                            fold_read(&mut alt_ops, start, &mut pending, o, trylock, fresh)
                         });
                         fresh = op.is_some();
                         if op.is_some() {
@@ -2247,11 +2239,10 @@ impl<'r, 'a> Sim<'r, 'a> {
             // counts every trylock as a drain: a fence in a fallback before its first locked
             // instruction is compiled out. The engine's fallbacks start with an acquisition.)
             let stores_until = cpu.stores_until;
-            let fails = matches!(op, Op::Try(ri, shared, alt, _)
-                if alt != NONE && !self.can_take(ri as usize, shared, t));
             if let Some(counted) = op.drains_stores()
                 && stores_until > t
-                && !fails
+                && !matches!(op, Op::Try(ri, shared, alt, _)
+                    if alt != NONE && !self.can_take(ri as usize, shared, t))
             {
                 let at = stores_until;
                 self.cpus[c].held_op = Some(op);
