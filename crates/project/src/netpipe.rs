@@ -60,7 +60,7 @@ use pagelab_workloads::netpipe::{
 use pagelab_workloads::{WorkloadKind, engine};
 
 use crate::error::CaptureError;
-use crate::trace::{Pinning, Trace, TraceMeta, Window};
+use crate::trace::{CaptureGuard, Pinning, Trace, TraceMeta, Window};
 
 /// The socket queue's lines: a slot of the ring (four to a line).
 pub static SOCKET_SLOT: LockClass = LockClass::new("socket queue slot", Scope::Mm);
@@ -432,7 +432,15 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         unmap_event_cost_ns: None,
         untraced_holds: Vec::new(),
         compute_scale: 1.0,
-        guard: None,
+        // The recording kept is the one that lost least time to the host; its own
+        // interruptions (gaps of `CaptureGuard::INTERRUPT_NS` or more) come out of both sides
+        // as they do from one task's capture ([`Trace::from_raw_pair`]). The scheduler's
+        // account is not read here.
+        guard: Some(CaptureGuard {
+            windows: ROUNDS as u32,
+            unaccounted: true,
+            ..CaptureGuard::default()
+        }),
         paced: None,
         iterations: 1,
     };

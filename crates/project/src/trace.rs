@@ -312,7 +312,7 @@ impl CaptureGuard {
     /// enough that a capture could spend its whole budget of 16 retakes on them, while the
     /// gaps were dropped from whichever window was kept. Three captures of linux-4.15 in
     /// turns took 3.6, 2.8 and 5.4 s (5, 2 and 16 retakes) with that rule and 2.9, 2.4 and
-    /// 2.6 s (2, 0 and 1) with this one (docs/model.md, section 4, round 41).
+    /// 2.6 s (2, 0 and 1) with this one (docs/model-history.md, round 41).
     pub const RETAKE_NS: f64 = 1_000_000.0;
 
     /// A gap at least this long between two recorded events is an interruption of the host's,
@@ -1124,6 +1124,12 @@ impl Trace {
         meta.raw_events =
             (sender.len() + receiver_turns.iter().map(Vec::len).sum::<usize>()) as u64;
         meta.ops = ops;
+        // A captured pair (one with a guard) loses the host's interruptions as one task's
+        // capture does (`from_raw_with_fallbacks`): the builder dropped each gap of
+        // `INTERRUPT_NS` or more as it converted both sides.
+        if let Some(g) = meta.guard.as_mut() {
+            g.stalls_removed = b.stalls;
+        }
         let compute: f64 = out
             .iter()
             .chain(segments.iter().flatten())
@@ -2655,6 +2661,47 @@ pub(crate) mod tests {
             writes.iter().all(|&w| (w - 100.0).abs() < 5.0),
             "{writes:?}"
         );
+    }
+
+    /// A captured pair's trace drops the host's interruptions from both sides, as one task's
+    /// capture does: a gap of `INTERRUPT_NS` or more inside a hold, on the sender's side or in
+    /// a receiver turn, would otherwise be replayed as a hold that long, and every pair that
+    /// meets at that lock would queue behind it.
+    #[test]
+    fn a_pair_capture_drops_the_hosts_interruptions_on_both_sides() {
+        static C: LockClass = LockClass::new("c", Scope::Node);
+        let (acquire, release) = exclusive_hold();
+        let ev = |ns: f64, kind: raw::Kind| raw_at(ns, kind, &C, LockModel::Queued);
+        let sender = [
+            ev(1000.0, acquire),
+            // Interrupted for 50 us inside the hold.
+            ev(51_100.0, release),
+            ev(51_300.0, raw::Kind::Ops(1)),
+        ];
+        let receiver = vec![vec![
+            ev(60_000.0, acquire),
+            ev(60_200.0, release),
+            // 45 us of the host's before the receiver's boundary.
+            ev(105_300.0, raw::Kind::Ops(1)),
+        ]];
+        let longest = |t: &Trace| {
+            t.events
+                .iter()
+                .chain(t.receiver_turns().unwrap().iter().flatten())
+                .map(|e| match *e {
+                    Event::Compute { ns } => ns,
+                    _ => 0.0,
+                })
+                .fold(0.0, f64::max)
+        };
+        let mut m = meta();
+        m.untraced_ns = 1_000_000.0;
+        let plain = Trace::from_raw_pair(m.clone(), &sender, &receiver);
+        assert!(longest(&plain) > 40_000.0, "no guard: as built");
+        m.guard = Some(CaptureGuard::default());
+        let t = Trace::from_raw_pair(m, &sender, &receiver);
+        assert_eq!(t.meta.guard.as_ref().unwrap().stalls_removed, 2);
+        assert!(longest(&t) < 1_000.0, "{:?}", t.events);
     }
 
     /// A raw event of `class` (instance 0xa0) at `ns` nanoseconds of this host's clock.
