@@ -36,6 +36,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../../experiments/pft-pvl-refcount-2025.toml"),
     ),
     (
+        "pft-pvl-refcount-vma-per-thread-2025",
+        include_str!("../../../experiments/pft-pvl-refcount-vma-per-thread-2025.toml"),
+    ),
+    (
+        "page_fault3-file-vma-lock-2023",
+        include_str!("../../../experiments/page_fault3-file-vma-lock-2023.toml"),
+    ),
+    (
         "lameter-2005",
         include_str!("../../../experiments/lameter-2005.toml"),
     ),
@@ -581,6 +589,11 @@ mod tests {
             ("pft-pvl-vma-per-thread-2023", Some("icelake-2s-64c")),
             ("lameter-2005", Some("altix-3700-512p")),
             ("pft-pvl-refcount-2025", Some("icelake-2s-64c")),
+            (
+                "pft-pvl-refcount-vma-per-thread-2025",
+                Some("icelake-2s-64c"),
+            ),
+            ("page_fault3-file-vma-lock-2023", Some("icelake-2s-64c")),
             ("mglru-bulk-2023", Some("epyc-7k62-2s")),
             ("netpipe-hopcpu-2016", Some("broadwell-2s-20c")),
             (

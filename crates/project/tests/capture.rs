@@ -304,6 +304,75 @@ fn pft_with_per_vma_locks_shares_its_one_vma_between_threads() {
     assert_eq!(names, ["faults/cpu", "faults/sec"]);
 }
 
+/// page_fault3 writes a shared file mapping. A 6.4-era per-VMA lock (`vma_lock_faults =
+/// "anon"`, pvl-v2) gives such a fault to mmap_lock, and 6.7 (`"all"`, linux-6.7) keeps it under
+/// the VMA's lock: the capture shows which lock each fault took, and the replay in threads mode
+/// then has every thread meet on mmap_lock's count in the first and on its own VMA's lock in the
+/// second (the `page_fault3-file-vma-lock-2023` experiment).
+#[test]
+fn page_fault3_faults_take_mmap_lock_under_pvl_v2_and_the_vma_lock_under_6_7() {
+    let _turn = one_capture_at_a_time();
+    // Read acquisitions: a fault's. (munmap write-locks the VMA it detaches, as
+    // `vma_start_write` does, in every kernel with per-VMA locks.)
+    let acquires = |t: &Trace, class: &str| {
+        t.events
+            .iter()
+            .filter(|e| matches!(e, Event::Acquire { inst, shared: true, .. } if t.instances[*inst as usize].class == class))
+            .count() as u64
+    };
+    let m = Machine::load("icelake-2s-64c").unwrap();
+    let mut mmap_lock_waits = Vec::new();
+    for (name, faults_under_vma_lock) in [("pvl-v2", false), ("linux-6.7", true)] {
+        let p = profiles::load(name).unwrap();
+        let mut spec = CaptureSpec::new(WorkloadKind::PageFault3, p, 16);
+        spec.cycles = 1;
+        let t = capture(&spec).unwrap();
+        assert_eq!(t.meta.window, Window::Cycle, "{name}");
+        assert_eq!(t.meta.ops, 32_768, "{name}");
+        let (vma, mmap) = (acquires(&t, "vma lock"), acquires(&t, "mmap_lock"));
+        if faults_under_vma_lock {
+            // Every fault under its VMA's lock; mmap_lock for read only where a fault found
+            // a page-table level missing, or none at all.
+            assert!(
+                vma >= t.meta.ops,
+                "{name}: {vma} VMA-lock read acquisitions"
+            );
+            assert!(
+                mmap <= t.meta.ops / 64,
+                "{name}: {mmap} mmap_lock read acquisitions"
+            );
+        } else {
+            // A file fault gives the VMA lock up before taking it: each fault takes mmap_lock.
+            assert!(
+                mmap >= t.meta.ops,
+                "{name}: {mmap} mmap_lock read acquisitions"
+            );
+            assert_eq!(
+                vma, 0,
+                "{name}: the VMA lock was read-locked for a file fault"
+            );
+        }
+        let row = replay_row(&m, &t, Mode::Threads, 16, 1, 1, 2048).unwrap();
+        assert!(
+            row.metrics
+                .iter()
+                .all(|(_, _, v)| v.iter().all(|x| x.is_finite() && *x > 0.0)),
+            "{name}"
+        );
+        let waited = row
+            .classes
+            .iter()
+            .find(|c| c.name == "mmap_lock")
+            .map_or(0.0, |c| c.wait_ns);
+        mmap_lock_waits.push(waited);
+    }
+    // Sixteen threads queue on mmap_lock in the fallback and hardly at all under 6.7.
+    assert!(
+        mmap_lock_waits[0] > 10.0 * mmap_lock_waits[1],
+        "mmap_lock waits, pvl-v2 against linux-6.7: {mmap_lock_waits:?}"
+    );
+}
+
 /// The capture records what the engine does when a trylock fails, by making it fail: the
 /// per-VMA lock's fault falls back to mmap_lock (read), a pcp allocation to zone->lock; one
 /// segment per trylock of the recorded window, each ending with the fallback lock's release.
