@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pagelab_mm::policy::{
-    LruAdd, LruRelease, MemcgCharge, MglruMove, MmapLock, Ptl, RssCounter, TlbShootdown, VmaLock,
-    VmaLockFaults,
+    Allocator, LruAdd, LruRelease, MemcgCharge, MglruMove, MmapLock, PcpLists, PcpTune, Ptl,
+    RssCounter, TlbShootdown, VmaLock, VmaLockFaults,
 };
 use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
 use pagelab_mm::vm::filemap::File;
@@ -85,10 +85,23 @@ fn policy() -> impl Strategy<Value = Policy> {
         (0..3u8, 0..3u8, 0..3u8, any::<bool>(), any::<bool>()),
         0..3u8,
         prop::sample::select(vec![0u32, 1, 4, 511]),
+        prop::bool::weighted(0.25),
     )
         .prop_map(
-            |((vl, cover, ptl, downgrade), (rss, add, rel, tlb, around), lru_gen, prefault)| {
+            |(
+                (vl, cover, ptl, downgrade),
+                (rss, add, rel, tlb, around),
+                lru_gen,
+                prefault,
+                llfree,
+            )| {
                 let mut p = Policy::default();
+                // LLFree (ATC'23) in place of the buddy lists and the per-CPU lists it replaces.
+                if llfree {
+                    p.alloc.allocator = Allocator::Llfree;
+                    p.pcp.lists = PcpLists::None;
+                    p.pcp.tune = PcpTune::Fixed;
+                }
                 // 4: range locks (RadixVM, CortenMM), which replace the per-VMA lock.
                 p.mm.vma_lock = [
                     VmaLock::None,

@@ -18,9 +18,10 @@
 //!   writes every page of it, starting at its own slice (the first writer of a page faults it,
 //!   the others find it mapped); after all have written, each task unmaps its own slice (the
 //!   kernel splits the VMA, and every page was in every task's TLB). The original has each core
-//!   map its own part with `MAP_FIXED` and touch random pages; the engine has no `MAP_FIXED`,
-//!   so one task maps the whole (which also makes it one VMA on both targets, where the
-//!   original relied on Linux merging the parts). Each task times its round from the start
+//!   map its own part with `MAP_FIXED` and touch random pages; here one task maps the whole,
+//!   which makes it one VMA on both targets by construction, where the original relied on
+//!   Linux merging the parts (the CortenMM workloads' `-high` forms are the ones that use
+//!   `MAP_FIXED`, [`crate::cortenmm`]). Each task times its round from the start
 //!   barrier to its unmap, waits for the others included ([`crate::rounds`]; task 0's mapping of
 //!   the region is not timed); the metric `ops/sec` counts one iteration per task per round.
 //!   Threads only: the point is one address space.
