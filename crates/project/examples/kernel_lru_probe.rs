@@ -15,7 +15,7 @@
 //! back on: at `_raw_spin_unlock_irqrestore`, with the function that held the lock as the next
 //! frame of its call chain. Those samples' share of all samples, times the time a page this
 //! prints (faulting plus unmapping), is the kernel's time a page inside the lock, to set beside
-//! the engine's (`pagelab trace`'s "lru_lock holds timed apart"). docs/model.md, section 4,
+//! the engine's (`pagelab trace`'s "lru_lock holds timed apart"). docs/model-history.md,
 //! round 42, has a run.
 //!
 //! `zone->lock` is taken the same way (`__rmqueue_pcplist` allocating, `free_frozen_page_commit`

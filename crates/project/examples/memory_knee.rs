@@ -1,7 +1,7 @@
 //! What the loaded-latency curve does to page_fault1's processes curve on `broadwell-2s-44c`:
 //! one capture of linux-4.15, replayed at 1, 16, 32 and 64 processes with the shipped machine
 //! and with its `memory.loaded_latency` removed (processor sharing of the node's bandwidth), so
-//! that the two differ only by the curve. docs/model.md, section 4, quotes its output.
+//! that the two differ only by the curve. docs/model-history.md, 2026-11-24, quotes its output.
 //!
 //! `cargo run --release -p pagelab-project --example memory_knee`
 

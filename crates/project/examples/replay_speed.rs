@@ -26,7 +26,7 @@
 //! `REPLAY_OWNER_LINE=CLASS` gives the rwsem of CLASS an `owner` word on a line of its own,
 //! stored after every read acquisition (`rwsem_set_reader_owned`): what a lock object that
 //! straddles two lines would cost (`vma lock`: v2's 40-byte `struct vma_lock`, from a slab
-//! without cache alignment; docs/model.md, section 4, round 45).
+//! without cache alignment; docs/model-history.md, round 45).
 
 use std::path::Path;
 

@@ -12,7 +12,7 @@
 //! `bandwidth N` (one core's and both cores' clearing over 64 MiB each and the transfer, N
 //! times; a pass that small may stay in a large last-level cache); `clear-order MIB N` (one
 //! core clearing MIB MiB in address and in shuffled order, and with `CLEAR_GAP=K` with K
-//! iterations of register-only work between pages: docs/model.md, section 4, round 43);
+//! iterations of register-only work between pages: docs/model-history.md, round 43);
 //! `replay TRACE MACHINE TASKS SHARE WAIT_MS OPS SEEDS`.
 
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Why two tasks on this host do not do what the self-check's replay predicts: each candidate
 //! limit measured at 1 and 2 threads pinned to the first two allowed CPUs, side by side and
-//! interleaved, several rounds (docs/model.md, section 4, quotes its output).
+//! interleaved, several rounds (docs/model-history.md, 2026-11-24, quotes its output).
 //!
 //! - `compute`: a dependent `or`/`imul` chain (no memory traffic): what two vCPUs give a pure
 //!   compute loop (SMT siblings underneath, frequency, or CPU time taken by other work);

@@ -177,7 +177,7 @@ pub fn atomic_ns() -> f64 {
 /// clear together. On a 2-vCPU EPYC guest it gave 21.7 to 30.0 GB/s for two threads beside
 /// 11.2 to 18.5 for one, where two threads of a C `memset` loop clearing at once each cleared
 /// about a fifth to a quarter slower than one alone (18.5 to 22.6 GB/s for the two;
-/// docs/model.md, section 4, "round 35"). 0 when `threads` is 0 or an arena could not be had.
+/// docs/model-history.md, "round 35"). 0 when `threads` is 0 or an arena could not be had.
 pub fn clear_bandwidth_gbs(threads: usize, bytes: usize) -> f64 {
     use pagelab_mm::arena::{Arena, ArenaConfig};
     if threads == 0 {

@@ -337,7 +337,7 @@ pub fn replay_row(
     // of `replay_speed`) pft's rows moved by 0.01 to 0.13% of their rate (a pvl-v2 capture at
     // 4 to 128 threads), against captures' ranges of 1 to 3%; a ticket-lock convoy moves more
     // (lameter-2005's linux-2.6.13 on the Altix: 2.7% at 64 threads, where the kernels differ
-    // by a factor of 16; docs/model.md, section 4, round 41). More seeds would multiply the
+    // by a factor of 16; docs/model-history.md, round 41). More seeds would multiply the
     // replay's time for that; a row's repetitions are its captures.
     let r = replay.run(seed)?;
     let metrics = match trace.meta.window {

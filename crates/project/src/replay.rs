@@ -1517,7 +1517,7 @@ impl<'r, 'a> Sim<'r, 'a> {
     /// "Serializing Instructions"); that the wait includes an outstanding `prefetchw` is read
     /// from the kernel test robot's profile of 1701771d3069 on a 256-CPU Granite Rapids, where
     /// removing the fault entry's `prefetchw` took `native_irq_return_iret` from 66% of the
-    /// cycles to 2% (docs/model.md, section 4). The line stays this CPU's claim: the wait
+    /// cycles to 2% (docs/model-history.md, round 37). The line stays this CPU's claim: the wait
     /// ends when it arrives.
     fn prefetch_at_return(&mut self, cpu: usize, t: u64) -> Option<u64> {
         let p = self.cpus[cpu].prefetch?;

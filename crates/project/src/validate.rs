@@ -1539,7 +1539,7 @@ impl Beside {
     /// of them stayed in the cache, while 128 MiB and larger ones measured 7.4 to 8.5 GB/s, and
     /// the engine's own clears in page_fault1 ran at 9.2 GB/s (`selfcheck_probe clear-order MIB
     /// N`; `pagelab trace` of a capture's untraced writes). Every row was then projected 10 to
-    /// 63% faster than the engine ran (docs/model.md, section 4, round 43).
+    /// 63% faster than the engine ran (docs/model-history.md, round 43).
     pub fn footprint(w: WorkloadKind, tasks: usize, sizes: pagelab_bench::run::Sizes) -> usize {
         let tasks = tasks as u64;
         let bytes = match w {
