@@ -530,12 +530,13 @@ pub(crate) fn project_cmd(a: ProjectArgs, db: Option<&Path>) -> Result<(), Strin
         );
         for (c, t) in p.traces.iter().enumerate() {
             if let Some(g) = &t.meta.guard {
-                eprintln!(
-                    "pagelab: capture {} of {}: {}",
-                    c + 1,
-                    p.profile.name,
-                    g.describe()
-                );
+                // A netpipe projection captures one pair per send size: name the size.
+                let which = if t.receiver_turns().is_some() {
+                    pagelab_project::netpipe::metric_of(t)
+                } else {
+                    format!("capture {}", c + 1)
+                };
+                eprintln!("pagelab: {which} of {}: {}", p.profile.name, g.describe());
             }
         }
         labels.push(label);

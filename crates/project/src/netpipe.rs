@@ -410,6 +410,11 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
     }
     let sender = cut(&events, &turns_rec.tx, false).pop().unwrap_or_default();
     let receiver = cut(&events, &turns_rec.rx, true);
+    // The longest gap the kept recording holds on either side, as one task's guard reports it.
+    let longest_gap_ns = std::iter::once(&sender)
+        .chain(&receiver)
+        .map(|side| crate::capture::WindowCheck::of(side, None).longest_gap_ns)
+        .fold(0.0, f64::max);
     let meta = TraceMeta {
         workload: WorkloadKind::Netpipe.name().to_string(),
         profile: spec.profile.name.clone(),
@@ -438,6 +443,7 @@ pub fn capture_pair(spec: &PairCaptureSpec) -> Result<Trace, CaptureError> {
         // account is not read here.
         guard: Some(CaptureGuard {
             windows: ROUNDS as u32,
+            longest_gap_ns,
             unaccounted: true,
             ..CaptureGuard::default()
         }),

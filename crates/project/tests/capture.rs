@@ -331,8 +331,7 @@ fn page_fault3_faults_take_mmap_lock_under_pvl_v2_and_the_vma_lock_under_6_7() {
         assert_eq!(t.meta.ops, 32_768, "{name}");
         let (vma, mmap) = (acquires(&t, "vma lock"), acquires(&t, "mmap_lock"));
         if faults_under_vma_lock {
-            // Every fault under its VMA's lock; mmap_lock for read only where a fault found
-            // a page-table level missing, or none at all.
+            // Every fault under its VMA's lock (its page tables are allocated under it too).
             assert!(
                 vma >= t.meta.ops,
                 "{name}: {vma} VMA-lock read acquisitions"
@@ -359,16 +358,20 @@ fn page_fault3_faults_take_mmap_lock_under_pvl_v2_and_the_vma_lock_under_6_7() {
                 .all(|(_, _, v)| v.iter().all(|x| x.is_finite() && *x > 0.0)),
             "{name}"
         );
+        // Waits for the lock itself, not for its line: every fault of both kernels still
+        // prefetches mmap_lock's line for writing at its entry and reads it once, which the
+        // replay books as queueing for the line.
         let waited = row
             .classes
             .iter()
             .find(|c| c.name == "mmap_lock")
-            .map_or(0.0, |c| c.wait_ns);
+            .map_or(0.0, |c| c.wait_ns - c.line_queued_ns);
         mmap_lock_waits.push(waited);
     }
-    // Sixteen threads queue on mmap_lock in the fallback and hardly at all under 6.7.
+    // Sixteen threads' faults queue behind each other's mmaps and munmaps on mmap_lock in the
+    // fallback; under 6.7 only the mmaps and munmaps do.
     assert!(
-        mmap_lock_waits[0] > 10.0 * mmap_lock_waits[1],
+        mmap_lock_waits[0] > 0.0 && mmap_lock_waits[0] > 10.0 * mmap_lock_waits[1],
         "mmap_lock waits, pvl-v2 against linux-6.7: {mmap_lock_waits:?}"
     );
 }

@@ -49,6 +49,15 @@ fn a_pair_is_captured_from_the_engine_in_whole_turns_with_what_both_sides_share(
         assert_eq!(t.meta.op_unit, "send-16384 messages");
         assert_eq!(pagelab_project::netpipe::metric_of(&t), "send-16384");
         assert_eq!(t.meta.window, Window::Cycle);
+        // A capture's guard, so that the host's interruptions are taken out of both sides
+        // (`Trace::from_raw_pair`), and the longest gap the kept recording held is reported.
+        let guard = t.meta.guard.as_ref().expect("a captured pair has a guard");
+        assert!(guard.longest_gap_ns > 0.0, "{guard:?}");
+        assert!(
+            t.meta.compute_scale > 0.0 && t.meta.compute_scale <= 1.0,
+            "{}",
+            t.meta.compute_scale
+        );
         // Whole turns: each receiver turn takes exactly one release step (a quarter of the
         // receive buffer), at least the messages asked for in all; the sender tops the socket
         // up to what was given back, which is the messages read but for those read and not
