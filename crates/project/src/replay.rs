@@ -2618,6 +2618,12 @@ ipi_handler_ns = 500.0
         assert_eq!(Replay::new(&m, &t, spec).unwrap().pair_depth, Some(8));
     }
 
+    /// A compiled program as its ops' debug names, for the tests that pin what the compiler
+    /// folds and keeps.
+    fn op_names(ops: &[Op]) -> Vec<String> {
+        ops.iter().map(|o| format!("{o:?}")).collect()
+    }
+
     /// Two threads, seed 1, one sample, the whole trace.
     fn two_threads() -> ReplaySpec {
         ReplaySpec {
@@ -2902,7 +2908,7 @@ ipi_handler_ns = 500.0
         ];
         let m = machine();
         let r = Replay::new(&m, &t, two_threads()).unwrap();
-        let ops: Vec<String> = r.progs[0].iter().map(|o| format!("{o:?}")).collect();
+        let ops = op_names(&r.progs[0]);
         assert_eq!(
             ops,
             [
@@ -2940,7 +2946,7 @@ ipi_handler_ns = 500.0
             Event::Ops { n: 1 },
         ];
         let r = Replay::new(&m, &edge, two_threads()).unwrap();
-        let ops: Vec<String> = r.progs[0].iter().map(|o| format!("{o:?}")).collect();
+        let ops = op_names(&r.progs[0]);
         assert_eq!(
             ops,
             [
@@ -3003,7 +3009,7 @@ ipi_handler_ns = 500.0
         }];
         let m = machine();
         let r = Replay::new(&m, &t, two_threads()).unwrap();
-        let ops: Vec<String> = r.alt_ops[0].iter().map(|o| format!("{o:?}")).collect();
+        let ops = op_names(&r.alt_ops[0]);
         assert_eq!(
             ops,
             [
