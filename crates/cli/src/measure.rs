@@ -435,17 +435,22 @@ fn reproduce_one(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
     if !json {
         print!("{}", crate::results_cmd::render(&c, format));
     }
-    let (machine, no_projection, projected_ids) = match &plan {
+    let (machine, no_projection, projected_ids, captures) = match &plan {
         reproduce_cmd::Plan::Project(spec) => {
             let pids =
                 reproduce_cmd::project_and_store(&store, &e, spec, !a_trap_from_file, &stop)?;
-            (Some(spec.machine.name.clone()), None, pids)
+            (
+                Some(spec.machine.name.clone()),
+                None,
+                pids,
+                Some(spec.captures),
+            )
         }
-        reproduce_cmd::Plan::Skip(why) => (None, Some(why.clone()), Vec::new()),
+        reproduce_cmd::Plan::Skip(why) => (None, Some(why.clone()), Vec::new(), None),
     };
     let (measured, _) = reproduce_cmd::stored_sets(&store, &ids)?;
     let (_, projected) = reproduce_cmd::stored_sets(&store, &projected_ids)?;
-    let side = reproduce_cmd::side_by_side(
+    let mut side = reproduce_cmd::side_by_side(
         &e,
         table,
         machine.as_deref(),
@@ -454,6 +459,7 @@ fn reproduce_one(a: ReproduceArgs, db: Option<&Path>) -> Result<(), String> {
         &projected,
         &c,
     )?;
+    side.captures = captures;
     if json {
         let doc = serde_json::json!({ "measured": c, "side_by_side": side });
         println!(

@@ -340,6 +340,8 @@ pub(crate) struct SideBySide {
     pub(crate) machine: Option<String>,
     /// Why there is no projection, if there is none.
     pub(crate) no_projection: Option<String>,
+    /// Captures per profile of the projection, if one was made.
+    pub(crate) captures: Option<usize>,
     /// The mean every column uses: the table's, else mmtests' rule per metric.
     pub(crate) mean: String,
     pub(crate) rows: Vec<SideRow>,
@@ -521,6 +523,8 @@ pub(crate) fn side_by_side(
         table: table.map(|t| t.name.to_string()),
         machine: machine.map(str::to_string),
         no_projection,
+        // The caller says how many captures its projection made.
+        captures: None,
         mean,
         rows,
     })
@@ -588,8 +592,13 @@ impl SideBySide {
         }
         match &self.no_projection {
             Some(why) => v.push(format!("projected: none: {why}")),
-            None => v.push(
+            None if self.captures.is_some_and(|c| c > 1) => v.push(
                 "projected: a change's [range] is its spread over the captures, no significance test applies".into(),
+            ),
+            // One capture a profile (`reproduce`'s default): the change has no spread to show,
+            // and a capture's own noise is inside it, unseen.
+            None => v.push(
+                "projected: one capture per profile, so a change shows no range and carries that capture's noise unseen; --captures 3 gives each change its range".into(),
             ),
         }
         v.push("measured: a significant change between asterisks, others in parentheses".into());
@@ -804,4 +813,51 @@ pub(crate) fn experiments_cmd(experiment: Option<String>) -> Result<(), String> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(captures: usize, range: Option<(f64, f64)>) -> SideBySide {
+        let cell = Cell {
+            value: Some(1.0),
+            change_pct: Some(2.0),
+            significant: None,
+            range,
+        };
+        SideBySide {
+            experiment: "e".into(),
+            baseline: "a".into(),
+            table: None,
+            machine: Some("m".into()),
+            no_projection: None,
+            captures: Some(captures),
+            mean: "harmonic means".into(),
+            rows: vec![SideRow {
+                mode: "threads".into(),
+                tasks: 4,
+                metric: "faults/sec".into(),
+                profile: "b".into(),
+                published: Cell::default(),
+                projected: cell,
+                measured: Cell::default(),
+            }],
+        }
+    }
+
+    /// The projected column's note says what its changes carry, from the captures made: a range
+    /// over the captures, or, from one capture a profile, no range and that capture's noise
+    /// unseen.
+    #[test]
+    fn the_projected_note_says_whether_changes_carry_a_range() {
+        let with = table(3, Some((1.0, 3.0))).notes().join("\n");
+        assert!(
+            with.contains("[range] is its spread over the captures"),
+            "{with}"
+        );
+        let one = table(1, None).notes().join("\n");
+        assert!(one.contains("one capture per profile"), "{one}");
+        assert!(!one.contains("[range]"), "{one}");
+    }
 }

@@ -110,6 +110,11 @@ fn reproduce_sets_published_projected_and_measured_side_by_side() {
         out.contains("harmonic means, as pft-single-vma-2023 publishes"),
         "{out}"
     );
+    // One capture a profile (the default): the projected changes carry no range, and say so.
+    assert!(
+        out.contains("projected: one capture per profile, so a change shows no range"),
+        "{out}"
+    );
     // One task: all three views, the baseline without a change, pvl-v2 with one in each.
     let base = side_row(&out, 1, "faults/sec", "mm-unstable-20230210");
     assert_eq!(base.len(), 3, "{base:?}");
