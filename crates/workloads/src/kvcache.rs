@@ -12,7 +12,8 @@
 //!   them back. The region is what the memcg limits: once every key has been set the data is
 //!   larger than the limit, and every further set faults pages back in from swap while reclaim
 //!   (classic LRU or MGLRU, per profile) swaps others out.
-//! * **The clients** are host threads (memtier's `-t`), each with `connections` connections
+//! * **The clients** are host threads (memtier's `-t`), each on an engine CPU of its own after
+//!   the servers' ([`client_cpu`]), each with `connections` connections
 //!   (`-c`). A connection belongs to one server task (memcached hands connections to workers
 //!   round robin) and keeps `pipeline` requests in flight (`--pipeline`): it sends that many,
 //!   then collects the replies. Its keys are a contiguous slice of `1..=keys`, walked in order
@@ -23,31 +24,59 @@
 //!   memcached grows it. Every request reads its key's bucket and a first set writes it: the
 //!   table's pages are touched at random by every operation, the hot set that aging finds young
 //!   in every generation while the items stream through.
-//! * **Latency** is measured per request, from the client's send to its reply, into an
-//!   HDR histogram (as memtier reports its percentiles).
+//! * **The sockets** carry the requests and replies in the kernel's socket buffers, as loopback
+//!   TCP does ([`crate::sockbuf`]): a connection's pipeline goes out in one segment that the
+//!   client allocates on its CPU (an skb from the slab, the payload in the client's page frag:
+//!   each request's command line and a set's value), the server parses it and copies each value
+//!   from the segment into its item, and answers in one segment of its own (`STORED`, or a
+//!   get's value). Each segment is freed by the CPU that allocated it, once the other side has
+//!   read it (`skb_attempt_defer_free`, Linux 5.19): the server frees its reply segments before
+//!   it serves its next segment, and the client its request segments when the reply comes. So
+//!   the server's kernel work per pipeline includes a slab allocation and free, and its share
+//!   of page frag blocks, besides the faults, charges and reclaim of its items. A run ends by
+//!   checking that every segment, slab object and frag block went back.
+//! * **Latency** is measured per request, from the client's send of its pipeline to the
+//!   reply, into an HDR histogram (as memtier reports its percentiles).
 //!
 //! Every get checks that the value is the one its connection last set (each key belongs to one
-//! connection, so the client knows it): a stale or torn value after swap-out and swap-in is an
-//! error, not a statistic.
+//! connection, so the client knows it), on the server as it reads the item and on the client as
+//! it reads the reply: a stale or torn value after swap-out and swap-in, or a garbled segment,
+//! is an error, not a statistic.
 //!
 //! Not modelled: memcached's slab allocator and hash chains (slot = key, updated in place; no
-//! eviction inside memcached: its `-m` is larger than the data, as in the posting), the network
-//! stack, and memtier's event loop (a client thread serves its connections in turn).
+//! eviction inside memcached: its `-m` is larger than the data, as in the posting), the rest of
+//! the network stack (socket locks and queues, wake-ups, socket memory accounting; see
+//! [`crate::sockbuf`]), and memtier's event loop (a client thread serves its connections in
+//! turn).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, bounded};
 use hdrhistogram::Histogram;
 use pagelab_mm::reclaim::swap::{Backing, SwapConfig};
-use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, MemConfig, Policy, Task};
+use pagelab_mm::{CpuId, FaultError, Kernel, MapKind, Mem, MemConfig, Policy, Task};
 
 use crate::WorkloadError;
 use crate::engine::{EngineCounters, EngineRun};
 use crate::runner::SampleSpec;
+use crate::sockbuf::{PageFrag, Skb, SockBufs};
 
 /// Bytes of an item's header: key and version.
 const HEADER: u64 = 16;
+
+/// Bytes of a request's command line on the wire (`set key:<10 digits> 0 0 1024\r\n`, as
+/// memtier writes it; a get's is shorter, and takes as much room here). Its first words carry
+/// the request (operation, key, version) for the server to parse.
+const CMD_LINE: u64 = 40;
+
+/// The longest segment: TCP's size goal on loopback (64 KiB, its GSO limit).
+const MAX_SEGMENT: u64 = 64 << 10;
+
+/// Bytes of a set's reply (`STORED\r\n`) and of the `\r\n` after a value, and of a get's
+/// trailing `END\r\n` (rounded to a word).
+const CRLF_WORD: u64 = 8;
 
 /// The workload's knobs (memcached and memtier flags in parentheses).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,10 +168,10 @@ impl KvParams {
                     .into(),
             );
         }
-        if self.servers > 4096 {
+        if self.servers + self.clients > 4096 {
             return bad(format!(
-                "kvcache with {} servers needs more virtual CPUs than the engine models (4096)",
-                self.servers
+                "kvcache with {} servers and {} clients needs more virtual CPUs than the engine models (4096)",
+                self.servers, self.clients
             ));
         }
         let conns = (self.clients * self.connections) as u64;
@@ -156,6 +185,18 @@ impl KvParams {
             return bad(format!(
                 "kvcache value size {} must be a positive multiple of 8 bytes",
                 self.value_size
+            ));
+        }
+        // A pipeline travels in one segment, as TCP sends up to its size goal at once (64 KiB
+        // on loopback); a longer one would be split, which the sockets here do not do.
+        let each = self.request_bytes(true).max(self.reply_bytes(false));
+        let segment = (self.pipeline as u64).saturating_mul(each);
+        if segment > MAX_SEGMENT {
+            return bad(format!(
+                "kvcache sends a pipeline in one segment of at most {} KiB: {} requests of {} bytes need {segment} bytes; lower --pipeline or --value-size",
+                MAX_SEGMENT >> 10,
+                self.pipeline,
+                each
             ));
         }
         if !(1..=100).contains(&self.memcg_percent) {
@@ -197,22 +238,48 @@ fn item_word(key: u64, ver: u64, i: u64) -> u64 {
     (key << 32) ^ (ver << 8) ^ i ^ 0x6b76_6361_6368_6500
 }
 
-enum Op {
-    Set,
-    Get,
+/// Tags of the wire's first word: a set's or a get's command line, a get's `VALUE` line, a
+/// set's `STORED`.
+const SET_TAG: u64 = 0x7365_7420_0000_0000;
+const GET_TAG: u64 = 0x6765_7420_0000_0000;
+const VALUE_TAG: u64 = 0x5641_4c55_4500_0000;
+const STORED_TAG: u64 = 0x5354_4f52_4544_0000;
+
+impl KvParams {
+    /// Bytes a request takes on the wire: its command line, and a set's value and `\r\n`.
+    pub fn request_bytes(&self, set: bool) -> u64 {
+        if set {
+            self.value_size.saturating_add(CMD_LINE + CRLF_WORD)
+        } else {
+            CMD_LINE
+        }
+    }
+
+    /// Bytes of a request's reply: `STORED\r\n`, or a get's `VALUE` line, the value, its
+    /// `\r\n` and `END\r\n`.
+    pub fn reply_bytes(&self, set: bool) -> u64 {
+        if set {
+            CRLF_WORD
+        } else {
+            self.value_size.saturating_add(CMD_LINE + 2 * CRLF_WORD)
+        }
+    }
 }
 
-struct Request {
-    op: Op,
-    key: u64,
-    /// For a set, the version written; for a get, the version expected.
-    ver: u64,
+/// One connection's pipeline on its way to the server: the segment the client sent it in.
+struct Segment {
+    skb: Skb,
     sent: Instant,
-    reply: Sender<Reply>,
+    reply: Sender<Served>,
 }
 
-struct Reply {
+/// The server's answer to a segment: the request segment, which goes back to the client's CPU
+/// to be freed (`skb_attempt_defer_free`), and the reply segment (none if the requests
+/// failed).
+struct Served {
     sent: Instant,
+    request: Skb,
+    reply: Option<Skb>,
     result: Result<(), WorkloadError>,
 }
 
@@ -234,16 +301,24 @@ pub const PERCENTILES: [f64; 4] = [50.0, 90.0, 99.0, 99.9];
 
 /// The server as `run` starts it: a freshly booted engine with `cpus` virtual CPUs and a swap
 /// device on `swap`, the memcg at its limit, one address space charged to it, `p.servers`
-/// tasks on CPUs 0.. and the items and hash table mapped at `base`.
+/// tasks on CPUs 0.. and the items and hash table mapped at `base`; the clients' CPUs follow
+/// ([`client_cpu`]), and the requests and replies travel in socket buffers of `bufs`.
 pub struct Server {
     pub erun: EngineRun,
     pub tasks: Vec<Task>,
     pub base: u64,
+    pub bufs: Arc<SockBufs>,
 }
 
-/// Boots the server of `p` (see [`Server`]). `run` boots it with one virtual CPU per server;
-/// the projector's capture with the target machine's CPU count, so that per-CPU sizing (the
-/// swap slot caches, the memcg charge stock) follows that machine.
+/// The engine CPU of client thread `c`: after the servers' (memtier's threads run on cores of
+/// their own; their sends allocate there).
+pub fn client_cpu(p: &KvParams, c: usize) -> CpuId {
+    CpuId((p.servers + c) as u16)
+}
+
+/// Boots the server of `p` (see [`Server`]). `run` boots it with one virtual CPU per server
+/// and client thread; the projector's capture with the target machine's CPU count, so that
+/// per-CPU sizing (the swap slot caches, the memcg charge stock) follows that machine.
 pub fn boot(
     policy: &Policy,
     p: KvParams,
@@ -251,7 +326,7 @@ pub fn boot(
     cpus: usize,
 ) -> Result<Server, WorkloadError> {
     p.validate()?;
-    let cpus = cpus.max(p.servers);
+    let cpus = cpus.max(p.servers + p.clients);
     let mut cfg = MemConfig::new(p.arena_bytes(), cpus).with_memcgs(2);
     cfg.arena.prefault = true;
     let swap = SwapConfig::new(p.swap_pages(), swap.clone(), cpus);
@@ -276,7 +351,13 @@ pub fn boot(
     let base = tasks[0]
         .mmap(p.mapped_bytes(), true, MapKind::Anon)
         .map_err(|e| WorkloadError::OutOfMemory(e.to_string()))?;
-    Ok(Server { erun, tasks, base })
+    let bufs = Arc::new(SockBufs::new(k.mem().clone()));
+    Ok(Server {
+        erun,
+        tasks,
+        base,
+        bufs,
+    })
 }
 
 /// Run kvcache on a freshly booted engine with `policy` and a swap device on `swap` (memory,
@@ -291,9 +372,14 @@ pub fn run(
     stop: &AtomicBool,
     progress: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<KvResult, WorkloadError> {
-    let Server { erun, tasks, base } = boot(policy, p, swap, p.servers)?;
+    let Server {
+        erun,
+        tasks,
+        base,
+        bufs,
+    } = boot(policy, p, swap, p.servers + p.clients)?;
     pagelab_sync::stats::set_enabled(true);
-    let r = drive(&erun, tasks, base, p, spec, stop, progress);
+    let r = drive(&erun, &bufs, tasks, base, p, spec, stop, progress);
     pagelab_sync::stats::set_enabled(false);
     r
 }
@@ -330,8 +416,10 @@ impl Shared {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive(
     erun: &EngineRun,
+    bufs: &SockBufs,
     tasks: Vec<Task>,
     base: u64,
     p: KvParams,
@@ -347,8 +435,15 @@ fn drive(
         measuring: AtomicBool::new(false),
         error: std::sync::Mutex::new(None),
     };
-    let (senders, receivers): (Vec<Sender<Request>>, Vec<Receiver<Request>>) = (0..p.servers)
-        .map(|_| bounded(p.clients * p.connections * p.pipeline))
+    // A connection has one segment in flight (its pipeline), so a server's queue never holds
+    // more than its connections'.
+    let (senders, receivers): (Vec<Sender<Segment>>, Vec<Receiver<Segment>>) = (0..p.servers)
+        .map(|_| bounded(p.clients * p.connections))
+        .unzip();
+    // Each server's defer list: the reply segments its clients have read, to be freed on the
+    // server's CPU. `drive` keeps the receivers, so that none is lost when a server exits.
+    let (defer_tx, defer_rx): (Vec<Sender<Skb>>, Vec<Receiver<Skb>>) = (0..p.servers)
+        .map(|_| crossbeam_channel::unbounded())
         .unzip();
     let nconn = p.clients * p.connections;
     let per_conn = p.keys / nconn as u64;
@@ -366,30 +461,56 @@ fn drive(
                     } else {
                         per_conn
                     };
-                    Conn::new(id, first, count, senders[id % p.servers].clone())
+                    let server = id % p.servers;
+                    Conn::new(
+                        id,
+                        first,
+                        count,
+                        senders[server].clone(),
+                        defer_tx[server].clone(),
+                    )
                 })
                 .collect()
         })
         .collect();
     drop(senders);
-    let (hists, samples): (Vec<Histogram<u64>>, Vec<f64>) = std::thread::scope(|s| {
-        for (task, rx) in tasks.into_iter().zip(receivers) {
+    drop(defer_tx);
+    let (hists, samples, conns) = std::thread::scope(|s| {
+        for ((task, rx), defer) in tasks.into_iter().zip(receivers).zip(&defer_rx) {
             let shared = &shared;
-            s.spawn(move || serve(task, rx, base, p, shared));
+            s.spawn(move || serve(task, bufs, rx, defer, base, p, shared));
         }
         let mut clients = Vec::new();
-        for conns in by_client.drain(..) {
+        for (c, conns) in by_client.drain(..).enumerate() {
             let shared = &shared;
-            clients.push(s.spawn(move || client(conns, p, shared)));
+            let cpu = client_cpu(&p, c);
+            clients.push(s.spawn(move || client(conns, bufs, cpu, p, shared)));
         }
         let samples = sample(erun, &shared, p, spec, stop, progress);
         shared.halt.store(true, Relaxed);
-        let hists = clients
-            .into_iter()
-            .map(|h| h.join().expect("kvcache client thread panicked"))
-            .collect();
-        (hists, samples)
+        let mut hists = Vec::new();
+        let mut conns = Vec::new();
+        for h in clients {
+            let (hist, cs) = h.join().expect("kvcache client thread panicked");
+            hists.push(hist);
+            conns.extend(cs);
+        }
+        (hists, samples, conns)
     });
+    // Every thread is gone: what is still in flight goes back to the CPUs that allocated it.
+    for replies in conns {
+        for served in replies.try_iter() {
+            bufs.free(served.request);
+            if let Some(r) = served.reply {
+                bufs.free(r);
+            }
+        }
+    }
+    for rx in &defer_rx {
+        for skb in rx.try_iter() {
+            bufs.free(skb);
+        }
+    }
     if let Some(e) = shared
         .error
         .lock()
@@ -398,6 +519,8 @@ fn drive(
     {
         return Err(e);
     }
+    bufs.quiesce()
+        .map_err(|e| WorkloadError::Fault(format!("kvcache: {e}")))?;
     let mut all = Histogram::<u64>::new(3).expect("3 significant digits is valid");
     for h in &hists {
         all.add(h).expect("histograms of one configuration");
@@ -415,63 +538,255 @@ fn drive(
     })
 }
 
-/// A server worker: take requests from its queue and run them on engine memory, until every
-/// connection is gone (the queue disconnects).
-fn serve(task: Task, rx: Receiver<Request>, base: u64, p: KvParams, shared: &Shared) {
+/// A server worker: take its connections' segments from its queue and run their requests on
+/// engine memory, until every connection is gone (the queue disconnects). Before each segment
+/// it frees the reply segments its clients have read (`skb_defer_free_flush` in its
+/// `net_rx_action`).
+fn serve(
+    task: Task,
+    bufs: &SockBufs,
+    rx: Receiver<Segment>,
+    defer: &Receiver<Skb>,
+    base: u64,
+    p: KvParams,
+    shared: &Shared,
+) {
     // A server that panics stops the clients too, rather than leaving them waiting for it.
     let _halt_on_panic = HaltOnPanic(shared);
+    let cpu = task.cpu();
+    let mut frag = PageFrag::new();
     loop {
-        let req = match rx.try_recv() {
+        let seg = match rx.try_recv() {
             Ok(r) => r,
-            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Disconnected) => break,
             Err(TryRecvError::Empty) => {
                 // Nothing to do: the CPU leaves the mm before it sleeps, so other CPUs'
                 // reclaim does not wait for its TLB acknowledgement.
                 task.idle();
                 let Ok(r) = rx.recv() else {
-                    return;
+                    task.resume();
+                    break;
                 };
                 task.resume();
                 r
             }
         };
-        let result = handle(&task, base, p, matches!(req.op, Op::Set), req.key, req.ver);
-        match (&result, &req.op) {
-            (Err(e), _) => shared.fail(e.clone()),
-            (Ok(()), Op::Get) => {
-                shared.gets_checked.fetch_add(1, Relaxed);
-            }
-            (Ok(()), Op::Set) => {}
+        for skb in defer.try_iter() {
+            bufs.free(skb);
         }
-        shared.ops.fetch_add(1, Relaxed);
-        // The client may have stopped listening; the run is over then.
-        let _ = req.reply.send(Reply {
-            sent: req.sent,
+        let (reply, result) = match serve_segment(&task, bufs, &mut frag, base, p, &seg.skb) {
+            Ok(done) => {
+                shared.ops.fetch_add(done.requests, Relaxed);
+                shared.gets_checked.fetch_add(done.gets, Relaxed);
+                (Some(done.reply), Ok(()))
+            }
+            Err(e) => {
+                shared.fail(e.clone());
+                (None, Err(e))
+            }
+        };
+        let served = Served {
+            sent: seg.sent,
+            request: seg.skb,
+            reply,
             result,
-        });
+        };
+        // The client may have stopped listening; the run is over then, and the segments go
+        // back from here.
+        if let Err(e) = seg.reply.send(served) {
+            let served = e.into_inner();
+            bufs.free(served.request);
+            if let Some(r) = served.reply {
+                bufs.free(r);
+            }
+        }
     }
+    bufs.release_frag(&mut frag, cpu);
 }
 
-/// One request as a memcached worker runs it on the server at `base`: a set (`set`) of
-/// version `ver` of `key` (hash lookup, link on the first set, item written), or a get that
-/// reads it back and checks it is version `ver`.
-pub fn handle(
+/// What a server made of one segment.
+pub struct SegmentDone {
+    /// The replies, in a segment allocated on the server's CPU.
+    pub reply: Skb,
+    /// Requests run, and of them gets whose value was checked.
+    pub requests: u64,
+    pub gets: u64,
+}
+
+/// A connection's segment as a memcached worker runs it on the server at `base`: each request
+/// parsed from the payload in turn (memcached's `try_read_command`), a set's value copied from
+/// the payload into its item (hash lookup, link on the first set), a get's item read back,
+/// checked and copied into the reply; then the replies sent in one segment from `frag` on the
+/// server's CPU (memcached's `transmit`: one `sendmsg` for what the read produced).
+pub fn serve_segment(
     task: &Task,
+    bufs: &SockBufs,
+    frag: &mut PageFrag,
     base: u64,
     p: KvParams,
-    set: bool,
-    key: u64,
-    ver: u64,
-) -> Result<(), WorkloadError> {
+    req: &Skb,
+) -> Result<SegmentDone, WorkloadError> {
+    let mem = bufs.mem();
     let words = p.slot() / 8;
     let items = base + p.buckets() * 8;
-    let at = items + (key - 1) * p.slot();
-    let bucket = base + (hash(key) & (p.buckets() - 1)) * 8;
-    if set {
-        assoc_insert(task, bucket, at, ver == 1).and_then(|()| set_item(task, at, key, ver, words))
-    } else {
-        assoc_find(task, bucket, at).and_then(|()| get_item(task, at, key, ver, words))
+    let mut out: Vec<u64> = Vec::new();
+    let (mut w, mut requests, mut gets) = (0usize, 0u64, 0u64);
+    let end = req.len() / 8;
+    let truncated = |w: usize, need: u64| {
+        Err(WorkloadError::Fault(format!(
+            "kvcache: a segment of {} bytes ends inside the request at byte {} ({need} bytes)",
+            req.len(),
+            8 * w
+        )))
+    };
+    while w < end {
+        if w + (CMD_LINE / 8) as usize > end {
+            return truncated(w, CMD_LINE);
+        }
+        let word = |i: usize| req.word(mem, w + i).load(Relaxed);
+        let (tag, key, ver) = (word(0), word(1), word(2));
+        let set = match tag {
+            SET_TAG => true,
+            GET_TAG => false,
+            _ => {
+                return Err(WorkloadError::Fault(format!(
+                    "kvcache: a garbled request (tag {tag:#x}) at byte {} of a segment",
+                    8 * w
+                )));
+            }
+        };
+        if key == 0 || key > p.keys {
+            return Err(WorkloadError::Fault(format!(
+                "kvcache: a request for key {key}, outside 1..={}",
+                p.keys
+            )));
+        }
+        if w + (p.request_bytes(set) / 8) as usize > end {
+            return truncated(w, p.request_bytes(set));
+        }
+        let at = items + (key - 1) * p.slot();
+        let bucket = base + (hash(key) & (p.buckets() - 1)) * 8;
+        let value = w + (CMD_LINE / 8) as usize;
+        if set {
+            assoc_insert(task, bucket, at, ver == 1)?;
+            task.store(at, key).map_err(fault_err)?;
+            task.store(at + 8, ver).map_err(fault_err)?;
+            for i in 2..words {
+                let v = req.word(mem, value + (i - 2) as usize).load(Relaxed);
+                task.store(at + i * 8, v).map_err(fault_err)?;
+            }
+            out.push(STORED_TAG ^ key);
+        } else {
+            assoc_find(task, bucket, at)?;
+            out.extend([VALUE_TAG, key, ver]);
+            out.resize(out.len() + (CMD_LINE / 8 - 3) as usize, 0);
+            get_item(task, at, key, ver, words, &mut out)?;
+            out.extend([0, 0]);
+            gets += 1;
+        }
+        w += (p.request_bytes(set) / 8) as usize;
+        requests += 1;
     }
+    let reply = bufs
+        .alloc_skb(frag, task.cpu(), out.len() * 8)
+        .map_err(|e| WorkloadError::OutOfMemory(format!("kvcache: reply segment: {e}")))?;
+    for (i, v) in out.into_iter().enumerate() {
+        reply.word(mem, i).store(v, Relaxed);
+    }
+    Ok(SegmentDone {
+        reply,
+        requests,
+        gets,
+    })
+}
+
+/// A client's pipeline on one connection, sent in one segment from `frag` on `cpu` (memtier
+/// writes a connection's pipeline at once): each request's command line, and a set's value.
+pub fn send_requests(
+    bufs: &SockBufs,
+    frag: &mut PageFrag,
+    cpu: CpuId,
+    p: KvParams,
+    reqs: &[ServerRequest],
+) -> Result<Skb, WorkloadError> {
+    let len: u64 = reqs.iter().map(|r| p.request_bytes(r.set)).sum();
+    let skb = bufs
+        .alloc_skb(frag, cpu, len as usize)
+        .map_err(|e| WorkloadError::OutOfMemory(format!("kvcache: request segment: {e}")))?;
+    let mem = bufs.mem();
+    let mut w = 0usize;
+    for r in reqs {
+        let line = [if r.set { SET_TAG } else { GET_TAG }, r.key, r.ver, 0, 0];
+        debug_assert_eq!(line.len() as u64, CMD_LINE / 8);
+        for v in line {
+            skb.word(mem, w).store(v, Relaxed);
+            w += 1;
+        }
+        if r.set {
+            for i in 2..p.slot() / 8 {
+                skb.word(mem, w).store(item_word(r.key, r.ver, i), Relaxed);
+                w += 1;
+            }
+            skb.word(mem, w).store(0, Relaxed);
+            w += 1;
+        }
+    }
+    Ok(skb)
+}
+
+/// The client's reading of a reply segment for `reqs`: each set stored, each get's value the
+/// version the connection last set.
+pub fn check_replies(
+    mem: &Mem,
+    p: KvParams,
+    reqs: &[ServerRequest],
+    reply: &Skb,
+) -> Result<(), WorkloadError> {
+    let mut w = 0usize;
+    let bad = |what: String| Err(WorkloadError::Fault(format!("kvcache: {what}")));
+    for r in reqs {
+        if (w + (p.reply_bytes(r.set) / 8) as usize) * 8 > reply.len() {
+            return bad(format!(
+                "the reply segment ends before key {}'s reply",
+                r.key
+            ));
+        }
+        let word = |i: usize| reply.word(mem, w + i).load(Relaxed);
+        if r.set {
+            if word(0) != STORED_TAG ^ r.key {
+                return bad(format!("the set of key {} was not stored", r.key));
+            }
+        } else {
+            if (word(0), word(1), word(2)) != (VALUE_TAG, r.key, r.ver) {
+                return bad(format!(
+                    "the get of key {} version {} came back as key {} version {}",
+                    r.key,
+                    r.ver,
+                    word(1),
+                    word(2)
+                ));
+            }
+            let value = (CMD_LINE / 8) as usize;
+            for i in 2..p.slot() / 8 {
+                let v = word(value + (i - 2) as usize);
+                if v != item_word(r.key, r.ver, i) {
+                    return bad(format!(
+                        "the get of key {} returned a torn value (word {i} is {v:#x})",
+                        r.key
+                    ));
+                }
+            }
+        }
+        w += (p.reply_bytes(r.set) / 8) as usize;
+    }
+    if w * 8 != reply.len() {
+        return bad(format!(
+            "the reply segment holds {} bytes for {} bytes of replies",
+            reply.len(),
+            w * 8
+        ));
+    }
+    Ok(())
 }
 
 /// One connection's keys as [`ServerRequests`] walks them.
@@ -619,19 +934,16 @@ fn assoc_find(task: &Task, bucket: u64, item: u64) -> Result<(), WorkloadError> 
     Ok(())
 }
 
-/// memcached's `process_update_command` + item copy: header then value.
-fn set_item(task: &Task, at: u64, key: u64, ver: u64, words: u64) -> Result<(), WorkloadError> {
-    task.store(at, key).map_err(fault_err)?;
-    task.store(at + 8, ver).map_err(fault_err)?;
-    for i in 2..words {
-        task.store(at + i * 8, item_word(key, ver, i))
-            .map_err(fault_err)?;
-    }
-    Ok(())
-}
-
 /// memcached's `process_get_command`: read the item and check it is version `ver` of `key`.
-fn get_item(task: &Task, at: u64, key: u64, ver: u64, words: u64) -> Result<(), WorkloadError> {
+/// The value's words go to `out` (the reply) as they are read.
+fn get_item(
+    task: &Task,
+    at: u64,
+    key: u64,
+    ver: u64,
+    words: u64,
+    out: &mut Vec<u64>,
+) -> Result<(), WorkloadError> {
     let stale = |what: String| {
         Err(WorkloadError::Fault(format!(
             "kvcache: key {key} returned {what}, but version {ver} was the last one set"
@@ -647,29 +959,42 @@ fn get_item(task: &Task, at: u64, key: u64, ver: u64, words: u64) -> Result<(), 
         if w != item_word(key, ver, i) {
             return stale(format!("a torn value (word {i} is {w:#x})"));
         }
+        out.push(w);
     }
     Ok(())
 }
 
-/// One memtier connection: its keys, the next one, and the version each key was last set to.
+/// One memtier connection: its keys, the next one, and the version each key was last set to;
+/// the server it talks to, and the pipeline it has in flight.
 struct Conn {
     first: u64,
     next: u64,
     versions: Vec<u64>,
-    to_server: Sender<Request>,
-    replies: (Sender<Reply>, Receiver<Reply>),
+    to_server: Sender<Segment>,
+    /// The server's defer list, where the reply segments go once read.
+    defer: Sender<Skb>,
+    replies: (Sender<Served>, Receiver<Served>),
     rng: u64,
+    in_flight: Vec<ServerRequest>,
 }
 
 impl Conn {
-    fn new(id: usize, first: u64, count: u64, to_server: Sender<Request>) -> Conn {
+    fn new(
+        id: usize,
+        first: u64,
+        count: u64,
+        to_server: Sender<Segment>,
+        defer: Sender<Skb>,
+    ) -> Conn {
         Conn {
             first,
             next: 0,
             versions: vec![0; count as usize],
             to_server,
+            defer,
             replies: crossbeam_channel::unbounded(),
             rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
+            in_flight: Vec::new(),
         }
     }
 
@@ -680,60 +1005,111 @@ impl Conn {
         self.rng ^= self.rng << 17;
         get_ratio > 0 && !self.rng.is_multiple_of(u64::from(get_ratio + 1))
     }
+
+    /// The next pipeline's requests, into `in_flight`; counts first sets into `filled`.
+    fn next_pipeline(&mut self, p: KvParams, filled: &AtomicU64) {
+        self.in_flight.clear();
+        for k in 0..p.pipeline {
+            let i = self.next as usize;
+            self.next = (self.next + 1) % self.versions.len() as u64;
+            let key = self.first + i as u64;
+            // A key not set yet cannot be read back; sets fill it first.
+            let (set, ver) = if self.versions[i] > 0 && self.coin(p.get_ratio) {
+                (false, self.versions[i])
+            } else {
+                if self.versions[i] == 0 {
+                    filled.fetch_add(1, Relaxed);
+                }
+                self.versions[i] += 1;
+                (true, self.versions[i])
+            };
+            self.in_flight.push(ServerRequest {
+                set,
+                key,
+                ver,
+                batch_end: k + 1 == p.pipeline,
+            });
+        }
+    }
 }
 
-/// A memtier client thread: keep `pipeline` requests in flight on each connection in turn.
-/// Returns its latency histogram (nanoseconds).
-fn client(mut conns: Vec<Conn>, p: KvParams, shared: &Shared) -> Histogram<u64> {
+/// A memtier client thread on `cpu`: send a pipeline of `p.pipeline` requests on each
+/// connection in turn, one segment each, then read each connection's reply segment. The
+/// request segments come back to be freed here, where they were allocated; the reply segments
+/// go to their server's defer list. Returns its latency histogram (nanoseconds) and its
+/// connections' reply queues, with whatever is still in flight on them; the connections
+/// themselves close, so that the servers' queues disconnect once every client has returned.
+fn client(
+    mut conns: Vec<Conn>,
+    bufs: &SockBufs,
+    cpu: CpuId,
+    p: KvParams,
+    shared: &Shared,
+) -> (Histogram<u64>, Vec<Receiver<Served>>) {
+    // A client that panics stops the run too, rather than leaving the sampler waiting for
+    // the fill.
+    let _halt_on_panic = HaltOnPanic(shared);
     let mut hist = Histogram::<u64>::new(3).expect("3 significant digits is valid");
-    let mut pending: Vec<u64> = vec![0; conns.len()];
-    while !shared.halt.load(Relaxed) {
+    let mut frag = PageFrag::new();
+    let mut pending = vec![false; conns.len()];
+    'run: while !shared.halt.load(Relaxed) {
         for (ci, c) in conns.iter_mut().enumerate() {
-            for _ in 0..p.pipeline {
-                let i = c.next as usize;
-                c.next = (c.next + 1) % c.versions.len() as u64;
-                let key = c.first + i as u64;
-                // A key not set yet cannot be read back; sets fill it first.
-                let (op, ver) = if c.versions[i] > 0 && c.coin(p.get_ratio) {
-                    (Op::Get, c.versions[i])
-                } else {
-                    if c.versions[i] == 0 {
-                        shared.filled.fetch_add(1, Relaxed);
-                    }
-                    c.versions[i] += 1;
-                    (Op::Set, c.versions[i])
-                };
-                let req = Request {
-                    op,
-                    key,
-                    ver,
-                    sent: Instant::now(),
-                    reply: c.replies.0.clone(),
-                };
-                if c.to_server.send(req).is_err() {
-                    return hist;
+            c.next_pipeline(p, &shared.filled);
+            let skb = match send_requests(bufs, &mut frag, cpu, p, &c.in_flight) {
+                Ok(skb) => skb,
+                Err(e) => {
+                    shared.fail(e);
+                    break 'run;
                 }
-                pending[ci] += 1;
+            };
+            let seg = Segment {
+                skb,
+                sent: Instant::now(),
+                reply: c.replies.0.clone(),
+            };
+            if let Err(e) = c.to_server.send(seg) {
+                bufs.free(e.into_inner().skb);
+                break 'run;
             }
+            pending[ci] = true;
         }
         for (ci, c) in conns.iter_mut().enumerate() {
-            while pending[ci] > 0 {
+            while pending[ci] {
                 let r = match c.replies.1.recv_timeout(Duration::from_millis(50)) {
                     Ok(r) => r,
                     // A server that stopped (it failed or panicked) halts the run.
-                    Err(RecvTimeoutError::Timeout) if shared.halt.load(Relaxed) => return hist,
+                    Err(RecvTimeoutError::Timeout) if shared.halt.load(Relaxed) => break 'run,
                     Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => return hist,
+                    Err(RecvTimeoutError::Disconnected) => break 'run,
                 };
-                pending[ci] -= 1;
-                if r.result.is_ok() && shared.measuring.load(Relaxed) {
-                    let ns = r.sent.elapsed().as_nanos() as u64;
-                    let _ = hist.record(ns.max(1));
+                pending[ci] = false;
+                bufs.free(r.request);
+                let Some(reply) = r.reply else {
+                    continue;
+                };
+                let checked = r
+                    .result
+                    .and_then(|()| check_replies(bufs.mem(), p, &c.in_flight, &reply));
+                if let Err(e) = c.defer.send(reply) {
+                    bufs.free(e.into_inner());
+                }
+                match checked {
+                    Err(e) => {
+                        shared.fail(e);
+                        break 'run;
+                    }
+                    Ok(()) if shared.measuring.load(Relaxed) => {
+                        // Every request of the pipeline waited for the segment's reply.
+                        let ns = (r.sent.elapsed().as_nanos() as u64).max(1);
+                        let _ = hist.record_n(ns, p.pipeline as u64);
+                    }
+                    Ok(()) => {}
                 }
             }
         }
     }
-    hist
+    bufs.release_frag(&mut frag, cpu);
+    (hist, conns.into_iter().map(|c| c.replies.1).collect())
 }
 
 /// The sampler: wait for the fill (every key set once, so the data is over the memcg limit),
@@ -808,6 +1184,61 @@ mod tests {
             .iter()
             .find(|(n, _)| n == name)
             .map_or(0, |(_, v)| *v)
+    }
+
+    /// One pipeline's round trip through the sockets: the client's segment allocated on its
+    /// CPU, the server's reply on its own, each freed where it was allocated; a get reads back
+    /// what the set wrote, through both segments. A reply read against other versions, and a
+    /// garbled request, are errors; nothing is left once every segment is freed.
+    #[test]
+    fn a_pipeline_travels_in_segments_freed_where_they_were_allocated() {
+        let p = KvParams {
+            servers: 1,
+            clients: 1,
+            memcg_percent: 100,
+            ..small()
+        };
+        let server = boot(&Policy::default(), p, &MEM, 2).unwrap();
+        let (bufs, task) = (&server.bufs, &server.tasks[0]);
+        let (ccpu, scpu) = (client_cpu(&p, 0), task.cpu());
+        assert_ne!(ccpu, scpu);
+        let (mut cf, mut sf) = (PageFrag::new(), PageFrag::new());
+        let pipeline = |set: bool, ver: u64| -> Vec<ServerRequest> {
+            (1..=4)
+                .map(|key| ServerRequest {
+                    set,
+                    key,
+                    ver,
+                    batch_end: key == 4,
+                })
+                .collect()
+        };
+        for (set, reqs) in [(true, pipeline(true, 1)), (false, pipeline(false, 1))] {
+            let seg = send_requests(bufs, &mut cf, ccpu, p, &reqs).unwrap();
+            assert_eq!(seg.alloc_cpu, ccpu);
+            assert_eq!(seg.len() as u64, 4 * p.request_bytes(set));
+            let done = serve_segment(task, bufs, &mut sf, server.base, p, &seg).unwrap();
+            assert_eq!((done.requests, done.gets), (4, if set { 0 } else { 4 }));
+            assert_eq!(done.reply.alloc_cpu, scpu);
+            assert_eq!(done.reply.len() as u64, 4 * p.reply_bytes(set));
+            check_replies(bufs.mem(), p, &reqs, &done.reply).unwrap();
+            if !set {
+                let e = check_replies(bufs.mem(), p, &pipeline(false, 2), &done.reply);
+                assert!(e.unwrap_err().to_string().contains("came back as"));
+            }
+            bufs.free(seg);
+            bufs.free(done.reply);
+        }
+        let seg = send_requests(bufs, &mut cf, ccpu, p, &pipeline(true, 2)).unwrap();
+        seg.word(bufs.mem(), 0).store(0xdead, Relaxed);
+        let e = serve_segment(task, bufs, &mut sf, server.base, p, &seg)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("garbled"), "{e}");
+        bufs.free(seg);
+        bufs.release_frag(&mut cf, ccpu);
+        bufs.release_frag(&mut sf, scpu);
+        bufs.quiesce().unwrap();
     }
 
     /// Gets read back the last value set across swap-out and swap-in, under both LRUs.
@@ -886,6 +1317,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
+        // A pipeline longer than one segment, and more tasks than the engine's CPUs.
+        let mut p = small();
+        p.pipeline = 64;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("one segment of at most 64 KiB"), "{e}");
+        p.pipeline = 8;
+        p.value_size = !7;
+        assert!(p.validate().is_err());
+        let mut p = small();
+        p.servers = 4000;
+        p.clients = 100;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(e.contains("4000 servers and 100 clients"), "{e}");
     }
 
     /// A limit of a handful of pages: the group thrashes through swap, but the run ends with a

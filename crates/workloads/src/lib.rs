@@ -13,6 +13,9 @@
 //! - [`kvcache`]: memcached driven by memtier (set-only, sequential keys, 1 KiB values) inside a
 //!   memory cgroup smaller than its data, so reclaim and swap run all the time; ops per second
 //!   and latency percentiles (engine only).
+//! - [`sockbuf`]: loopback TCP's socket buffers (an skb from the slab, its payload in the
+//!   sending task's page frag, freed on the sending CPU), which kvcache's requests and replies
+//!   travel in.
 //! - [`netpipe`]: netperf UDP_STREAM reduced to its allocations: sender/receiver pairs on
 //!   different CPUs pass kmalloc'd buffers of the netperf send sizes (64 to 16384 bytes), the
 //!   receiver freeing on its own CPU; messages per second per send size (engine only).
@@ -38,6 +41,7 @@ pub mod pft;
 pub mod pin;
 pub mod rounds;
 pub mod runner;
+pub mod sockbuf;
 pub mod vm;
 
 use std::fmt;
