@@ -282,7 +282,8 @@ pub(crate) struct KvcacheArgs {
     /// kvcache: connections per client thread (memtier -c).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub(crate) connections: u64,
-    /// kvcache: requests in flight per connection (memtier --pipeline).
+    /// kvcache: requests in flight per connection (memtier --pipeline), sent in one socket
+    /// segment of at most 64 KiB.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub(crate) pipeline: u64,
     /// kvcache: gets per set (memtier --ratio 1:N); 0 is set-only.

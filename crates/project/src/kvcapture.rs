@@ -55,7 +55,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded, unbounded};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError, bounded};
 use pagelab_mm::Task;
 use pagelab_mm::reclaim::swap::Backing;
 use pagelab_sync::LockClass;
@@ -88,6 +88,13 @@ pub fn server_params(p: KvParams) -> KvParams {
 
 /// The best recording so far: time lost to preemption, CPU time, events.
 type Best = Option<(f64, f64, Vec<raw::Event>)>;
+
+/// Room on the queues back from the worker (served pipelines, read replies): more than the
+/// pipelines ever in flight.
+const SIDE_QUEUE: usize = 64;
+
+/// How long the recording thread polls an empty queue before it sleeps on it.
+const POLL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// What the server thread's windows produce: the per-event overhead, the least untraced CPU
 /// time, the kept recording and the fallback windows.
@@ -124,8 +131,11 @@ impl Client {
     fn new() -> Client {
         Client {
             to_server: bounded(2),
-            back: unbounded(),
-            defer: unbounded(),
+            // Bounded, so that no message allocates (an unbounded channel allocates a block
+            // every few dozen messages, which the other thread frees): at most the couple of
+            // pipelines in flight are ever on them.
+            back: bounded(SIDE_QUEUE),
+            defer: bounded(SIDE_QUEUE),
             done: AtomicBool::new(false),
             exited: AtomicBool::new(false),
         }
@@ -150,6 +160,7 @@ impl Client {
         }
         let _exited = Exited(&self.exited);
         pagelab_workloads::pin::pin_to_core(1);
+        let alone = std::thread::available_parallelism().map_or(true, |n| n.get() < 2);
         let cpu = kvcache::client_cpu(&p, 0);
         let mut frag = PageFrag::new();
         let mut r = Ok(());
@@ -172,7 +183,12 @@ impl Client {
                     Ok(()) => break,
                     Err(TrySendError::Full(back)) if !self.done.load(Ordering::Relaxed) => {
                         pipeline = back;
-                        std::thread::yield_now();
+                        if alone {
+                            // Sharing the recording thread's only CPU: let it run.
+                            std::thread::sleep(std::time::Duration::from_micros(50));
+                        } else {
+                            std::thread::yield_now();
+                        }
                     }
                     Err(e) => {
                         bufs.free(e.into_inner().0);
@@ -188,9 +204,22 @@ impl Client {
     }
 
     /// The next pipeline, once the client has sent it; an error if the client has stopped.
+    /// The recording thread polls an empty queue for up to [`POLL`] before it sleeps on it, so
+    /// that a client a little behind does not cost the worker a futex wait and wake-up in its
+    /// recorded compute (the client is normally ahead: the queue is full).
     fn next_pipeline(&self) -> Result<Pipeline, CaptureError> {
         let stopped = CaptureError::Incomplete("the kvcache client stopped sending");
+        let t0 = Instant::now();
         loop {
+            match self.to_server.1.try_recv() {
+                Ok(x) => return Ok(x),
+                Err(TryRecvError::Empty) if !self.exited.load(Ordering::Relaxed) => {}
+                Err(_) => return Err(stopped),
+            }
+            if t0.elapsed() < POLL {
+                std::hint::spin_loop();
+                continue;
+            }
             match self
                 .to_server
                 .1
@@ -209,7 +238,9 @@ impl Client {
         for (request, batch, reply) in self.back.1.try_iter() {
             bufs.free(request);
             let checked = kvcache::check_replies(bufs.mem(), p, &batch, &reply);
-            let _ = self.defer.0.send(reply);
+            if let Err(e) = self.defer.0.try_send(reply) {
+                bufs.free(e.into_inner());
+            }
             checked.map_err(CaptureError::Workload)?;
         }
         Ok(())
@@ -270,7 +301,11 @@ impl Worker<'_> {
                 Ok(s) => {
                     raw::ops(s.requests as u32);
                     done += s.requests as usize;
-                    let _ = client.back.0.send((skb, batch, s.reply));
+                    if let Err(e) = client.back.0.try_send((skb, batch, s.reply)) {
+                        let (request, _, reply) = e.into_inner();
+                        bufs.free(request);
+                        bufs.free(reply);
+                    }
                 }
                 Err(e) => {
                     bufs.free(skb);

@@ -801,8 +801,8 @@ struct KeyWalk {
 /// connections' clients keep up: each connection's pipeline of `p.pipeline` requests in turn
 /// (memtier sends a connection's pipeline, then the next connection's), each connection walking
 /// its slice of the keys in order and wrapping, as the clients of [`run`] do. The projector's
-/// capture runs one server on this stream: what one memcached worker does, without the
-/// clients' threads.
+/// capture runs one server on this stream, sent by one client thread beside the recording:
+/// what one memcached worker does.
 pub struct ServerRequests {
     conns: Vec<KeyWalk>,
     pipeline: usize,
