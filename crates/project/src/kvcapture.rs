@@ -236,12 +236,8 @@ impl Client {
     /// on the server's defer list.
     fn read_replies(&self, bufs: &SockBufs, p: KvParams) -> Result<(), CaptureError> {
         for (request, batch, reply) in self.back.1.try_iter() {
-            bufs.free(request);
-            let checked = kvcache::check_replies(bufs.mem(), p, &batch, &reply);
-            if let Err(e) = self.defer.0.try_send(reply) {
-                bufs.free(e.into_inner());
-            }
-            checked.map_err(CaptureError::Workload)?;
+            kvcache::read_reply(bufs, p, &batch, request, reply, &self.defer.0)
+                .map_err(CaptureError::Workload)?;
         }
         Ok(())
     }

@@ -118,6 +118,25 @@ impl Default for KvParams {
 }
 
 impl KvParams {
+    /// Bytes a request takes on the wire: its command line, and a set's value and `\r\n`.
+    pub fn request_bytes(&self, set: bool) -> u64 {
+        if set {
+            self.value_size.saturating_add(CMD_LINE + CRLF_WORD)
+        } else {
+            CMD_LINE
+        }
+    }
+
+    /// Bytes of a request's reply: `STORED\r\n`, or a get's `VALUE` line, the value, its
+    /// `\r\n` and `END\r\n`.
+    pub fn reply_bytes(&self, set: bool) -> u64 {
+        if set {
+            CRLF_WORD
+        } else {
+            self.value_size.saturating_add(CMD_LINE + 2 * CRLF_WORD)
+        }
+    }
+
     /// Bytes per item slot.
     pub fn slot(&self) -> u64 {
         self.value_size + HEADER
@@ -245,27 +264,6 @@ const GET_TAG: u64 = 0x6765_7420_0000_0000;
 const VALUE_TAG: u64 = 0x5641_4c55_4500_0000;
 const STORED_TAG: u64 = 0x5354_4f52_4544_0000;
 
-impl KvParams {
-    /// Bytes a request takes on the wire: its command line, and a set's value and `\r\n`.
-    pub fn request_bytes(&self, set: bool) -> u64 {
-        if set {
-            self.value_size.saturating_add(CMD_LINE + CRLF_WORD)
-        } else {
-            CMD_LINE
-        }
-    }
-
-    /// Bytes of a request's reply: `STORED\r\n`, or a get's `VALUE` line, the value, its
-    /// `\r\n` and `END\r\n`.
-    pub fn reply_bytes(&self, set: bool) -> u64 {
-        if set {
-            CRLF_WORD
-        } else {
-            self.value_size.saturating_add(CMD_LINE + 2 * CRLF_WORD)
-        }
-    }
-}
-
 /// One connection's pipeline on its way to the server: the segment the client sent it in.
 struct Segment {
     skb: Skb,
@@ -281,6 +279,16 @@ struct Served {
     request: Skb,
     reply: Option<Skb>,
     result: Result<(), WorkloadError>,
+}
+
+impl Served {
+    /// Unread: both segments go back to the CPUs that allocated them.
+    fn free(self, bufs: &SockBufs) {
+        bufs.free(self.request);
+        if let Some(r) = self.reply {
+            bufs.free(r);
+        }
+    }
 }
 
 /// What a kvcache run measured.
@@ -445,27 +453,17 @@ fn drive(
     let (defer_tx, defer_rx): (Vec<Sender<Skb>>, Vec<Receiver<Skb>>) = (0..p.servers)
         .map(|_| crossbeam_channel::unbounded())
         .unzip();
-    let nconn = p.clients * p.connections;
-    let per_conn = p.keys / nconn as u64;
-    // Connection `id` goes to server `id % servers` and owns keys `first..first + count`.
-    // Only the connections hold senders: when the clients are gone, the servers' queues
-    // disconnect and the servers exit.
+    // Connection `id` goes to server `id % servers` and walks its slice of the keys
+    // ([`KeyWalk::of`]). Only the connections hold senders: when the clients are gone, the
+    // servers' queues disconnect and the servers exit.
     let mut by_client: Vec<Vec<Conn>> = (0..p.clients)
         .map(|c| {
             (0..p.connections)
                 .map(|i| {
                     let id = c * p.connections + i;
-                    let first = 1 + id as u64 * per_conn;
-                    let count = if id + 1 == nconn {
-                        p.keys + 1 - first
-                    } else {
-                        per_conn
-                    };
                     let server = id % p.servers;
                     Conn::new(
-                        id,
-                        first,
-                        count,
+                        KeyWalk::of(&p, id),
                         senders[server].clone(),
                         defer_tx[server].clone(),
                     )
@@ -500,10 +498,7 @@ fn drive(
     // Every thread is gone: what is still in flight goes back to the CPUs that allocated it.
     for replies in conns {
         for served in replies.try_iter() {
-            bufs.free(served.request);
-            if let Some(r) = served.reply {
-                bufs.free(r);
-            }
+            served.free(bufs);
         }
     }
     for rx in &defer_rx {
@@ -594,11 +589,7 @@ fn serve(
         // The client may have stopped listening; the run is over then, and the segments go
         // back from here.
         if let Err(e) = seg.reply.send(served) {
-            let served = e.into_inner();
-            bufs.free(served.request);
-            if let Some(r) = served.reply {
-                bufs.free(r);
-            }
+            e.into_inner().free(bufs);
         }
     }
     bufs.release_frag(&mut frag, cpu);
@@ -734,6 +725,25 @@ pub fn send_requests(
     Ok(skb)
 }
 
+/// The client's side of a served pipeline: its request segment freed here, where it was
+/// allocated, the reply segment checked against `reqs` ([`check_replies`]) and put on its
+/// server's defer list `defer` (freed here if the list is gone or full).
+pub fn read_reply(
+    bufs: &SockBufs,
+    p: KvParams,
+    reqs: &[ServerRequest],
+    request: Skb,
+    reply: Skb,
+    defer: &Sender<Skb>,
+) -> Result<(), WorkloadError> {
+    bufs.free(request);
+    let checked = check_replies(bufs.mem(), p, reqs, &reply);
+    if let Err(e) = defer.try_send(reply) {
+        bufs.free(e.into_inner());
+    }
+    checked
+}
+
 /// The client's reading of a reply segment for `reqs`: each set stored, each get's value the
 /// version the connection last set.
 pub fn check_replies(
@@ -797,6 +807,55 @@ struct KeyWalk {
     rng: u64,
 }
 
+impl KeyWalk {
+    /// Connection `id`'s walk of `p`: its slice `first..first + count` of the keys (the last
+    /// connection takes the remainder).
+    fn of(p: &KvParams, id: usize) -> KeyWalk {
+        let nconn = p.clients * p.connections;
+        let per_conn = p.keys / nconn as u64;
+        let first = 1 + id as u64 * per_conn;
+        let count = if id + 1 == nconn {
+            p.keys + 1 - first
+        } else {
+            per_conn
+        };
+        KeyWalk {
+            first,
+            next: 0,
+            versions: vec![0; count as usize],
+            rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
+        }
+    }
+
+    /// The next request: the next key of the slice (wrapping), a get with probability
+    /// `get_ratio`/(1 + `get_ratio`) of a key set before, else a set of its next version. The
+    /// flag says whether it is the key's first set.
+    fn next(&mut self, get_ratio: u32) -> (ServerRequest, bool) {
+        let i = self.next as usize;
+        self.next = (self.next + 1) % self.versions.len() as u64;
+        let key = self.first + i as u64;
+        // xorshift64, drawn for every request.
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let get = get_ratio > 0 && !self.rng.is_multiple_of(u64::from(get_ratio + 1));
+        let first_set = self.versions[i] == 0;
+        let (set, ver) = if !first_set && get {
+            (false, self.versions[i])
+        } else {
+            self.versions[i] += 1;
+            (true, self.versions[i])
+        };
+        let r = ServerRequest {
+            set,
+            key,
+            ver,
+            batch_end: false,
+        };
+        (r, set && first_set)
+    }
+}
+
 /// The requests one server worker receives, in the order it receives them when its
 /// connections' clients keep up: each connection's pipeline of `p.pipeline` requests in turn
 /// (memtier sends a connection's pipeline, then the next connection's), each connection walking
@@ -826,23 +885,9 @@ impl ServerRequests {
     pub fn new(p: KvParams, server: usize) -> Result<ServerRequests, WorkloadError> {
         p.validate()?;
         let nconn = p.clients * p.connections;
-        let per_conn = p.keys / nconn as u64;
         let conns: Vec<KeyWalk> = (0..nconn)
             .filter(|id| id % p.servers == server)
-            .map(|id| {
-                let first = 1 + id as u64 * per_conn;
-                let count = if id + 1 == nconn {
-                    p.keys + 1 - first
-                } else {
-                    per_conn
-                };
-                KeyWalk {
-                    first,
-                    next: 0,
-                    versions: vec![0; count as usize],
-                    rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
-                }
-            })
+            .map(|id| KeyWalk::of(&p, id))
             .collect();
         if conns.is_empty() {
             return Err(WorkloadError::Config(format!(
@@ -866,34 +911,14 @@ impl ServerRequests {
 
     /// The next request.
     pub fn next_request(&mut self) -> ServerRequest {
-        let get_ratio = self.get_ratio;
-        let c = &mut self.conns[self.cur];
-        let i = c.next as usize;
-        c.next = (c.next + 1) % c.versions.len() as u64;
-        let key = c.first + i as u64;
-        // The coin of `Conn::coin`: a get with probability get_ratio / (1 + get_ratio).
-        c.rng ^= c.rng << 13;
-        c.rng ^= c.rng >> 7;
-        c.rng ^= c.rng << 17;
-        let get = get_ratio > 0 && !c.rng.is_multiple_of(u64::from(get_ratio + 1));
-        let (set, ver) = if c.versions[i] > 0 && get {
-            (false, c.versions[i])
-        } else {
-            c.versions[i] += 1;
-            (true, c.versions[i])
-        };
+        let (mut r, _) = self.conns[self.cur].next(self.get_ratio);
         self.in_batch += 1;
-        let batch_end = self.in_batch == self.pipeline;
-        if batch_end {
+        r.batch_end = self.in_batch == self.pipeline;
+        if r.batch_end {
             self.in_batch = 0;
             self.cur = (self.cur + 1) % self.conns.len();
         }
-        ServerRequest {
-            set,
-            key,
-            ver,
-            batch_end,
-        }
+        r
     }
 }
 
@@ -964,71 +989,38 @@ fn get_item(
     Ok(())
 }
 
-/// One memtier connection: its keys, the next one, and the version each key was last set to;
-/// the server it talks to, and the pipeline it has in flight.
+/// One memtier connection: its walk of its keys, the server it talks to, and the pipeline it
+/// has in flight.
 struct Conn {
-    first: u64,
-    next: u64,
-    versions: Vec<u64>,
+    walk: KeyWalk,
     to_server: Sender<Segment>,
     /// The server's defer list, where the reply segments go once read.
     defer: Sender<Skb>,
     replies: (Sender<Served>, Receiver<Served>),
-    rng: u64,
     in_flight: Vec<ServerRequest>,
 }
 
 impl Conn {
-    fn new(
-        id: usize,
-        first: u64,
-        count: u64,
-        to_server: Sender<Segment>,
-        defer: Sender<Skb>,
-    ) -> Conn {
+    fn new(walk: KeyWalk, to_server: Sender<Segment>, defer: Sender<Skb>) -> Conn {
         Conn {
-            first,
-            next: 0,
-            versions: vec![0; count as usize],
+            walk,
             to_server,
             defer,
             replies: crossbeam_channel::unbounded(),
-            rng: 0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1),
             in_flight: Vec::new(),
         }
-    }
-
-    fn coin(&mut self, get_ratio: u32) -> bool {
-        // xorshift64: a get with probability get_ratio / (1 + get_ratio).
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        get_ratio > 0 && !self.rng.is_multiple_of(u64::from(get_ratio + 1))
     }
 
     /// The next pipeline's requests, into `in_flight`; counts first sets into `filled`.
     fn next_pipeline(&mut self, p: KvParams, filled: &AtomicU64) {
         self.in_flight.clear();
         for k in 0..p.pipeline {
-            let i = self.next as usize;
-            self.next = (self.next + 1) % self.versions.len() as u64;
-            let key = self.first + i as u64;
-            // A key not set yet cannot be read back; sets fill it first.
-            let (set, ver) = if self.versions[i] > 0 && self.coin(p.get_ratio) {
-                (false, self.versions[i])
-            } else {
-                if self.versions[i] == 0 {
-                    filled.fetch_add(1, Relaxed);
-                }
-                self.versions[i] += 1;
-                (true, self.versions[i])
-            };
-            self.in_flight.push(ServerRequest {
-                set,
-                key,
-                ver,
-                batch_end: k + 1 == p.pipeline,
-            });
+            let (mut r, first_set) = self.walk.next(p.get_ratio);
+            if first_set {
+                filled.fetch_add(1, Relaxed);
+            }
+            r.batch_end = k + 1 == p.pipeline;
+            self.in_flight.push(r);
         }
     }
 }
@@ -1083,16 +1075,12 @@ fn client(
                     Err(RecvTimeoutError::Disconnected) => break 'run,
                 };
                 pending[ci] = false;
-                bufs.free(r.request);
                 let Some(reply) = r.reply else {
+                    bufs.free(r.request);
                     continue;
                 };
-                let checked = r
-                    .result
-                    .and_then(|()| check_replies(bufs.mem(), p, &c.in_flight, &reply));
-                if let Err(e) = c.defer.send(reply) {
-                    bufs.free(e.into_inner());
-                }
+                let read = read_reply(bufs, p, &c.in_flight, r.request, reply, &c.defer);
+                let checked = r.result.and(read);
                 match checked {
                     Err(e) => {
                         shared.fail(e);
